@@ -1,0 +1,38 @@
+include(GoogleTest)
+
+# fsdp_add_test(NAME SOURCES... LIBS ...): one GoogleTest binary, run by CTest.
+function(fsdp_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+# fsdp_add_mpi_test(NAME SOURCES... LIBS... RANKS 1 2 3 4): one binary (using
+# tests/mpi_main.cpp, which reduces the verdict across ranks), one CTest entry
+# per rank count, each under mpirun with a timeout so a deadlock fails instead
+# of hanging CI.
+function(fsdp_add_mpi_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;RANKS" ${ARGN})
+  add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/mpi_main.cpp)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest MPI::MPI_C)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  foreach(n ${T_RANKS})
+    add_test(NAME ${name}.np${n}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${FSDP_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${n}
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${name}.np${n} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${n}
+                         ENVIRONMENT "${FSDP_MPI_ENV}")
+  endforeach()
+endfunction()
+
+# One machine, possibly root, possibly more ranks than cores, shared memory only.
+set(FSDP_MPIEXEC_FLAGS --oversubscribe --bind-to none)
+set(FSDP_MPI_ENV
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl=self,vader;OMPI_MCA_pml=ob1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMPI_MCA_plm=^rsh;OMPI_MCA_rmaps_base_oversubscribe=1")

@@ -1,0 +1,34 @@
+// One error type for everything a user can get wrong (files, flags, data) and
+// for library calls that fail. main() prints it as one line,
+// "fsdptrain: error: <what>", and exits non-zero.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace fsdp {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Builds a message from pieces: throw_error("file ", path, " has no dataset ", name).
+template <typename... Parts>
+[[noreturn]] void throw_error(Parts&&... parts) {
+  std::ostringstream os;
+  (os << ... << std::forward<Parts>(parts));
+  throw Error(os.str());
+}
+
+}  // namespace fsdp
+
+// Internal invariants (programming errors, not user errors).
+#define FSDP_CHECK(cond, ...)                                                           \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      ::fsdp::throw_error("internal check failed: " #cond " at " __FILE__ ":", __LINE__, \
+                          " " __VA_OPT__(, ) __VA_ARGS__);                              \
+  } while (0)

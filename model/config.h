@@ -1,0 +1,45 @@
+// Model shape: presets by name, every field overridable from the command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+struct ModelConfig {
+  std::string name = "tiny";
+  int vocab_size = 256;
+  int n_layer = 2;
+  int d_model = 64;
+  int n_head = 4;
+  int n_kv_head = 2;    // grouped-query attention: n_kv_head divides n_head
+  int d_ff = 192;       // SwiGLU hidden width
+  int max_seq_len = 64;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  bool tie_embeddings = true;
+
+  int head_dim() const { return d_model / n_head; }
+  int q_dim() const { return n_head * head_dim(); }
+  int kv_dim() const { return n_kv_head * head_dim(); }
+
+  // Throws fsdp::Error naming the first inconsistent field.
+  void validate() const;
+  int64_t num_params() const;
+  // Parameters that take part in matmuls (for MFU): all but the norms, and the
+  // embedding only when it doubles as the head.
+  int64_t num_matmul_params() const;
+  // DESIGN.md: 6*N + 12*L*d_model*T, forward plus backward.
+  double flops_per_token(int seq_len) const;
+};
+
+// Throws fsdp::Error for an unknown name, listing the known ones.
+ModelConfig model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+// SwiGLU width: 8/3 d rounded up to a multiple (keeps parameters ~ a 4x GELU MLP).
+int swiglu_width(int d_model, int multiple);
+
+}  // namespace fsdp

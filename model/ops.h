@@ -1,0 +1,104 @@
+// The op interface: every kernel the model and the FSDP engine need, written
+// once per backend (model/cpu: fp32 reference; model/cuda: bf16/fp8 on H100).
+// The model's forward and backward are written against this and nothing else.
+//
+// Conventions:
+//  - Row-major. Activations are [rows, features]; a [B, T] batch has B*T rows.
+//    q is [B, T, n_head, head_dim], k and v are [B, T, n_kv_head, head_dim].
+//  - Linear weights are [out, in], as in torch.nn.Linear: y = x W^T.
+//  - Weight gradients always accumulate (+=): the engine zeroes them once per
+//    unit, and tied or shared weights sum naturally.
+//  - Activation gradients overwrite unless the op takes accumulate_dx.
+//  - Per-row statistics (rstd, lse) and losses are always f32.
+//  - Calls may be asynchronous on a device; to_host() and sum_squares()
+//    synchronise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/tensor.h"
+
+namespace fsdp {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+  // Element type of activations and gathered weights on this backend.
+  virtual DType compute_dtype() const = 0;
+
+  // ---- memory ---------------------------------------------------------------
+  virtual Tensor alloc(DType dtype, int64_t numel) = 0;
+  virtual void free(Tensor t) = 0;
+  virtual void zero(Tensor t) = 0;
+  virtual void copy(Tensor dst, Tensor src) = 0;  // same dtype and numel
+  virtual void to_device(Tensor dst, const void* host) = 0;
+  virtual void to_host(void* host, Tensor src) = 0;
+
+  // ---- model ----------------------------------------------------------------
+  // out[n, C] = wte[tokens[i], :]
+  virtual void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) = 0;
+  // dwte[tokens[i], :] += dout[i, :]
+  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) = 0;
+
+  // y = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps), per row of length dim.
+  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim,
+                       float eps) = 0;
+  // dx (=|+=) d/dx, dg += d/dg
+  virtual void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
+                                Tensor rstd, int rows, int dim, bool accumulate_dx) = 0;
+
+  // y[M, N] = x[M, K] W[N, K]^T
+  virtual void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) = 0;
+  // dx[M, K] (=|+=) dy W;  dw[N, K] += dy^T x.  dx may be empty (numel 0) to skip it.
+  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M,
+                               int N, int K, bool accumulate_dx) = 0;
+
+  // In place on x[B, T, heads, head_dim], rotating the two halves of each head
+  // (the "rotate_half" convention of Llama-style checkpoints) by angle
+  // t * theta^(-2i/head_dim) for position t and pair i.
+  virtual void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
+  // In place on dx: the transpose (inverse) rotation.
+  virtual void rope_backward(Tensor dx, int B, int T, int heads, int head_dim,
+                             float theta) = 0;
+
+  // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
+  // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
+  // log-sum-exp of each softmax row for backward.
+  virtual void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                         int n_head, int n_kv_head, int head_dim) = 0;
+  virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                  Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                                  int n_head, int n_kv_head, int head_dim) = 0;
+
+  // s = silu(a) * b, elementwise over n.
+  virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) = 0;
+  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b,
+                               int64_t n) = 0;
+
+  // y = a + b (y may alias a or b).
+  virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
+
+  // Fused softmax cross-entropy over logits[n, V]: losses[i] = -log p[i, targets[i]].
+  // With grad_scale != 0 the logits are overwritten in place by
+  // grad_scale * (p - onehot(target)), so no second [n, V] buffer ever exists.
+  // Targets < 0 are ignored (loss 0, gradient 0).
+  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+                             float grad_scale) = 0;
+
+  // ---- optimizer and engine -------------------------------------------------
+  // dst = convert(src), any dtype pair of f32/bf16, n = dst.numel.
+  virtual void cast(Tensor dst, Tensor src) = 0;
+  // dst(f32) += scale * src, n = dst.numel.
+  virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
+  // sum of squares of an f32 tensor, in double, on the host.
+  virtual double sum_squares(Tensor x) = 0;
+  // Decoupled-weight-decay Adam on f32 tensors; grad is multiplied by grad_scale
+  // (clipping) first. step counts from 1 for bias correction.
+  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                     int step) = 0;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,94 @@
+#include "model/params.h"
+
+#include <cmath>
+
+namespace fsdp {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t UnitSpec::numel() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+int64_t UnitSpec::offset_of(int param) const {
+  int64_t off = 0;
+  for (int i = 0; i < param; ++i) off += params[i].numel();
+  return off;
+}
+
+std::vector<UnitSpec> model_units(const ModelConfig& c) {
+  const int64_t d = c.d_model, hd = c.head_dim(), ff = c.d_ff;
+  const float std = c.init_std;
+  // Output projections of each residual branch start smaller so the residual
+  // stream's variance does not grow with depth (GPT-2's 1/sqrt(2L) scaling).
+  const float out_std = std / std::sqrt(2.0f * c.n_layer);
+  auto matrix = [](std::string name, int64_t rows, int64_t cols, float s) {
+    return ParamSpec{std::move(name), {rows, cols}, Init::normal, s};
+  };
+  auto gain = [](std::string name, int64_t n) {
+    return ParamSpec{std::move(name), {n}, Init::ones, 0.0f};
+  };
+
+  std::vector<UnitSpec> units;
+  units.push_back({"embed", {matrix("embed.weight", c.vocab_size, d, std)}});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    units.push_back({"blocks." + std::to_string(l),
+                     {gain(b + "attn_norm", d), matrix(b + "attn.wq", c.q_dim(), d, std),
+                      matrix(b + "attn.wk", c.kv_dim(), d, std),
+                      matrix(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
+                      gain(b + "attn.k_norm", hd), matrix(b + "attn.wo", d, c.q_dim(), out_std),
+                      gain(b + "mlp_norm", d), matrix(b + "mlp.w1", ff, d, std),
+                      matrix(b + "mlp.w3", ff, d, std), matrix(b + "mlp.w2", d, ff, out_std)}});
+  }
+  UnitSpec head{"head", {gain("final_norm", d)}};
+  if (!c.tie_embeddings) head.params.push_back(matrix("head.weight", c.vocab_size, d, std));
+  units.push_back(std::move(head));
+  return units;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+// Uniform in (0, 1): 53 random bits, never exactly 0 so log() is finite.
+double uniform(uint64_t bits) { return (double((bits >> 11)) + 0.5) * 0x1.0p-53; }
+
+}  // namespace
+
+void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count,
+                      float* out) {
+  if (p.init == Init::ones) {
+    for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;
+    return;
+  }
+  // Counter-based normal samples: a hash of (seed, name, element) feeds one
+  // Box-Muller draw per element. No sequential RNG state, so slices are free.
+  const uint64_t key = splitmix64(seed ^ fnv1a(p.name));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t e = uint64_t(begin + i);
+    const double u1 = uniform(splitmix64(key ^ (2 * e)));
+    const double u2 = uniform(splitmix64(key ^ (2 * e + 1)));
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    out[i] = float(z * p.std);
+  }
+}
+
+}  // namespace fsdp

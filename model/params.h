@@ -1,0 +1,43 @@
+// The model's parameters, grouped into the units the FSDP engine gathers one
+// at a time: unit 0 = embedding, units 1..L = blocks, unit L+1 = final norm
+// (+ untied head). Within a unit, parameters are laid out flat in this order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace fsdp {
+
+enum class Init { normal, ones };
+
+struct ParamSpec {
+  std::string name;  // e.g. "blocks.3.attn.wq" (the checkpoint's dataset name)
+  std::vector<int64_t> shape;
+  Init init = Init::normal;
+  float std = 0.0f;
+
+  int64_t numel() const;
+  // AdamW decays matrices only (embeddings and linear weights), not gains.
+  bool decay() const { return shape.size() >= 2; }
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<ParamSpec> params;
+  int64_t numel() const;
+  int64_t offset_of(int param) const;  // element offset of a parameter in the flat unit
+};
+
+std::vector<UnitSpec> model_units(const ModelConfig& c);
+
+// Fills out[0, count) with elements [begin, begin + count) of the parameter's
+// flattened initial value. Element i depends only on (seed, name, i), so any
+// rank can initialise exactly the slice it owns and every world size starts
+// from the same model.
+void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count,
+                      float* out);
+
+}  // namespace fsdp

@@ -1,0 +1,194 @@
+#include "model/transformer.h"
+
+#include <vector>
+
+namespace fsdp {
+
+namespace {
+// Parameter indices inside a block unit, in model_units() order.
+enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len)
+    : cfg_(config), ops_(ops), units_(model_units(config)), B_(batch_size), T_(seq_len) {
+  cfg_.validate();
+  FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
+  N_ = int64_t(B_) * T_;
+  const DType ct = ops_.compute_dtype(), f32 = DType::f32;
+  const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
+  const int64_t H = cfg_.n_head, Hkv = cfg_.n_kv_head;
+
+  tokens_ = alloc(DType::i32, N_);
+  targets_ = alloc(DType::i32, N_);
+  for (int l = 0; l <= cfg_.n_layer; ++l) res_.push_back(alloc(ct, N_ * d));
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    BlockActs a;
+    a.h1 = alloc(ct, N_ * d);
+    a.rstd1 = alloc(f32, N_);
+    a.q_raw = alloc(ct, N_ * qd);
+    a.k_raw = alloc(ct, N_ * kvd);
+    a.q = alloc(ct, N_ * qd);
+    a.k = alloc(ct, N_ * kvd);
+    a.v = alloc(ct, N_ * kvd);
+    a.q_rstd = alloc(f32, N_ * H);
+    a.k_rstd = alloc(f32, N_ * Hkv);
+    a.att = alloc(ct, N_ * qd);
+    a.lse = alloc(f32, N_ * H);
+    a.mid = alloc(ct, N_ * d);
+    a.h2 = alloc(ct, N_ * d);
+    a.rstd2 = alloc(f32, N_);
+    a.a = alloc(ct, N_ * ff);
+    a.b = alloc(ct, N_ * ff);
+    a.s = alloc(ct, N_ * ff);
+    acts_.push_back(a);
+  }
+  hf_ = alloc(ct, N_ * d);
+  rstdf_ = alloc(f32, N_);
+  logits_ = alloc(ct, N_ * cfg_.vocab_size);
+  losses_ = alloc(f32, N_);
+
+  dres_ = alloc(ct, N_ * d);
+  dh_ = alloc(ct, N_ * d);
+  dq_ = alloc(ct, N_ * qd);
+  dk_ = alloc(ct, N_ * kvd);
+  dv_ = alloc(ct, N_ * kvd);
+  dq_raw_ = alloc(ct, N_ * qd);
+  dk_raw_ = alloc(ct, N_ * kvd);
+  datt_ = alloc(ct, N_ * qd);
+  ds_ = alloc(ct, N_ * ff);
+  da_ = alloc(ct, N_ * ff);
+  db_ = alloc(ct, N_ * ff);
+}
+
+Transformer::~Transformer() {
+  for (Tensor t : owned_) ops_.free(t);
+}
+
+Tensor Transformer::alloc(DType t, int64_t n) {
+  Tensor x = ops_.alloc(t, n);
+  owned_.push_back(x);
+  activation_bytes_ += int64_t(x.bytes());
+  return x;
+}
+
+std::vector<int> Transformer::units_read_by(int u) const {
+  if (u == num_units() - 1 && cfg_.tie_embeddings) return {u, 0};
+  return {u};
+}
+
+void Transformer::set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale) {
+  ops_.to_device(tokens_, inputs);
+  ops_.to_device(targets_, targets);
+  loss_scale_ = loss_scale;
+  loss_count_ = 0;
+  for (int64_t i = 0; i < N_; ++i) loss_count_ += targets[i] >= 0;
+}
+
+void Transformer::forward(int unit, UnitAccess& w, bool training) {
+  if (unit == 0) {
+    ops_.embedding(res_[0], tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
+  } else if (unit <= cfg_.n_layer) {
+    block_forward(unit - 1, w);
+  } else {
+    head_forward(w, training);
+  }
+}
+
+void Transformer::backward(int unit, UnitAccess& w) {
+  if (unit == 0) {
+    ops_.embedding_backward(w.grad(0, 0), dres_, tokens_, int(N_), cfg_.d_model);
+  } else if (unit <= cfg_.n_layer) {
+    block_backward(unit - 1, w);
+  } else {
+    head_backward(w);
+  }
+}
+
+void Transformer::block_forward(int layer, UnitAccess& w) {
+  const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
+  const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
+  const float eps = cfg_.norm_eps;
+  BlockActs& a = acts_[layer];
+  Tensor x = res_[layer];
+
+  ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps);
+  ops_.linear(a.q_raw, a.h1, w.weight(u, kWq), M, cfg_.q_dim(), d);
+  ops_.linear(a.k_raw, a.h1, w.weight(u, kWk), M, cfg_.kv_dim(), d);
+  ops_.linear(a.v, a.h1, w.weight(u, kWv), M, cfg_.kv_dim(), d);
+  // QK-norm: RMSNorm over each head's vector, before the rotation.
+  ops_.rmsnorm(a.q, a.q_rstd, a.q_raw, w.weight(u, kQNorm), M * H, hd, eps);
+  ops_.rmsnorm(a.k, a.k_rstd, a.k_raw, w.weight(u, kKNorm), M * Hkv, hd, eps);
+  ops_.rope(a.q, B_, T_, H, hd, cfg_.rope_theta);
+  ops_.rope(a.k, B_, T_, Hkv, hd, cfg_.rope_theta);
+  ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
+  ops_.linear(a.mid, a.att, w.weight(u, kWo), M, d, cfg_.q_dim());
+  ops_.add(a.mid, a.mid, x, int64_t(M) * d);
+
+  ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
+  ops_.linear(a.a, a.h2, w.weight(u, kW1), M, ff, d);
+  ops_.linear(a.b, a.h2, w.weight(u, kW3), M, ff, d);
+  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
+  Tensor out = res_[layer + 1];
+  ops_.linear(out, a.s, w.weight(u, kW2), M, d, ff);
+  ops_.add(out, out, a.mid, int64_t(M) * d);
+}
+
+// dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
+void Transformer::block_backward(int layer, UnitAccess& w) {
+  const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
+  const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
+  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  BlockActs& a = acts_[layer];
+
+  // MLP branch; the residual passes dres_ through unchanged and the norm's
+  // input gradient is added to it.
+  ops_.linear_backward(ds_, w.grad(u, kW2), dres_, a.s, w.weight(u, kW2), M, d, ff, false);
+  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff);
+  ops_.linear_backward(dh_, w.grad(u, kW1), da_, a.h2, w.weight(u, kW1), M, ff, d, false);
+  ops_.linear_backward(dh_, w.grad(u, kW3), db_, a.h2, w.weight(u, kW3), M, ff, d, true);
+  ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2,
+                        M, d, true);
+
+  // Attention branch.
+  ops_.linear_backward(datt_, w.grad(u, kWo), dres_, a.att, w.weight(u, kWo), M, d, qd, false);
+  ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
+  ops_.rope_backward(dq_, B_, T_, H, hd, cfg_.rope_theta);
+  ops_.rope_backward(dk_, B_, T_, Hkv, hd, cfg_.rope_theta);
+  ops_.rmsnorm_backward(dq_raw_, w.grad(u, kQNorm), dq_, a.q_raw, w.weight(u, kQNorm), a.q_rstd,
+                        M * H, hd, false);
+  ops_.rmsnorm_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
+                        M * Hkv, hd, false);
+  ops_.linear_backward(dh_, w.grad(u, kWq), dq_raw_, a.h1, w.weight(u, kWq), M, qd, d, false);
+  ops_.linear_backward(dh_, w.grad(u, kWk), dk_raw_, a.h1, w.weight(u, kWk), M, kvd, d, true);
+  ops_.linear_backward(dh_, w.grad(u, kWv), dv_, a.h1, w.weight(u, kWv), M, kvd, d, true);
+  ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer],
+                        w.weight(u, kAttnNorm), a.rstd1, M, d, true);
+}
+
+void Transformer::head_forward(UnitAccess& w, bool training) {
+  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, V = cfg_.vocab_size;
+  Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
+  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), M, d, cfg_.norm_eps);
+  ops_.linear(logits_, hf_, wout, M, V, d);
+  ops_.cross_entropy(losses_, logits_, targets_, M, V, training ? loss_scale_ : 0.0f);
+}
+
+// The logits buffer already holds dL/dlogits from the training forward.
+void Transformer::head_backward(UnitAccess& w) {
+  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, V = cfg_.vocab_size;
+  Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
+  Tensor dwout = cfg_.tie_embeddings ? w.grad(0, 0) : w.grad(u, 1);
+  ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, V, d, false);
+  ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M,
+                        d, false);
+}
+
+double Transformer::loss_sum() {
+  std::vector<float> host(static_cast<size_t>(N_));
+  ops_.to_host(host.data(), losses_);
+  double s = 0;
+  for (float x : host) s += x;
+  return s;
+}
+
+}  // namespace fsdp

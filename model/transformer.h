@@ -1,0 +1,74 @@
+// The decoder, unit by unit. forward(u)/backward(u) run one unit against the
+// Ops backend; the caller (the FSDP engine) decides when weights are present.
+//
+// Training order for one micro-batch: set_batch, forward(0..U-1, training),
+// backward(U-1..0). The last unit's training forward computes the loss and,
+// in place of the logits, their gradient, so backward starts from there.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/ops.h"
+#include "model/params.h"
+#include "model/unit_access.h"
+
+namespace fsdp {
+
+class Transformer {
+ public:
+  // Activations are allocated once for micro-batches of batch_size x seq_len.
+  Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<UnitSpec>& units() const { return units_; }
+  int num_units() const { return int(units_.size()); }
+  // Units that must be gathered while unit u computes, u itself included: the
+  // head also reads the embedding when they are tied.
+  std::vector<int> units_read_by(int u) const;
+  // Bytes of activations and scratch this model holds (for the memory plan).
+  int64_t activation_bytes() const { return activation_bytes_; }
+
+  // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
+  // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global
+  // token count) so gradients come out averaged over the global batch.
+  void set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale);
+  void forward(int unit, UnitAccess& w, bool training);
+  void backward(int unit, UnitAccess& w);
+  // Sum of token losses and number of counted targets of the last forward.
+  double loss_sum();
+  int64_t loss_count() const { return loss_count_; }
+
+ private:
+  struct BlockActs {
+    Tensor h1, rstd1, q_raw, k_raw, q, k, v, q_rstd, k_rstd, att, lse, mid, h2, rstd2, a, b, s;
+  };
+  Tensor alloc(DType t, int64_t n);
+  void block_forward(int layer, UnitAccess& w);
+  void block_backward(int layer, UnitAccess& w);
+  void head_forward(UnitAccess& w, bool training);
+  void head_backward(UnitAccess& w);
+
+  ModelConfig cfg_;
+  Ops& ops_;
+  std::vector<UnitSpec> units_;
+  int B_, T_;
+  int64_t N_;  // rows = B*T
+  float loss_scale_ = 0.0f;
+  int64_t loss_count_ = 0;
+  int64_t activation_bytes_ = 0;
+  std::vector<Tensor> owned_;
+
+  Tensor tokens_, targets_;
+  std::vector<Tensor> res_;  // residual stream entering each block, and after the last
+  std::vector<BlockActs> acts_;
+  Tensor hf_, rstdf_, logits_, losses_;
+  // Backward scratch, reused by every layer.
+  Tensor dres_, dh_, dq_, dk_, dv_, dq_raw_, dk_raw_, datt_, ds_, da_, db_;
+};
+
+}  // namespace fsdp

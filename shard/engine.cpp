@@ -1,0 +1,253 @@
+#include "shard/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fsdp {
+
+FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard,
+                       Communicator* replicate, const EngineOptions& options)
+    : model_(model),
+      ops_(ops),
+      shard_(shard),
+      replicate_(replicate && replicate->size() > 1 ? replicate : nullptr),
+      opt_(options),
+      ct_(ops.compute_dtype()) {
+  const auto& specs = model_.units();
+  const int U = int(specs.size()), rank = shard_.rank();
+  units_.resize(U);
+
+  // Slots: with resharding, the embedding and head keep their own buffers and
+  // blocks alternate between two, so block u+1 (or u-1) can be gathered while
+  // u computes. Without resharding every unit keeps its own.
+  auto slot_of = [&](int u) {
+    if (!opt_.reshard_after_forward) return u;
+    if (u == 0) return 0;
+    if (u == U - 1) return 1;
+    return 2 + u % 2;
+  };
+  int num_slots = 0;
+  for (int u = 0; u < U; ++u) num_slots = std::max(num_slots, slot_of(u) + 1);
+  slots_.resize(num_slots);
+  std::vector<int64_t> slot_elems(slots_.size(), 0);
+
+  for (int u = 0; u < U; ++u) {
+    Unit& x = units_[u];
+    x.layout = make_layout(specs[u], shard_.size());
+    x.slot = slot_of(u);
+    slot_elems[x.slot] = std::max(slot_elems[x.slot], x.layout.padded);
+    const int64_t n = x.layout.shard;
+
+    // Initialise this rank's slice only; padding stays zero.
+    std::vector<float> host(size_t(n), 0.0f);
+    for (int p = 0; p < int(specs[u].params.size()); ++p) {
+      Overlap o = shard_overlap(x.layout, p, rank);
+      if (o.count == 0) continue;
+      init_param_slice(specs[u].params[p], opt_.seed, o.begin - x.layout.offsets[p], o.count,
+                       host.data() + (o.begin - int64_t(rank) * n));
+    }
+    x.master = ops_.alloc(DType::f32, n);
+    ops_.to_device(x.master, host.data());
+    x.exp_avg = ops_.alloc(DType::f32, n);
+    x.exp_avg_sq = ops_.alloc(DType::f32, n);
+    x.grad = ops_.alloc(DType::f32, n);
+    ops_.zero(x.exp_avg);
+    ops_.zero(x.exp_avg_sq);
+    ops_.zero(x.grad);
+    persistent_bytes_ += 16 * n;
+    if (ct_ == DType::f32) {
+      x.send = x.master;
+    } else {
+      x.send = ops_.alloc(ct_, n);
+      persistent_bytes_ += int64_t(x.send.bytes());
+    }
+  }
+  refresh_send_buffers();
+
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const int64_t n = slot_elems[s];
+    slots_[s].full = ops_.alloc(ct_, n);
+    slots_[s].grad_full = ops_.alloc(ct_, n);
+    slots_[s].rs_out = ops_.alloc(ct_, n / shard_.size());
+    buffer_bytes_ += int64_t(slots_[s].full.bytes() + slots_[s].grad_full.bytes() +
+                             slots_[s].rs_out.bytes());
+  }
+}
+
+FsdpEngine::~FsdpEngine() {
+  for (auto& s : slots_) {
+    if (s.reduce) s.reduce->wait();
+    ops_.free(s.full);
+    ops_.free(s.grad_full);
+    ops_.free(s.rs_out);
+  }
+  for (auto& u : units_) {
+    if (u.gather) u.gather->wait();
+    if (u.send.data != u.master.data) ops_.free(u.send);
+    ops_.free(u.master);
+    ops_.free(u.exp_avg);
+    ops_.free(u.exp_avg_sq);
+    ops_.free(u.grad);
+  }
+}
+
+void FsdpEngine::refresh_send_buffers() {
+  for (auto& u : units_)
+    if (u.send.data != u.master.data) ops_.cast(u.send, u.master);
+}
+
+void FsdpEngine::note(const std::string& event, int unit) {
+  if (opt_.record_trace) trace_.push_back(event + " " + std::to_string(unit));
+}
+
+void FsdpEngine::issue_gather(int unit) {
+  Unit& u = units_[unit];
+  if (u.ready || u.gather) return;
+  Slot& s = slots_[u.slot];
+  FSDP_CHECK(s.weight_owner < 0, "slot of unit ", unit, " still holds unit ", s.weight_owner);
+  s.weight_owner = unit;
+  note("gather", unit);
+  u.gather = shard_.all_gather(u.send.data, s.full.data, size_t(u.layout.shard), ct_);
+}
+
+void FsdpEngine::wait_gather(int unit) {
+  Unit& u = units_[unit];
+  if (u.ready) return;
+  issue_gather(unit);
+  u.gather->wait();
+  u.gather.reset();
+  u.ready = true;
+}
+
+void FsdpEngine::release(int unit) {
+  Unit& u = units_[unit];
+  if (u.gather) u.gather->wait();  // never free a buffer a collective still writes
+  u.gather.reset();
+  u.ready = false;
+  slots_[u.slot].weight_owner = -1;
+  note("release", unit);
+}
+
+Tensor FsdpEngine::weight(int unit, int param) {
+  const Unit& u = units_[unit];
+  FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
+  return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.sizes[param]);
+}
+
+Tensor FsdpEngine::grad(int unit, int param) {
+  const Unit& u = units_[unit];
+  FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
+  return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.sizes[param]);
+}
+
+void FsdpEngine::begin_grads(int unit) {
+  Unit& u = units_[unit];
+  if (u.grad_active) return;
+  Slot& s = slots_[u.slot];
+  finish_reduce(s);  // the slot's previous gradients must have left before we overwrite them
+  s.grad_owner = unit;
+  ops_.zero(s.grad_full.slice(0, u.layout.padded));
+  u.grad_active = true;
+}
+
+void FsdpEngine::issue_reduce(int unit) {
+  Unit& u = units_[unit];
+  Slot& s = slots_[u.slot];
+  note("reduce", unit);
+  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), ct_,
+                                   ReduceOp::sum);
+  u.grad_active = false;
+}
+
+void FsdpEngine::finish_reduce(Slot& s) {
+  if (!s.reduce) return;
+  s.reduce->wait();
+  s.reduce.reset();
+  Unit& u = units_[s.grad_owner];
+  ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
+  s.grad_owner = -1;
+}
+
+void FsdpEngine::forward_only() {
+  const int U = num_units();
+  for (int u = 0; u < U; ++u) {
+    for (int r : model_.units_read_by(u)) wait_gather(r);
+    if (u + 1 < U)
+      for (int r : model_.units_read_by(u + 1)) issue_gather(r);
+    note("forward", u);
+    model_.forward(u, *this, false);
+    if (opt_.reshard_after_forward && u > 0 && u < U - 1) release(u);
+  }
+  if (opt_.reshard_after_forward) {
+    release(0);
+    release(U - 1);
+  }
+}
+
+void FsdpEngine::forward_backward() {
+  const int U = num_units();
+  for (int u = 0; u < U; ++u) {
+    for (int r : model_.units_read_by(u)) wait_gather(r);
+    if (u + 1 < U)
+      for (int r : model_.units_read_by(u + 1)) issue_gather(r);
+    note("forward", u);
+    model_.forward(u, *this, true);
+    // The embedding (read again by a tied head) and the head (whose backward
+    // comes next) stay; blocks are re-gathered for backward.
+    if (opt_.reshard_after_forward && u > 0 && u < U - 1) release(u);
+  }
+  for (int u = U - 1; u >= 0; --u) {
+    for (int r : model_.units_read_by(u)) wait_gather(r);
+    if (u > 0)
+      for (int r : model_.units_read_by(u - 1)) issue_gather(r);
+    for (int r : model_.units_read_by(u)) begin_grads(r);
+    note("backward", u);
+    model_.backward(u, *this);
+    // A unit's gradients are complete once no unit still to run writes them.
+    // Unit 0 (read by the tied head) is the last to run, so this holds.
+    issue_reduce(u);
+    release(u);
+  }
+  for (auto& s : slots_) finish_reduce(s);
+}
+
+double FsdpEngine::step(const AdamWConfig& c, float lr) {
+  if (replicate_) {
+    std::vector<WorkHandle> work;
+    for (auto& u : units_)
+      work.push_back(replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32,
+                                            ReduceOp::sum));
+    for (auto& w : work) w->wait();
+  }
+  // Every replica now holds the same gradient shards, so the norm needs only
+  // the shard group's sum.
+  double local = 0;
+  for (auto& u : units_) local += ops_.sum_squares(u.grad);
+  float total = float(local);
+  shard_.all_reduce(&total, 1, DType::f32, ReduceOp::sum)->wait();
+  const double norm = std::sqrt(double(total));
+  const float scale =
+      (c.grad_clip > 0 && norm > c.grad_clip) ? float(c.grad_clip / (norm + 1e-6)) : 1.0f;
+
+  ++steps_;
+  const int rank = shard_.rank();
+  const auto& specs = model_.units();
+  for (int ui = 0; ui < num_units(); ++ui) {
+    Unit& u = units_[ui];
+    const int64_t base = int64_t(rank) * u.layout.shard;
+    for (int p = 0; p < int(specs[ui].params.size()); ++p) {
+      Overlap o = shard_overlap(u.layout, p, rank);
+      if (o.count == 0) continue;
+      const int64_t at = o.begin - base;
+      const float wd = specs[ui].params[p].decay() ? c.weight_decay : 0.0f;
+      ops_.adamw(u.master.slice(at, o.count), u.grad.slice(at, o.count),
+                 u.exp_avg.slice(at, o.count), u.exp_avg_sq.slice(at, o.count), lr, c.beta1,
+                 c.beta2, c.eps, wd, scale, steps_);
+    }
+    ops_.zero(u.grad);
+  }
+  refresh_send_buffers();
+  return norm;
+}
+
+}  // namespace fsdp

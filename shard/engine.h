@@ -1,0 +1,109 @@
+// The FSDP engine: owns each rank's slice of every unit's fp32 master weights,
+// AdamW moments and fp32 gradients, gathers a unit's full weights just before
+// it computes (prefetching the next one), reduce-scatters its gradients just
+// after, and runs the sharded optimizer step. It moves bytes; the Transformer
+// decides what a unit computes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/ops.h"
+#include "model/transformer.h"
+#include "shard/layout.h"
+
+namespace fsdp {
+
+struct EngineOptions {
+  bool reshard_after_forward = true;  // re-gather for backward instead of keeping weights
+  bool record_trace = false;          // keep an event log (tests check the prefetch order)
+  uint64_t seed = 0;                  // parameter initialisation
+};
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;  // matrices only
+  float grad_clip = 1.0f;     // global L2 norm; 0 disables
+};
+
+class FsdpEngine final : public UnitAccess {
+ public:
+  // shard: the group the parameters are split over. replicate: the group of
+  // ranks holding the same shard (hybrid sharding), or nullptr.
+  FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
+             const EngineOptions& options);
+  ~FsdpEngine() override;
+
+  // One micro-batch (already given to the model with set_batch): forward and
+  // backward through every unit; gradients are added into the fp32 shards.
+  void forward_backward();
+  // Forward only, for evaluation; the loss is in the model afterwards.
+  void forward_only();
+  // After the last micro-batch of a step: all-reduce across replicas, global
+  // norm, clip, AdamW, zero the gradients. Returns the norm before clipping.
+  double step(const AdamWConfig& config, float lr);
+
+  Tensor weight(int unit, int param) override;
+  Tensor grad(int unit, int param) override;
+
+  int num_units() const { return int(units_.size()); }
+  const UnitLayout& layout(int unit) const { return units_[unit].layout; }
+  int shard_rank() const { return shard_.rank(); }
+  // This rank's fp32 slices (for checkpoints and tests).
+  Tensor master(int unit) const { return units_[unit].master; }
+  Tensor exp_avg(int unit) const { return units_[unit].exp_avg; }
+  Tensor exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
+  Tensor grad_shard(int unit) const { return units_[unit].grad; }
+  int optimizer_steps() const { return steps_; }
+  void set_optimizer_steps(int n) { steps_ = n; }
+  // Re-derives the all-gather source from the masters (after loading them).
+  void refresh_send_buffers();
+
+  // Bytes this rank holds for the whole run: masters, moments, gradients,
+  // low-precision send copies.
+  int64_t persistent_bytes() const { return persistent_bytes_; }
+  // Bytes of gather, gradient and reduce-scatter buffers.
+  int64_t buffer_bytes() const { return buffer_bytes_; }
+  const std::vector<std::string>& trace() const { return trace_; }
+
+ private:
+  struct Unit {
+    UnitLayout layout;
+    Tensor master, exp_avg, exp_avg_sq, grad;  // f32 shards
+    Tensor send;  // what the all-gather sends: master itself, or its compute-dtype copy
+    int slot = 0;
+    WorkHandle gather;  // in flight while non-null
+    bool ready = false;
+    bool grad_active = false;
+  };
+  struct Slot {
+    Tensor full, grad_full, rs_out;
+    int weight_owner = -1, grad_owner = -1;
+    WorkHandle reduce;  // reduce-scatter of grad_owner in flight
+  };
+
+  void issue_gather(int unit);
+  void wait_gather(int unit);
+  void release(int unit);
+  void begin_grads(int unit);
+  void issue_reduce(int unit);
+  void finish_reduce(Slot& s);
+  void note(const std::string& event, int unit);
+
+  Transformer& model_;
+  Ops& ops_;
+  Communicator& shard_;
+  Communicator* replicate_;
+  EngineOptions opt_;
+  DType ct_;
+  std::vector<Unit> units_;
+  std::vector<Slot> slots_;
+  int steps_ = 0;
+  int64_t persistent_bytes_ = 0, buffer_bytes_ = 0;
+  std::vector<std::string> trace_;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,57 @@
+// fsdptrain: pretrain a GPT-style model with fully sharded data parallelism.
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "comm/runtime.h"
+#include "common/error.h"
+#include "src/options.h"
+#include "src/trainer.h"
+
+namespace {
+
+// Set-up errors (flags, files, data) happen on every rank alike or on some;
+// the ranks agree so that exactly one line is printed, by the lowest failing
+// rank, and all exit non-zero instead of some waiting forever.
+bool agree_ok(bool ok, const std::string& message, int rank) {
+  int failed_rank = ok ? 1 << 30 : rank, first = 0;
+  MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok && first == rank) std::fprintf(stderr, "fsdptrain: error: %s\n", message.c_str());
+  return first == 1 << 30;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fsdp::MpiRuntime mpi(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+
+  std::optional<fsdp::Options> options;
+  std::unique_ptr<fsdp::Trainer> trainer;
+  std::string message;
+  try {
+    options = fsdp::parse_options(argc, argv);
+    if (options) {
+      const fsdp::WorldInfo world = fsdp::world_info();
+      fsdp::check_launch(world);
+      trainer = std::make_unique<fsdp::Trainer>(*options, world);
+    }
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  if (!agree_ok(message.empty(), message, rank)) return 1;
+  if (!options) return 0;  // --help
+
+  try {
+    trainer->run();
+  } catch (const std::exception& e) {
+    // Mid-run, the other ranks may be inside a collective: abort them all.
+    std::fprintf(stderr, "fsdptrain: error: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  trainer.reset();
+  return 0;
+}

@@ -1,0 +1,32 @@
+// Run metrics: one JSON object per line in --metrics FILE (rank 0 only), and a
+// short human line on stdout.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdp {
+
+class MetricsLog {
+ public:
+  // path empty: no file. Throws fsdp::Error if the file cannot be created.
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  // fields: (key, already-formatted JSON value), written in order.
+  void write(const std::vector<std::pair<std::string, std::string>>& fields);
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+std::string json_number(double v);  // null for NaN/inf, shortest round-trip otherwise
+std::string json_string(const std::string& s);
+std::string format_duration(double seconds);  // h:mm:ss
+std::string format_rate(double per_second);   // 12.3K
+
+}  // namespace fsdp

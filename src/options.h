@@ -1,0 +1,50 @@
+// Everything a run is told: Boost.ProgramOptions over flags and an INI file
+// (--config FILE; flags win). Values are checked here, before any data or
+// device is touched.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace fsdp {
+
+struct Options {
+  ModelConfig model;
+
+  std::string train_data, val_data;  // "file.h5" or "file.h5:/dataset"
+  int seq_len = 0;                   // 0: the model's max_seq_len
+  int batch_size = 8;                // sequences per rank per micro-batch
+  int grad_accum = 1;
+  int steps = 100;
+  float lr = 1e-3f, min_lr = 1e-4f;
+  int warmup_steps = 10;
+  float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
+  float grad_clip = 1.0f;
+  uint64_t seed = 1337;
+
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "fp32";  // fp32 | bf16 | fp8
+  bool debug = false;
+  int shard_group_size = 0;        // 0: all ranks
+  bool reshard_after_forward = true;
+
+  int eval_every = 0;  // 0: only at the end
+  int eval_batches = 8;
+  int log_every = 1;
+  std::string metrics;  // JSON-lines file, rank 0
+
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  std::string resume;
+};
+
+// Returns nullopt after printing --help. Throws fsdp::Error for a bad flag,
+// value or config file.
+std::optional<Options> parse_options(int argc, const char* const argv[]);
+std::string options_help();
+
+}  // namespace fsdp

@@ -1,0 +1,184 @@
+#include "src/trainer.h"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "src/backend.h"
+#include "src/lr_schedule.h"
+
+namespace fsdp {
+
+namespace {
+
+TokenDataset open_checked(const std::string& spec, const char* flag, const Options& o) {
+  TokenDataset d = TokenDataset::open(DataSource::parse(spec, flag), flag);
+  if (d.vocab_size() > o.model.vocab_size)
+    throw_error(flag, ": '", d.source().file, "' has vocab_size ", d.vocab_size(),
+                " but the model has ", o.model.vocab_size, "; pass --vocab-size ",
+                d.vocab_size(), " or a larger preset");
+  d.require_min_tokens(int64_t(o.seq_len) + 1,
+                       "one sequence of --seq-len " + std::to_string(o.seq_len));
+  return d;
+}
+
+double mib(int64_t bytes) { return double(bytes) / (1 << 20); }
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace
+
+Trainer::Trainer(const Options& options, const WorldInfo& world)
+    : o_(options),
+      world_(world),
+      lead_(world.rank == 0),
+      train_data_(open_checked(o_.train_data, "--train-data", o_)),
+      metrics_(lead_ ? o_.metrics : std::string()) {
+  if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
+  if (!o_.checkpoint_dir.empty() || !o_.resume.empty() || o_.checkpoint_every > 0)
+    throw_error("--checkpoint-dir/--checkpoint-every/--resume: checkpoints are not "
+                "implemented yet; run without them");
+  const std::string device = resolve_device(o_);
+
+  // Everything the user can get wrong is checked above; now build.
+  ops_ = make_ops(device, o_);
+  groups_ = make_process_groups(Backend::mpi, o_.shard_group_size);
+  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len);
+  EngineOptions eo;
+  eo.reshard_after_forward = o_.reshard_after_forward;
+  eo.seed = o_.seed;
+  engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *groups_.shard,
+                                         groups_.replicate.get(), eo);
+  // Every rank is a data-parallel rank: shard and replicate groups both split data.
+  loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
+                                          world_.rank, world_.size, o_.seed);
+  if (val_data_)
+    val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size,
+                                                world_.rank, world_.size);
+  const size_t n = size_t(o_.batch_size) * o_.seq_len;
+  inputs_.resize(n);
+  targets_.resize(n);
+  if (lead_) print_memory_plan();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print_memory_plan() const {
+  const ModelConfig& m = o_.model;
+  std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
+              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head,
+              m.n_kv_head);
+  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, device %s, %s\n",
+              world_.size, world_.num_nodes, groups_.shard->size(), ops_->name(),
+              o_.precision.c_str());
+  std::printf("fsdptrain: per-rank memory: model state %.1f MiB (fp32 params, grads, AdamW "
+              "moments, 1/%d each), gather/grad buffers %.1f MiB, activations %.1f MiB\n",
+              mib(engine_->persistent_bytes()), groups_.shard->size(),
+              mib(engine_->buffer_bytes()), mib(model_->activation_bytes()));
+  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
+              "(%lld tokens, %lld windows per epoch)\n",
+              (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+              train_data_.source().file.c_str(), (long long)train_data_.size(),
+              (long long)loader_->sampler().windows_per_epoch());
+  std::fflush(stdout);
+}
+
+std::pair<double, double> Trainer::global_sum(double a, double b) {
+  float v[2] = {float(a), float(b)};
+  groups_.world->all_reduce(v, 2, DType::f32, ReduceOp::sum)->wait();
+  return {v[0], v[1]};
+}
+
+double Trainer::train_step(int step) {
+  // Gradients are averaged over the global batch exactly once, here: every
+  // token's loss is scaled by 1 / (tokens in the global batch).
+  const double global_tokens =
+      double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  double loss_sum = 0, count = 0;
+  for (int m = 0; m < o_.grad_accum; ++m) {
+    loader_->next_micro_batch(m, inputs_.data(), targets_.data());
+    model_->set_batch(inputs_.data(), targets_.data(), float(1.0 / global_tokens));
+    engine_->forward_backward();
+    loss_sum += model_->loss_sum();
+    count += double(model_->loss_count());
+  }
+  loader_->end_step();
+  (void)step;
+  auto [s, c] = global_sum(loss_sum, count);
+  return s / c;
+}
+
+double Trainer::evaluate() {
+  double loss_sum = 0, count = 0;
+  for (int i = 0; i < o_.eval_batches; ++i) {
+    val_batches_->get(i, inputs_.data(), targets_.data());
+    model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
+    engine_->forward_only();
+    loss_sum += model_->loss_sum();
+    count += double(model_->loss_count());
+  }
+  auto [s, c] = global_sum(loss_sum, count);
+  return s / c;
+}
+
+void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
+  const double tokens = double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  const double tok_s = tokens / seconds;
+  if (step > 0) {  // the first step pays one-time costs; leave it out of the ETA
+    step_seconds_total_ += seconds;
+    ++steps_timed_;
+  }
+  const double avg = steps_timed_ ? step_seconds_total_ / steps_timed_ : seconds;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  metrics_.write({{"step", std::to_string(step + 1)},
+                  {"loss", json_number(loss)},
+                  {"lr", json_number(lr)},
+                  {"grad_norm", json_number(norm)},
+                  {"tokens_per_s", json_number(tok_s)},
+                  {"mfu", "null"},  // no peak is defined for the CPU reference
+                  {"peak_rss_bytes", std::to_string(peak_rss_bytes())},
+                  {"elapsed_s", json_number(elapsed)}});
+  if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {
+    std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
+                o_.steps, loss, lr, norm, format_rate(tok_s).c_str(),
+                format_duration(avg * (o_.steps - step - 1)).c_str());
+    std::fflush(stdout);
+  }
+}
+
+TrainSummary Trainer::run() {
+  TrainSummary summary;
+  AdamWConfig adam{o_.beta1, o_.beta2, o_.adam_eps, o_.weight_decay, o_.grad_clip};
+  start_ = std::chrono::steady_clock::now();
+  auto validate = [&](int steps_done) {
+    if (!val_batches_) return;
+    const double v = evaluate();
+    summary.val_loss.emplace_back(steps_done, v);
+    metrics_.write({{"step", std::to_string(steps_done)}, {"val_loss", json_number(v)}});
+    if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
+  };
+
+  if (o_.eval_every > 0) validate(0);
+  for (int step = 0; step < o_.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
+    const double loss = train_step(step);
+    const double norm = engine_->step(adam, lr);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    summary.train_loss.push_back(loss);
+    log_step(step, loss, lr, norm, dt);
+    if (!std::isfinite(loss)) throw_error("training diverged: loss is ", loss, " at step ", step + 1,
+                                          "; lower --lr or raise --warmup-steps");
+    const bool last = step + 1 == o_.steps;
+    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);
+  }
+  return summary;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,62 @@
+// The training run: data, model, FSDP engine and the loop over steps.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "comm/process_groups.h"
+#include "comm/runtime.h"
+#include "data/sampler.h"
+#include "data/token_dataset.h"
+#include "model/ops.h"
+#include "model/transformer.h"
+#include "shard/engine.h"
+#include "src/metrics.h"
+#include "src/options.h"
+
+namespace fsdp {
+
+struct TrainSummary {
+  std::vector<double> train_loss;                  // one per step
+  std::vector<std::pair<int, double>> val_loss;    // (steps done, loss)
+};
+
+class Trainer {
+ public:
+  // Validates options and data and builds everything; throws fsdp::Error for
+  // anything the user must fix. Collective over MPI_COMM_WORLD.
+  Trainer(const Options& options, const WorldInfo& world);
+  ~Trainer();
+  TrainSummary run();
+
+  FsdpEngine& engine() { return *engine_; }
+
+ private:
+  double train_step(int step);  // returns the global mean loss
+  double evaluate();
+  void log_step(int step, double loss, float lr, double norm, double seconds);
+  void print_memory_plan() const;
+  std::pair<double, double> global_sum(double a, double b);
+
+  Options o_;
+  WorldInfo world_;
+  bool lead_;  // rank 0 prints and writes metrics
+  TokenDataset train_data_;
+  std::optional<TokenDataset> val_data_;
+  std::unique_ptr<Ops> ops_;
+  ProcessGroups groups_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<FsdpEngine> engine_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<ValBatches> val_batches_;
+  MetricsLog metrics_;
+  std::vector<int32_t> inputs_, targets_;
+  std::chrono::steady_clock::time_point start_;
+  double step_seconds_total_ = 0;
+  int steps_timed_ = 0;
+};
+
+}  // namespace fsdp

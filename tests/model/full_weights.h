@@ -1,0 +1,40 @@
+// An unsharded UnitAccess for tests: every unit's full weights and gradients in
+// plain host vectors (the CPU backend computes on host memory).
+#pragma once
+
+#include <vector>
+
+#include "model/params.h"
+#include "model/unit_access.h"
+
+namespace fsdp::testing {
+
+class FullWeights final : public UnitAccess {
+ public:
+  FullWeights(const std::vector<UnitSpec>& units, uint64_t seed) : units_(units) {
+    for (const auto& u : units) {
+      w_.emplace_back(size_t(u.numel()));
+      g_.emplace_back(size_t(u.numel()), 0.0f);
+      for (int p = 0; p < int(u.params.size()); ++p)
+        init_param_slice(u.params[p], seed, 0, u.params[p].numel(),
+                         w_.back().data() + u.offset_of(p));
+    }
+  }
+  Tensor weight(int unit, int param) override { return view(w_, unit, param); }
+  Tensor grad(int unit, int param) override { return view(g_, unit, param); }
+  std::vector<float>& unit_weights(int u) { return w_[u]; }
+  std::vector<float>& unit_grads(int u) { return g_[u]; }
+  void zero_grads() {
+    for (auto& g : g_) std::fill(g.begin(), g.end(), 0.0f);
+  }
+
+ private:
+  Tensor view(std::vector<std::vector<float>>& v, int unit, int param) {
+    const auto& u = units_[unit];
+    return {v[unit].data() + u.offset_of(param), DType::f32, u.params[param].numel()};
+  }
+  std::vector<UnitSpec> units_;
+  std::vector<std::vector<float>> w_, g_;
+};
+
+}  // namespace fsdp::testing

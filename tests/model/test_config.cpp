@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "model/config.h"
+#include "model/params.h"
+
+#include <cmath>
+
+namespace fsdp {
+namespace {
+
+TEST(ModelConfig, Gpt350mMatchesTheDesign) {
+  ModelConfig c = model_preset("gpt-350m");
+  EXPECT_EQ(c.n_layer, 24);
+  EXPECT_EQ(c.d_model, 1024);
+  EXPECT_EQ(c.n_head, 16);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.max_seq_len, 1024);
+  EXPECT_EQ(c.d_ff % 256, 0);
+  EXPECT_NEAR(double(c.d_ff) / c.d_model, 2.7, 0.1);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_LT(c.n_kv_head, c.n_head);  // GQA
+  EXPECT_GT(c.num_params(), 300'000'000);
+  EXPECT_LT(c.num_params(), 400'000'000);
+  // DESIGN.md: about 2.4 GFLOP per token at context 1024.
+  EXPECT_NEAR(c.flops_per_token(1024) / 1e9, 2.4, 0.3);
+}
+
+TEST(ModelConfig, ParamCountMatchesUnits) {
+  for (const auto& name : model_preset_names()) {
+    for (bool tied : {true, false}) {
+      ModelConfig c = model_preset(name);
+      c.tie_embeddings = tied;
+      int64_t n = 0;
+      for (const auto& u : model_units(c)) n += u.numel();
+      EXPECT_EQ(n, c.num_params()) << name;
+      EXPECT_EQ(int(model_units(c).size()), c.n_layer + 2);
+    }
+  }
+}
+
+TEST(ModelConfig, UnknownPresetNamesTheChoices) {
+  try {
+    model_preset("gpt-7b");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt-7b"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("gpt-350m"), std::string::npos);
+  }
+}
+
+TEST(ModelConfig, RejectsInconsistentShapes) {
+  ModelConfig c = model_preset("tiny");
+  c.n_kv_head = 3;  // does not divide n_head = 4
+  EXPECT_THROW(c.validate(), Error);
+  c = model_preset("tiny");
+  c.n_head = 5;  // does not divide d_model = 64
+  EXPECT_THROW(c.validate(), Error);
+  c = model_preset("tiny");
+  c.n_head = 64;  // head size 1: RoPE needs pairs
+  EXPECT_THROW(c.validate(), Error);
+}
+
+TEST(ParamInit, SliceEqualsWholeSoShardingDoesNotChangeTheModel) {
+  ParamSpec p{"blocks.0.attn.wq", {8, 16}, Init::normal, 0.02f};
+  std::vector<float> whole(128), part(128);
+  init_param_slice(p, 42, 0, 128, whole.data());
+  init_param_slice(p, 42, 0, 50, part.data());
+  init_param_slice(p, 42, 50, 78, part.data() + 50);
+  EXPECT_EQ(whole, part);
+  std::vector<float> other(128);
+  init_param_slice(p, 43, 0, 128, other.data());
+  EXPECT_NE(whole, other);
+  double sum = 0, sq = 0;
+  std::vector<float> big(100000);
+  init_param_slice(p, 1, 0, 100000, big.data());
+  for (float x : big) sum += x, sq += double(x) * x;
+  EXPECT_NEAR(sum / 1e5, 0.0, 1e-3);
+  EXPECT_NEAR(std::sqrt(sq / 1e5), 0.02, 5e-4);
+}
+
+}  // namespace
+}  // namespace fsdp
