@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Every kind of bad input gets exactly one line `fsdptrain: error: ...` on
+stderr naming the file, flag or value, a non-zero exit, and no training.
+Also under mpirun with two ranks: still one error line in all."""
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+exe, work = sys.argv[1:3]
+os.makedirs(work, exist_ok=True)
+
+
+def h5(name, data, vocab=256, dataset="tokens"):
+    path = os.path.join(work, name)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset(dataset, data=data)
+        if vocab is not None:
+            d.attrs["vocab_size"] = vocab
+    return path
+
+
+good = h5("good.h5", np.arange(4096, dtype=np.uint16) % 256)
+floats = h5("floats.h5", np.zeros(4096, dtype=np.float32) + 0.5)
+big_token = h5("big_token.h5", np.concatenate([np.zeros(1000, np.uint16), [300], np.zeros(10, np.uint16)]).astype(np.uint16))
+short = h5("short.h5", np.arange(10, dtype=np.uint16))
+no_vocab = h5("no_vocab.h5", np.arange(100, dtype=np.uint16), vocab=None)
+big_vocab = h5("big_vocab.h5", np.arange(4096, dtype=np.uint16), vocab=50000)
+not_h5 = os.path.join(work, "not_h5.h5")
+open(not_h5, "w").write("this is text, not HDF5\n")
+bad_ini = os.path.join(work, "bad.ini")
+open(bad_ini, "w").write("lr = fast\n")
+
+base = ["--train-data", good, "--steps", "1"]
+cases = [  # (arguments, substrings the one error line must contain)
+    (["--train-data", "/nonexistent.h5"], ["--train-data", "/nonexistent.h5"]),
+    (["--train-data", not_h5], ["--train-data", not_h5]),
+    (["--train-data", good + ":/nope"], ["/nope", good]),
+    (["--train-data", floats], [floats, "/tokens"]),
+    (["--train-data", big_token], [big_token, "300", "1000"]),
+    (["--train-data", short], [short, "10"]),
+    (["--train-data", no_vocab], [no_vocab, "vocab_size"]),
+    (["--train-data", big_vocab], [big_vocab, "--vocab-size"]),
+    (base + ["--val-data", "/missing_val.h5"], ["--val-data", "/missing_val.h5"]),
+    (["--steps", "1"], ["--train-data"]),
+    (base + ["--lr", "-1"], ["--lr", "-1"]),
+    (base + ["--lr", "fast"], ["fast"]),
+    (base + ["--batch-size", "0"], ["--batch-size"]),
+    (base + ["--seq-len", "100000"], ["--seq-len", "100000"]),
+    (base + ["--model", "gpt-7b"], ["gpt-7b", "gpt-350m"]),
+    (base + ["--n-kv-head", "3"], ["--n-kv-head", "3"]),
+    (base + ["--bogus-flag"], ["bogus-flag"]),
+    (base + ["--config", "/nonexistent.ini"], ["--config", "/nonexistent.ini"]),
+    (base + ["--config", bad_ini], [bad_ini, "fast"]),
+    (base + ["--device", "tpu"], ["--device", "tpu"]),
+    (base + ["--device", "cuda"], ["--device cuda"]),
+    (base + ["--precision", "bf16"], ["--precision", "bf16"]),
+    (base + ["--checkpoint-dir", work], ["--checkpoint-dir"]),
+    (base + ["--shard-group-size", "-2"], ["--shard-group-size"]),
+]
+
+failures = []
+
+
+def check(cmd, needles, label, exact_stderr):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    errs = [l for l in r.stderr.splitlines() if l.strip()]
+    ours = [l for l in errs if l.startswith("fsdptrain: error: ")]
+    why = []
+    if r.returncode == 0:
+        why.append("exit code 0")
+    if len(ours) != 1:
+        why.append(f"{len(ours)} error lines")
+    if exact_stderr and len(errs) != 1:
+        why.append(f"stderr has {len(errs)} lines")
+    line = ours[0] if ours else ""
+    why += [f"missing '{n}'" for n in needles if n not in line]
+    if "step " in r.stdout:
+        why.append("training started")
+    if why:
+        failures.append(f"{label}: {', '.join(why)}\n  stderr: {r.stderr.strip()}")
+
+
+for args, needles in cases:
+    check([exe] + args, needles, " ".join(args), exact_stderr=True)
+
+mpiexec = os.environ.get("MPIEXEC", "mpirun")
+check([mpiexec, "--oversubscribe", "-np", "2", exe, "--train-data", "/nonexistent.h5"],
+      ["/nonexistent.h5"], "mpirun -np 2 --train-data /nonexistent.h5", exact_stderr=False)
+
+total = len(cases) + 1
+for f in failures:
+    print("FAIL:", f)
+print(f"{total - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
