@@ -66,8 +66,7 @@ void ModelConfig::validate() const {
   need(d_model >= 2, "--d-model", d_model, "must be at least 2");
   need(n_head >= 1 && d_model % n_head == 0, "--n-head", n_head, "must divide --d-model");
   need(head_dim() % 2 == 0, "--n-head", n_head, "must leave an even head size for RoPE");
-  need(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n-kv-head", n_kv_head,
-       "must divide --n-head");
+  need(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n-kv-head", n_kv_head, "must divide --n-head");
   need(d_ff >= 1, "--d-ff", d_ff, "must be at least 1");
   need(max_seq_len >= 1, "--max-seq-len", max_seq_len, "must be at least 1");
   need(rope_theta > 0, "--rope-theta", rope_theta, "must be positive");
@@ -77,8 +76,8 @@ void ModelConfig::validate() const {
 
 int64_t ModelConfig::num_params() const {
   const int64_t d = d_model, v = vocab_size;
-  int64_t block = 2 * d + 2 * head_dim() + d * q_dim() + 2 * d * kv_dim() + q_dim() * d +
-                  3 * d * d_ff;
+  int64_t block =
+      2 * d + 2 * head_dim() + d * q_dim() + 2 * d * kv_dim() + q_dim() * d + 3 * d * d_ff;
   return v * d + n_layer * block + d + (tie_embeddings ? 0 : v * d);
 }
 

@@ -13,8 +13,8 @@ struct ModelConfig {
   int n_layer = 2;
   int d_model = 64;
   int n_head = 4;
-  int n_kv_head = 2;    // grouped-query attention: n_kv_head divides n_head
-  int d_ff = 192;       // SwiGLU hidden width
+  int n_kv_head = 2;  // grouped-query attention: n_kv_head divides n_head
+  int d_ff = 192;     // SwiGLU hidden width
   int max_seq_len = 64;
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;

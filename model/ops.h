@@ -43,25 +43,23 @@ class Ops {
   virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) = 0;
 
   // y = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps), per row of length dim.
-  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim,
-                       float eps) = 0;
+  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) = 0;
   // dx (=|+=) d/dx, dg += d/dg
-  virtual void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
-                                Tensor rstd, int rows, int dim, bool accumulate_dx) = 0;
+  virtual void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                int rows, int dim, bool accumulate_dx) = 0;
 
   // y[M, N] = x[M, K] W[N, K]^T
   virtual void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) = 0;
   // dx[M, K] (=|+=) dy W;  dw[N, K] += dy^T x.  dx may be empty (numel 0) to skip it.
-  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M,
-                               int N, int K, bool accumulate_dx) = 0;
+  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                               int K, bool accumulate_dx) = 0;
 
   // In place on x[B, T, heads, head_dim], rotating the two halves of each head
   // (the "rotate_half" convention of Llama-style checkpoints) by angle
   // t * theta^(-2i/head_dim) for position t and pair i.
   virtual void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
   // In place on dx: the transpose (inverse) rotation.
-  virtual void rope_backward(Tensor dx, int B, int T, int heads, int head_dim,
-                             float theta) = 0;
+  virtual void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) = 0;
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
@@ -74,8 +72,7 @@ class Ops {
 
   // s = silu(a) * b, elementwise over n.
   virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) = 0;
-  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b,
-                               int64_t n) = 0;
+  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) = 0;
 
   // y = a + b (y may alias a or b).
   virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;

@@ -69,12 +69,13 @@ uint64_t fnv1a(const std::string& s) {
 }
 
 // Uniform in (0, 1): 53 random bits, never exactly 0 so log() is finite.
-double uniform(uint64_t bits) { return (double((bits >> 11)) + 0.5) * 0x1.0p-53; }
+double uniform(uint64_t bits) {
+  return (double((bits >> 11)) + 0.5) * 0x1.0p-53;
+}
 
 }  // namespace
 
-void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count,
-                      float* out) {
+void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count, float* out) {
   if (p.init == Init::ones) {
     for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;
     return;

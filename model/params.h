@@ -37,7 +37,6 @@ std::vector<UnitSpec> model_units(const ModelConfig& c);
 // flattened initial value. Element i depends only on (seed, name, i), so any
 // rank can initialise exactly the slice it owns and every world size starts
 // from the same model.
-void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count,
-                      float* out);
+void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count, float* out);
 
 }  // namespace fsdp

@@ -6,16 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtype.h"
 #include "common/error.h"
 
 namespace fsdp {
-
-enum class DType : uint8_t { f32, bf16, i32 };
-
-inline size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : 4; }
-inline const char* dtype_name(DType t) {
-  return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "i32";
-}
 
 struct Tensor {
   void* data = nullptr;

@@ -58,6 +58,22 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   ds_ = alloc(ct, N_ * ff);
   da_ = alloc(ct, N_ * ff);
   db_ = alloc(ct, N_ * ff);
+  FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct));
+}
+
+int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
+                                          DType compute) {
+  const int64_t N = int64_t(batch_size) * seq_len, d = c.d_model, qd = c.q_dim();
+  const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
+  const int64_t es = int64_t(dtype_size(compute));
+  // Per block: h1, q_raw, q, att (q-sized), k_raw, k, v (kv-sized), mid, h2,
+  // a, b, s in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32.
+  const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + 3 * ff) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t io = 4 * 2 * N;                                          // tokens, targets
+  const int64_t stream = es * (c.n_layer + 1) * N * d;                   // residual stream
+  const int64_t head = es * N * (d + c.vocab_size) + 4 * N * 2;          // hf, logits; rstd, losses
+  const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
+  return io + stream + c.n_layer * block + head + scratch;
 }
 
 Transformer::~Transformer() {
@@ -146,8 +162,8 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff);
   ops_.linear_backward(dh_, w.grad(u, kW1), da_, a.h2, w.weight(u, kW1), M, ff, d, false);
   ops_.linear_backward(dh_, w.grad(u, kW3), db_, a.h2, w.weight(u, kW3), M, ff, d, true);
-  ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2,
-                        M, d, true);
+  ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
+                        d, true);
 
   // Attention branch.
   ops_.linear_backward(datt_, w.grad(u, kWo), dres_, a.att, w.weight(u, kWo), M, d, qd, false);
@@ -161,8 +177,8 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   ops_.linear_backward(dh_, w.grad(u, kWq), dq_raw_, a.h1, w.weight(u, kWq), M, qd, d, false);
   ops_.linear_backward(dh_, w.grad(u, kWk), dk_raw_, a.h1, w.weight(u, kWk), M, kvd, d, true);
   ops_.linear_backward(dh_, w.grad(u, kWv), dv_, a.h1, w.weight(u, kWv), M, kvd, d, true);
-  ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer],
-                        w.weight(u, kAttnNorm), a.rstd1, M, d, true);
+  ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),
+                        a.rstd1, M, d, true);
 }
 
 void Transformer::head_forward(UnitAccess& w, bool training) {
@@ -179,8 +195,8 @@ void Transformer::head_backward(UnitAccess& w) {
   Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
   Tensor dwout = cfg_.tie_embeddings ? w.grad(0, 0) : w.grad(u, 1);
   ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, V, d, false);
-  ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M,
-                        d, false);
+  ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M, d,
+                        false);
 }
 
 double Transformer::loss_sum() {

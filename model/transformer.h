@@ -32,6 +32,9 @@ class Transformer {
   std::vector<int> units_read_by(int u) const;
   // Bytes of activations and scratch this model holds (for the memory plan).
   int64_t activation_bytes() const { return activation_bytes_; }
+  // The same figure from shapes alone, without allocating.
+  static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
+                                      DType compute);
 
   // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
   // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global

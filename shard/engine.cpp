@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shard/memory_plan.h"
+
 namespace fsdp {
 
-FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard,
-                       Communicator* replicate, const EngineOptions& options)
+FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
+                       const EngineOptions& options)
     : model_(model),
       ops_(ops),
       shard_(shard),
@@ -17,25 +19,9 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard,
   const int U = int(specs.size()), rank = shard_.rank();
   units_.resize(U);
 
-  // Slots: with resharding, the embedding and head keep their own buffers and
-  // blocks alternate between two, so block u+1 (or u-1) can be gathered while
-  // u computes. Without resharding every unit keeps its own.
-  auto slot_of = [&](int u) {
-    if (!opt_.reshard_after_forward) return u;
-    if (u == 0) return 0;
-    if (u == U - 1) return 1;
-    return 2 + u % 2;
-  };
-  int num_slots = 0;
-  for (int u = 0; u < U; ++u) num_slots = std::max(num_slots, slot_of(u) + 1);
-  slots_.resize(num_slots);
-  std::vector<int64_t> slot_elems(slots_.size(), 0);
-
   for (int u = 0; u < U; ++u) {
     Unit& x = units_[u];
     x.layout = make_layout(specs[u], shard_.size());
-    x.slot = slot_of(u);
-    slot_elems[x.slot] = std::max(slot_elems[x.slot], x.layout.padded);
     const int64_t n = x.layout.shard;
 
     // Initialise this rank's slice only; padding stays zero.
@@ -64,13 +50,18 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard,
   }
   refresh_send_buffers();
 
+  std::vector<UnitLayout> layouts;
+  for (const auto& x : units_) layouts.push_back(x.layout);
+  const SlotPlan plan = plan_slots(layouts, opt_.reshard_after_forward);
+  for (int u = 0; u < U; ++u) units_[u].slot = plan.slot_of_unit[u];
+  slots_.resize(plan.slot_elems.size());
   for (size_t s = 0; s < slots_.size(); ++s) {
-    const int64_t n = slot_elems[s];
+    const int64_t n = plan.slot_elems[s];
     slots_[s].full = ops_.alloc(ct_, n);
     slots_[s].grad_full = ops_.alloc(ct_, n);
     slots_[s].rs_out = ops_.alloc(ct_, n / shard_.size());
-    buffer_bytes_ += int64_t(slots_[s].full.bytes() + slots_[s].grad_full.bytes() +
-                             slots_[s].rs_out.bytes());
+    buffer_bytes_ +=
+        int64_t(slots_[s].full.bytes() + slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());
   }
 }
 
@@ -215,8 +206,8 @@ double FsdpEngine::step(const AdamWConfig& c, float lr) {
   if (replicate_) {
     std::vector<WorkHandle> work;
     for (auto& u : units_)
-      work.push_back(replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32,
-                                            ReduceOp::sum));
+      work.push_back(
+          replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum));
     for (auto& w : work) w->wait();
   }
   // Every replica now holds the same gradient shards, so the norm needs only

@@ -14,9 +14,9 @@ namespace fsdp {
 constexpr int64_t kShardAlign = 32;
 
 struct UnitLayout {
-  int64_t numel = 0;   // real elements
-  int64_t padded = 0;  // shard * ranks
-  int64_t shard = 0;   // elements per rank
+  int64_t numel = 0;             // real elements
+  int64_t padded = 0;            // shard * ranks
+  int64_t shard = 0;             // elements per rank
   std::vector<int64_t> offsets;  // each parameter's start in the flat unit
   std::vector<int64_t> sizes;
 };

@@ -9,8 +9,9 @@ std::string resolve_device(const Options& o) {
   // The CUDA backend (model/cuda) is not wired in yet, so auto means cpu; say
   // so rather than fail, and refuse an explicit request.
   if (o.device == "cuda")
-    throw_error("--device cuda: the CUDA backend is not available in this build yet; "
-                "use --device cpu");
+    throw_error(
+        "--device cuda: the CUDA backend is not available in this build yet; "
+        "use --device cpu");
   if (o.precision != "fp32")
     throw_error("--precision ", o.precision,
                 ": the CPU reference computes in fp32 only; use --precision fp32");

@@ -29,7 +29,7 @@ struct Options {
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 | fp8
   bool debug = false;
-  int shard_group_size = 0;        // 0: all ranks
+  int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
 
   int eval_every = 0;  // 0: only at the end

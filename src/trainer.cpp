@@ -16,14 +16,16 @@ TokenDataset open_checked(const std::string& spec, const char* flag, const Optio
   TokenDataset d = TokenDataset::open(DataSource::parse(spec, flag), flag);
   if (d.vocab_size() > o.model.vocab_size)
     throw_error(flag, ": '", d.source().file, "' has vocab_size ", d.vocab_size(),
-                " but the model has ", o.model.vocab_size, "; pass --vocab-size ",
-                d.vocab_size(), " or a larger preset");
+                " but the model has ", o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(),
+                " or a larger preset");
   d.require_min_tokens(int64_t(o.seq_len) + 1,
                        "one sequence of --seq-len " + std::to_string(o.seq_len));
   return d;
 }
 
-double mib(int64_t bytes) { return double(bytes) / (1 << 20); }
+double mib(int64_t bytes) {
+  return double(bytes) / (1 << 20);
+}
 
 int64_t peak_rss_bytes() {
   rusage u{};
@@ -41,8 +43,9 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
       metrics_(lead_ ? o_.metrics : std::string()) {
   if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
   if (!o_.checkpoint_dir.empty() || !o_.resume.empty() || o_.checkpoint_every > 0)
-    throw_error("--checkpoint-dir/--checkpoint-every/--resume: checkpoints are not "
-                "implemented yet; run without them");
+    throw_error(
+        "--checkpoint-dir/--checkpoint-every/--resume: checkpoints are not "
+        "implemented yet; run without them");
   const std::string device = resolve_device(o_);
 
   // Everything the user can get wrong is checked above; now build.
@@ -52,14 +55,14 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
-  engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *groups_.shard,
-                                         groups_.replicate.get(), eo);
+  engine_ =
+      std::make_unique<FsdpEngine>(*model_, *ops_, *groups_.shard, groups_.replicate.get(), eo);
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
   loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
                                           world_.rank, world_.size, o_.seed);
   if (val_data_)
-    val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size,
-                                                world_.rank, world_.size);
+    val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size, world_.rank,
+                                                world_.size);
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
@@ -71,20 +74,20 @@ Trainer::~Trainer() = default;
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
-              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head,
-              m.n_kv_head);
-  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, device %s, %s\n",
-              world_.size, world_.num_nodes, groups_.shard->size(), ops_->name(),
-              o_.precision.c_str());
-  std::printf("fsdptrain: per-rank memory: model state %.1f MiB (fp32 params, grads, AdamW "
-              "moments, 1/%d each), gather/grad buffers %.1f MiB, activations %.1f MiB\n",
-              mib(engine_->persistent_bytes()), groups_.shard->size(),
-              mib(engine_->buffer_bytes()), mib(model_->activation_bytes()));
-  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
-              "(%lld tokens, %lld windows per epoch)\n",
-              (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
-              train_data_.source().file.c_str(), (long long)train_data_.size(),
-              (long long)loader_->sampler().windows_per_epoch());
+              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
+  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, device %s, %s\n", world_.size,
+              world_.num_nodes, groups_.shard->size(), ops_->name(), o_.precision.c_str());
+  std::printf(
+      "fsdptrain: per-rank memory: model state %.1f MiB (fp32 params, grads, AdamW "
+      "moments, 1/%d each), gather/grad buffers %.1f MiB, activations %.1f MiB\n",
+      mib(engine_->persistent_bytes()), groups_.shard->size(), mib(engine_->buffer_bytes()),
+      mib(model_->activation_bytes()));
+  std::printf(
+      "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
+      "(%lld tokens, %lld windows per epoch)\n",
+      (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+      train_data_.source().file.c_str(), (long long)train_data_.size(),
+      (long long)loader_->sampler().windows_per_epoch());
   std::fflush(stdout);
 }
 
@@ -97,8 +100,7 @@ std::pair<double, double> Trainer::global_sum(double a, double b) {
 double Trainer::train_step(int step) {
   // Gradients are averaged over the global batch exactly once, here: every
   // token's loss is scaled by 1 / (tokens in the global batch).
-  const double global_tokens =
-      double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  const double global_tokens = double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
   double loss_sum = 0, count = 0;
   for (int m = 0; m < o_.grad_accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
@@ -173,8 +175,9 @@ TrainSummary Trainer::run() {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary.train_loss.push_back(loss);
     log_step(step, loss, lr, norm, dt);
-    if (!std::isfinite(loss)) throw_error("training diverged: loss is ", loss, " at step ", step + 1,
-                                          "; lower --lr or raise --warmup-steps");
+    if (!std::isfinite(loss))
+      throw_error("training diverged: loss is ", loss, " at step ", step + 1,
+                  "; lower --lr or raise --warmup-steps");
     const bool last = step + 1 == o_.steps;
     if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);
   }

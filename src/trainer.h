@@ -20,8 +20,8 @@
 namespace fsdp {
 
 struct TrainSummary {
-  std::vector<double> train_loss;                  // one per step
-  std::vector<std::pair<int, double>> val_loss;    // (steps done, loss)
+  std::vector<double> train_loss;                // one per step
+  std::vector<std::pair<int, double>> val_loss;  // (steps done, loss)
 };
 
 class Trainer {

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/error.h"
 #include "model/config.h"
 #include "model/params.h"
-
-#include <cmath>
 
 namespace fsdp {
 namespace {

@@ -81,18 +81,23 @@ void check_all_params(bool tied) {
       };
       const double fd = (shifted(h) - shifted(-h)) / (2 * h);
       std::copy(saved.begin(), saved.end(), w);
-      const double rel = std::abs(fd - analytic) / std::max({std::abs(fd), std::abs(analytic), 1e-3});
+      const double rel =
+          std::abs(fd - analytic) / std::max({std::abs(fd), std::abs(analytic), 1e-3});
       // 2e-2: fp32 forward passes; a wrong or missing term is off by O(1).
-      EXPECT_LT(rel, 2e-2) << spec.params[p].name << ": finite difference " << fd
-                           << " vs analytic " << analytic;
+      EXPECT_LT(rel, 2e-2) << spec.params[p].name << ": finite difference " << fd << " vs analytic "
+                           << analytic;
       ++checked;
     }
   }
   EXPECT_EQ(checked, tied ? 1 + 2 * 11 + 1 : 1 + 2 * 11 + 2);
 }
 
-TEST(TransformerGradcheck, TiedEmbeddings) { check_all_params(true); }
-TEST(TransformerGradcheck, UntiedHead) { check_all_params(false); }
+TEST(TransformerGradcheck, TiedEmbeddings) {
+  check_all_params(true);
+}
+TEST(TransformerGradcheck, UntiedHead) {
+  check_all_params(false);
+}
 
 TEST(Transformer, IgnoredTargetsAreNotCounted) {
   ModelRun r(small_config(true), 2, 6);

@@ -1,0 +1,86 @@
+// One process group and the collectives over it. Every call is collective:
+// all ranks of the group make the same calls, in the same order, with the same
+// counts, dtypes and ops. Every collective is asynchronous and returns a
+// WorkHandle; its buffers must stay alive and untouched until the work is
+// waited (or, on a device backend, until a stream that waits on it runs).
+//
+// Buffers live where the backend computes: host memory for MpiCommunicator,
+// device memory for NcclCommunicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "common/dtype.h"
+
+namespace fsdp {
+
+enum class ReduceOp : uint8_t { sum, max, avg };
+
+inline const char* reduce_op_name(ReduceOp op) {
+  return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "avg";
+}
+
+// A CUDA stream carried through the backend-neutral interface; cudaStream_t
+// converts to it implicitly. nullptr is the legacy default stream.
+using StreamHandle = void*;
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks the calling thread until the collective has finished and its
+  // results are in the output buffer. Idempotent.
+  virtual void wait() = 0;
+  // True when finished (then results are visible as after wait()); never blocks.
+  virtual bool test() = 0;
+  // Makes work queued on `stream` after this call run only once the
+  // collective has finished. Host backends have nothing to enqueue on and
+  // simply wait().
+  virtual void wait_on(StreamHandle stream) {
+    (void)stream;
+    wait();
+  }
+};
+using WorkHandle = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  Communicator() = default;
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend_name() const = 0;
+
+  // recv (size() * count_per_rank elements) = every rank's send block in rank
+  // order. In place when send == recv + rank() * count_per_rank elements.
+  virtual WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank,
+                                DType dtype) = 0;
+  // send holds size() * count_per_rank elements; rank r receives the reduction
+  // of everyone's block r. send and recv must not overlap.
+  virtual WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank,
+                                    DType dtype, ReduceOp op) = 0;
+  virtual WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual WorkHandle barrier() = 0;
+
+  // A sub-group of the ranks passing the same colour, ordered by key (ties by
+  // rank here), on the same backend. Collective over this group.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Collectives posted after this call read data only once the work already
+  // queued on `producer` has run. Host backends compute synchronously, so
+  // there is nothing to order.
+  virtual void wait_stream(StreamHandle producer) { (void)producer; }
+
+  // Lets posted collectives advance while the caller computes. Open MPI moves
+  // non-blocking collectives forward only inside MPI calls, so the training
+  // loop may call this between units; without it the work still completes
+  // correctly, in wait().
+  virtual void progress() {}
+};
+
+}  // namespace fsdp

@@ -1,0 +1,238 @@
+#include "comm/mpi_communicator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "comm/mpi_check.h"
+
+namespace fsdp {
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::i32:
+      return MPI_INT32_T;
+    default:
+      throw_error("the MPI communicator does not support ", dtype_name(t),
+                  " (the CPU path communicates f32 and i32; bf16 needs the NCCL backend)");
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+}
+
+// An average is a sum divided afterwards; only meaningful for floats.
+void check_op(ReduceOp op, DType t) {
+  if (op == ReduceOp::avg && t != DType::f32)
+    throw_error("ReduceOp avg needs f32 on the MPI communicator, got ", dtype_name(t));
+}
+
+// Several requests that together form one collective, plus what to do once
+// all of them have completed (scale an average).
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish)
+      : requests_(std::move(requests)), finish_(std::move(finish)) {}
+
+  ~MpiWork() override {
+    // Completing here keeps MPI from writing into buffers the caller is about
+    // to free. While an exception unwinds, the peers may never arrive and
+    // waiting would hang; the program is about to report the error and abort
+    // the job, so the requests are abandoned instead.
+    if (done_ || std::uncaught_exceptions() > 0) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fsdptrain: error: %s\n", e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+
+  void wait() override {
+    if (done_) return;
+    for (MPI_Request& r : requests_) check_mpi(MPI_Wait(&r, MPI_STATUS_IGNORE), "MPI_Wait");
+    finish();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    for (MPI_Request& r : requests_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      check_mpi(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!flag) return false;
+    }
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    done_ = true;
+    if (finish_) finish_();
+  }
+
+  std::vector<MPI_Request> requests_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+std::function<void()> divide_by(void* buf, size_t count, int n) {
+  return [buf, count, n] {
+    float* p = static_cast<float*>(buf);
+    for (size_t i = 0; i < count; ++i) p[i] /= float(n);
+  };
+}
+
+char* at(void* base, size_t elems, size_t elem_size) {
+  return static_cast<char*>(base) + elems * elem_size;
+}
+const char* at(const void* base, size_t elems, size_t elem_size) {
+  return static_cast<const char*>(base) + elems * elem_size;
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, size_t max_message_elems)
+    : max_elems_(max_message_elems) {
+  FSDP_CHECK(max_elems_ >= 1 && max_elems_ <= size_t(INT_MAX));
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (!finalised && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+WorkHandle MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  MPI_Datatype t = mpi_type(dtype);
+  const size_t es = dtype_size(dtype);
+  char* mine = at(recv, rank_ * count, es);
+  const bool in_place = send == mine;
+  FSDP_CHECK(in_place || !overlap(send, count * es, recv, size_ * count * es),
+             "all_gather buffers overlap without being in place");
+  std::vector<MPI_Request> reqs;
+  if (count <= max_elems_) {
+    MPI_Request r;
+    check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, int(count), t, recv, int(count), t,
+                             comm_, &r),
+              "MPI_Iallgather");
+    reqs.push_back(r);
+  } else {
+    // Too many elements for one int count: every rank broadcasts its own
+    // block, in pieces. Posting order is the same everywhere, as MPI needs.
+    if (!in_place) std::memcpy(mine, send, count * es);
+    for (int root = 0; root < size_; ++root)
+      for (size_t off = 0; off < count; off += max_elems_) {
+        MPI_Request r;
+        check_mpi(MPI_Ibcast(at(recv, root * count + off, es),
+                             int(std::min(max_elems_, count - off)), t, root, comm_, &r),
+                  "MPI_Ibcast");
+        reqs.push_back(r);
+      }
+  }
+  return std::make_unique<MpiWork>(std::move(reqs), nullptr);
+}
+
+WorkHandle MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                           ReduceOp op) {
+  MPI_Datatype t = mpi_type(dtype);
+  check_op(op, dtype);
+  const size_t es = dtype_size(dtype);
+  FSDP_CHECK(!overlap(send, size_ * count * es, recv, count * es),
+             "reduce_scatter buffers overlap");
+  std::vector<MPI_Request> reqs;
+  if (count <= max_elems_) {
+    MPI_Request r;
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, int(count), t, mpi_op(op), comm_, &r),
+              "MPI_Ireduce_scatter_block");
+    reqs.push_back(r);
+  } else {
+    // Block by block, piece by piece, each reduced onto its owner.
+    for (int root = 0; root < size_; ++root)
+      for (size_t off = 0; off < count; off += max_elems_) {
+        MPI_Request r;
+        check_mpi(MPI_Ireduce(
+                      at(send, root * count + off, es), root == rank_ ? at(recv, off, es) : nullptr,
+                      int(std::min(max_elems_, count - off)), t, mpi_op(op), root, comm_, &r),
+                  "MPI_Ireduce");
+        reqs.push_back(r);
+      }
+  }
+  return std::make_unique<MpiWork>(std::move(reqs),
+                                   op == ReduceOp::avg ? divide_by(recv, count, size_) : nullptr);
+}
+
+WorkHandle MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  MPI_Datatype t = mpi_type(dtype);
+  check_op(op, dtype);
+  const size_t es = dtype_size(dtype);
+  std::vector<MPI_Request> reqs;
+  for (size_t off = 0; off < count; off += max_elems_) {
+    MPI_Request r;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off, es), int(std::min(max_elems_, count - off)),
+                             t, mpi_op(op), comm_, &r),
+              "MPI_Iallreduce");
+    reqs.push_back(r);
+  }
+  return std::make_unique<MpiWork>(std::move(reqs),
+                                   op == ReduceOp::avg ? divide_by(buf, count, size_) : nullptr);
+}
+
+WorkHandle MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  MPI_Datatype t = mpi_type(dtype);
+  if (root < 0 || root >= size_)
+    throw_error("broadcast root ", root, " is not a rank of a group of ", size_);
+  const size_t es = dtype_size(dtype);
+  std::vector<MPI_Request> reqs;
+  for (size_t off = 0; off < count; off += max_elems_) {
+    MPI_Request r;
+    check_mpi(
+        MPI_Ibcast(at(buf, off, es), int(std::min(max_elems_, count - off)), t, root, comm_, &r),
+        "MPI_Ibcast");
+    reqs.push_back(r);
+  }
+  return std::make_unique<MpiWork>(std::move(reqs), nullptr);
+}
+
+WorkHandle MpiCommunicator::barrier() {
+  MPI_Request r;
+  check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+  return std::make_unique<MpiWork>(std::vector<MPI_Request>{r}, nullptr);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
+  MPI_Comm sub = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  auto result = std::make_unique<MpiCommunicator>(sub, max_elems_);
+  MPI_Comm_free(&sub);
+  return result;
+}
+
+void MpiCommunicator::progress() {
+  // Any MPI call runs Open MPI's progress engine; a probe that matches
+  // nothing is the cheapest one that touches no request.
+  int flag = 0;
+  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+}
+
+}  // namespace fsdp

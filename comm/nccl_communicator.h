@@ -1,0 +1,85 @@
+// Collectives over device buffers with NCCL, on a communication stream of
+// their own so they overlap with compute. Only in builds with FSDP_HAVE_NCCL.
+//
+// Ordering with compute is explicit: wait_stream(compute) before a collective
+// that reads what compute wrote, and work->wait_on(compute) before compute
+// reads what the collective wrote. Nothing else synchronises the two streams.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace fsdp {
+
+class NcclWatchdog;
+
+struct NcclOptions {
+  // A collective outstanding longer than this aborts the job (see
+  // nccl_watchdog.h). Default 600 s, or FSDP_NCCL_TIMEOUT_S.
+  double timeout_s = 600;
+  double poll_interval_s = 0.1;
+
+  // Throws fsdp::Error when FSDP_NCCL_TIMEOUT_S is set but not a positive number.
+  static NcclOptions from_env();
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `comm`. Rank 0 makes the NCCL unique id and broadcasts it
+  // over (a duplicate of) `comm`, which is kept for split(). The communicator
+  // is blocking (ncclConfig blocking = 1): every NCCL call returns once the
+  // collective is enqueued, so no ncclInProgress polling is needed; hangs on
+  // the GPU are the watchdog's business. The CUDA device must already be
+  // current (select_device); the communicator stays bound to it.
+  explicit NcclCommunicator(MPI_Comm comm, const NcclOptions& options = NcclOptions::from_env());
+  // ncclCommFinalize then ncclCommDestroy (every rank must get here), or
+  // ncclCommAbort when destroyed while an exception unwinds, since the peers
+  // may never arrive.
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "nccl"; }
+
+  // f32, bf16 and i32; avg needs f32 or bf16. Count 0 enqueues nothing.
+  WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                            ReduceOp op) override;
+  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override;
+  // An all-reduce of one float on the comm stream: a device-side barrier.
+  WorkHandle barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  // The comm stream waits for everything queued so far on `producer`.
+  void wait_stream(StreamHandle producer) override;
+  // The comm stream waits for `event` (recorded by the caller).
+  void wait_event(cudaEvent_t event);
+
+  cudaStream_t stream() const { return stream_; }
+  ncclComm_t nccl_comm() const { return comm_; }
+  int device() const { return device_; }
+
+ private:
+  // Records completion of what was just enqueued and hands it to the watchdog.
+  WorkHandle finish(const char* name);
+  void release(bool abort) noexcept;
+
+  NcclOptions options_;
+  MPI_Comm mpi_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, world_rank_ = 0, device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t producer_done_ = nullptr;
+  float* barrier_scratch_ = nullptr;
+  uint64_t seq_ = 0;
+  std::unique_ptr<NcclWatchdog> watchdog_;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,39 @@
+// The process groups of hybrid sharding. Parameters are sharded over a shard
+// group of K consecutive ranks (consecutive so that, with ranks packed by
+// node, a shard group stays on one node's NVLink); the world/K ranks that hold
+// the same shard form a replicate group, over which gradients are averaged.
+// K = world size is plain FSDP: one shard group, replicate groups of one.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace fsdp {
+
+enum class Backend : uint8_t {
+  mpi,   // host buffers, MPI non-blocking collectives (CPU reference path)
+  nccl,  // device buffers, NCCL on its own stream; needs a build with FSDP_CUDA
+};
+
+const char* backend_name(Backend b);
+
+// A communicator over (a duplicate of) `comm`, collective over it. For NCCL the
+// CUDA device must already be chosen (select_device in comm/device.h).
+std::unique_ptr<Communicator> make_communicator(Backend backend, MPI_Comm comm);
+
+struct ProcessGroups {
+  std::unique_ptr<Communicator> world, shard, replicate;
+  int shard_group_size = 1;
+};
+
+// Throws fsdp::Error, on every rank alike and before any communication, when
+// shard_group_size (the --shard-group-size value; 0 means the world size) is
+// negative or does not divide the world size. Collective over `world`.
+ProcessGroups make_process_groups(Backend backend, int shard_group_size,
+                                  MPI_Comm world = MPI_COMM_WORLD);
+
+}  // namespace fsdp

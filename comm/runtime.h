@@ -1,0 +1,46 @@
+// MPI start-up and the shape of the job: which rank this is, in the world and
+// on its node, and how many nodes there are.
+#pragma once
+
+#include <mpi.h>
+
+namespace fsdp {
+
+// Owns MPI_Init/MPI_Finalize for the program. Requests MPI_THREAD_SERIALIZED:
+// every collective is posted and waited from the training thread, so nothing
+// needs MULTIPLE (which costs locking in Open MPI's fast path). SERIALIZED
+// rather than FUNNELED because the NCCL watchdog thread may call MPI_Abort as
+// its last act. If MPI is already initialised (a test main did it), this
+// neither initialises nor finalises.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  // The thread level MPI granted (>= MPI_THREAD_SERIALIZED, else the
+  // constructor threw).
+  int thread_level() const { return thread_level_; }
+  bool owns_mpi() const { return owns_; }
+
+ private:
+  bool owns_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+struct WorldInfo {
+  int rank = 0, size = 1;              // in MPI_COMM_WORLD
+  int local_rank = 0, local_size = 1;  // among the ranks sharing this node's memory
+  int node = 0, num_nodes = 1;         // nodes numbered by their lowest world rank
+};
+
+// Collective over MPI_COMM_WORLD.
+WorldInfo world_info();
+
+// Throws fsdp::Error when Slurm asked for a different number of tasks than MPI
+// sees: the usual sign that every process started as rank 0 of 1 because srun
+// could not reach PMIx. Does nothing outside Slurm.
+void check_launch(const WorldInfo& world);
+
+}  // namespace fsdp

@@ -1,0 +1,46 @@
+// Owning HDF5 identifier: every id a function opens is closed on every path
+// out of it, including the throw paths of validation. Internal to data/ and its
+// tests; the public headers stay free of hdf5.h (and the mpi.h it pulls in).
+#pragma once
+
+#include <hdf5.h>
+
+#include <utility>
+
+namespace fsdp {
+
+class H5Id {
+ public:
+  using Close = herr_t (*)(hid_t);
+
+  H5Id() = default;
+  H5Id(hid_t id, Close close) : id_(id), close_(close) {}
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  H5Id& operator=(H5Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  ~H5Id() { reset(); }
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
+  void reset() {
+    // A failed close in a destructor has nowhere to go; the read paths that
+    // matter check their own calls.
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Close close_ = nullptr;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,360 @@
+#include "data/token_dataset.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "common/error.h"
+#include "data/h5_id.h"
+
+namespace fsdp {
+
+static_assert(std::is_same_v<hid_t, int64_t>, "token_dataset.h stores hid_t as int64_t");
+
+namespace {
+
+// Bounds the memory of the open-time scan whatever the file's size.
+constexpr int64_t kScanChunkTokens = int64_t{1} << 22;
+constexpr size_t kMaxListedDatasets = 8;
+
+// Prefix shared by every message about one source.
+struct Where {
+  const DataSource& src;
+  const std::string& flag;
+  std::string in() const { return src.dataset + " in '" + src.file + "'"; }
+};
+
+std::string describe_type(hid_t type) {
+  const size_t bits = 8 * H5Tget_size(type);
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+      return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_FLOAT:
+      return "float" + std::to_string(bits);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_VLEN:
+      return "variable-length";
+    default:
+      return "an unknown type";
+  }
+}
+
+// Distinguishes the cases HDF5 reports alike ("unable to open file"), so the
+// user learns whether the path, the permissions or the format is wrong.
+void check_readable(const Where& w) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto status = fs::status(w.src.file, ec);
+  if (!fs::exists(status)) throw_error(w.flag, ": cannot open '", w.src.file, "': no such file");
+  if (fs::is_directory(status))
+    throw_error(w.flag, ": cannot open '", w.src.file, "': it is a directory, not a file");
+  std::ifstream probe(w.src.file, std::ios::binary);
+  if (!probe)
+    throw_error(w.flag, ": cannot open '", w.src.file, "': permission denied or unreadable");
+}
+
+H5Id open_file(const Where& w) {
+  check_readable(w);
+  const htri_t is_hdf5 = H5Fis_hdf5(w.src.file.c_str());
+  if (is_hdf5 == 0)
+    throw_error(w.flag, ": '", w.src.file,
+                "' is not an HDF5 file; make token files with tools/prepare_data.py");
+  if (is_hdf5 < 0)
+    throw_error(w.flag, ": cannot open '", w.src.file, "': HDF5 cannot read its signature");
+
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid()) throw_error(w.flag, ": H5Pcreate(H5P_FILE_ACCESS) failed");
+  // Readers never race writers of a token file, and locks fail or hang on
+  // NFS/Lustre (PLATFORM-NOTES.md), so do not take one.
+  if (H5Pset_file_locking(fapl.get(), false, true) < 0)
+    throw_error(w.flag, ": H5Pset_file_locking failed");
+  H5Id file(H5Fopen(w.src.file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.valid())
+    throw_error(w.flag, ": cannot open '", w.src.file,
+                "' as HDF5: the file may be truncated or corrupt");
+  return file;
+}
+
+herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t*, void* data) {
+  auto& names = *static_cast<std::vector<std::string>*>(data);
+  H5Id obj(H5Oopen(group, name, H5P_DEFAULT), H5Oclose);
+  if (obj.valid() && H5Iget_type(obj.get()) == H5I_DATASET) names.emplace_back(name);
+  return names.size() > kMaxListedDatasets ? 1 : 0;  // 1 stops the iteration
+}
+
+std::string root_datasets(hid_t file) {
+  std::vector<std::string> names;
+  if (H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_dataset, &names) < 0) return "";
+  if (names.empty()) return " (the file has no datasets at /)";
+  std::string list;
+  for (size_t i = 0; i < std::min(names.size(), kMaxListedDatasets); ++i)
+    list.append(i ? ", /" : "/").append(names[i]);
+  if (names.size() > kMaxListedDatasets) list += ", ...";
+  return " (datasets at /: " + list + ")";
+}
+
+// Walks the path one link at a time: H5Lexists on "/a/b" fails outright
+// instead of answering "no" when "/a" is missing.
+H5Id open_dataset(hid_t file, const Where& w) {
+  const std::string& path = w.src.dataset;
+  const auto missing = [&] {
+    throw_error(w.flag, ": '", w.src.file, "' has no dataset ", path, root_datasets(file),
+                "; name one as FILE:/DATASET");
+  };
+  std::string prefix;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    const size_t end = std::min(path.find('/', pos), path.size());
+    if (end > pos) {
+      prefix.append("/").append(path, pos, end - pos);
+      if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) missing();
+    }
+    pos = end + 1;
+  }
+  if (prefix.empty()) missing();
+  H5Id obj(H5Oopen(file, prefix.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!obj.valid()) missing();  // e.g. a dangling soft link
+  if (H5Iget_type(obj.get()) != H5I_DATASET)
+    throw_error(w.flag, ": ", w.in(), " is a group, not a dataset", root_datasets(file),
+                "; name a dataset as FILE:/DATASET");
+  obj.reset();
+  H5Id dset(H5Dopen2(file, prefix.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) throw_error(w.flag, ": cannot open dataset ", w.in());
+  return dset;
+}
+
+// Returns the dataset's length after checking shape and element type.
+int64_t check_shape(hid_t dset, const Where& w, int* bytes_per_token) {
+  H5Id space(H5Dget_space(dset), H5Sclose);
+  if (!space.valid()) throw_error(w.flag, ": cannot read the shape of ", w.in());
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw_error(w.flag, ": cannot read the shape of ", w.in());
+  if (rank != 1) {
+    hsize_t dims[H5S_MAX_RANK] = {};
+    H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+    std::string shape;
+    for (int i = 0; i < rank; ++i) shape += (i ? " x " : "") + std::to_string(dims[i]);
+    throw_error(w.flag, ": ", w.in(), " is ", rank, "-D", rank ? " [" + shape + "]" : "",
+                "; expected a 1-D array of token ids");
+  }
+  hsize_t n = 0;
+  if (H5Sget_simple_extent_dims(space.get(), &n, nullptr) < 0)
+    throw_error(w.flag, ": cannot read the shape of ", w.in());
+
+  H5Id type(H5Dget_type(dset), H5Tclose);
+  if (!type.valid()) throw_error(w.flag, ": cannot read the element type of ", w.in());
+  const size_t size = H5Tget_size(type.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_sign(type.get()) != H5T_SGN_NONE ||
+      (size != 2 && size != 4))
+    throw_error(w.flag, ": ", w.in(), " holds ", describe_type(type.get()),
+                "; expected unsigned 16- or 32-bit integers (uint16 or uint32)");
+  *bytes_per_token = static_cast<int>(size);
+  if (n == 0) throw_error(w.flag, ": ", w.in(), " has no tokens");
+  return static_cast<int64_t>(n);
+}
+
+// Attributes live on the dataset; files that keep them on the root group
+// (one token stream per file) are accepted too.
+H5Id open_attr(hid_t dset, hid_t file, const char* name) {
+  for (hid_t holder : {dset, file}) {
+    if (H5Aexists(holder, name) > 0) return H5Id(H5Aopen(holder, name, H5P_DEFAULT), H5Aclose);
+  }
+  return H5Id();
+}
+
+std::optional<int64_t> read_int_attr(hid_t dset, hid_t file, const char* name, const Where& w) {
+  H5Id attr = open_attr(dset, file, name);
+  if (!attr.valid()) return std::nullopt;
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
+  H5Id space(H5Aget_space(attr.get()), H5Sclose);
+  if (!type.valid() || !space.valid())
+    throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in());
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw_error(w.flag, ": attribute ", name, " of ", w.in(), " is ", describe_type(type.get()),
+                "; it must be an integer");
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw_error(w.flag, ": attribute ", name, " of ", w.in(),
+                " must be a single integer, not an array");
+  int64_t value = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0)
+    throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in(), " as a 64-bit integer");
+  return value;
+}
+
+std::string read_string_attr(hid_t dset, hid_t file, const char* name, const Where& w) {
+  H5Id attr = open_attr(dset, file, name);
+  if (!attr.valid()) return "";
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING)
+    throw_error(w.flag, ": attribute ", name, " of ", w.in(), " must be a string");
+  H5Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (!mem.valid() || H5Tset_cset(mem.get(), H5Tget_cset(type.get())) < 0)
+    throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in());
+  const auto fail = [&] { throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in()); };
+  if (H5Tis_variable_str(type.get()) > 0) {
+    if (H5Tset_size(mem.get(), H5T_VARIABLE) < 0) fail();
+    char* value = nullptr;
+    if (H5Aread(attr.get(), mem.get(), &value) < 0) fail();
+    std::string out = value ? value : "";
+    H5free_memory(value);
+    return out;
+  }
+  const size_t size = H5Tget_size(type.get());
+  std::string out(size + 1, '\0');
+  if (H5Tset_size(mem.get(), size + 1) < 0 || H5Aread(attr.get(), mem.get(), out.data()) < 0)
+    fail();
+  out.resize(out.find('\0'));
+  return out;
+}
+
+// Reads [offset, offset + count) in memory type `mem_type`; the one place a
+// token read touches HDF5.
+void read_slab(hid_t dset, hid_t mem_type, int64_t offset, int64_t count, void* out,
+               const Where& w) {
+  H5Id file_space(H5Dget_space(dset), H5Sclose);
+  const hsize_t start = static_cast<hsize_t>(offset), n = static_cast<hsize_t>(count);
+  H5Id mem_space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  if (!file_space.valid() || !mem_space.valid() ||
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &n, nullptr) < 0 ||
+      H5Dread(dset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    throw_error(w.flag, ": reading tokens [", offset, ", ", offset + count, ") of ", w.in(),
+                " failed; the file may be truncated or corrupt");
+}
+
+// Checks every token once at open, in bounded chunks, so a bad id fails here
+// with its offset instead of as a wild embedding lookup later.
+template <typename T>
+void scan_tokens(hid_t dset, hid_t mem_type, int64_t size, int vocab_size, const Where& w) {
+  std::vector<T> buf(static_cast<size_t>(std::min(size, kScanChunkTokens)));
+  for (int64_t offset = 0; offset < size; offset += kScanChunkTokens) {
+    const int64_t count = std::min(kScanChunkTokens, size - offset);
+    read_slab(dset, mem_type, offset, count, buf.data(), w);
+    const auto end = buf.begin() + count;
+    const auto bad =
+        std::find_if(buf.begin(), end, [&](T t) { return static_cast<int64_t>(t) >= vocab_size; });
+    if (bad != end)
+      throw_error(w.flag, ": token ", static_cast<int64_t>(*bad), " at offset ",
+                  offset + (bad - buf.begin()), " of ", w.in(), " is >= vocab_size ", vocab_size,
+                  "; the file does not match its vocab_size attribute");
+  }
+}
+
+}  // namespace
+
+DataSource DataSource::parse(const std::string& spec, const std::string& flag) {
+  if (spec.empty()) throw_error(flag, ": empty data path; give FILE.h5 or FILE.h5:/DATASET");
+  DataSource src;
+  const size_t colon = spec.rfind(":/");
+  if (colon == std::string::npos || colon == 0) {
+    src.file = spec;
+  } else {
+    src.file = spec.substr(0, colon);
+    src.dataset = spec.substr(colon + 1);
+  }
+  return src;
+}
+
+TokenDataset TokenDataset::open(const DataSource& source, const std::string& flag) {
+  // Our one line replaces HDF5's multi-line error stack on stderr.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  TokenDataset ds;
+  ds.source_ = source;
+  ds.flag_ = flag;
+  const Where w{ds.source_, ds.flag_};
+
+  H5Id file = open_file(w);
+  H5Id dset = open_dataset(file.get(), w);
+  ds.size_ = check_shape(dset.get(), w, &ds.bytes_per_token_);
+
+  const auto vocab = read_int_attr(dset.get(), file.get(), "vocab_size", w);
+  if (!vocab)
+    throw_error(flag, ": ", w.in(),
+                " has no vocab_size attribute; add one (an integer) or remake the file with "
+                "tools/prepare_data.py");
+  if (*vocab <= 0 || *vocab > std::numeric_limits<int32_t>::max())
+    throw_error(flag, ": vocab_size ", *vocab, " of ", w.in(), " must be in [1, 2^31)");
+  ds.vocab_size_ = static_cast<int>(*vocab);
+
+  if (const auto eos = read_int_attr(dset.get(), file.get(), "eos_id", w)) {
+    if (*eos < 0 || *eos >= *vocab)
+      throw_error(flag, ": eos_id ", *eos, " of ", w.in(), " is outside [0, vocab_size ", *vocab,
+                  ")");
+    ds.eos_id_ = static_cast<int>(*eos);
+  }
+  ds.tokenizer_ = read_string_attr(dset.get(), file.get(), "tokenizer", w);
+
+  if (ds.bytes_per_token_ == 2)
+    scan_tokens<uint16_t>(dset.get(), H5T_NATIVE_UINT16, ds.size_, ds.vocab_size_, w);
+  else
+    scan_tokens<uint32_t>(dset.get(), H5T_NATIVE_UINT32, ds.size_, ds.vocab_size_, w);
+
+  ds.dataset_id_ = dset.release();
+  ds.file_id_ = file.release();
+  return ds;
+}
+
+TokenDataset::TokenDataset(TokenDataset&& o) noexcept {
+  *this = std::move(o);
+}
+
+TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
+  if (this != &o) {
+    close();
+    source_ = std::move(o.source_);
+    flag_ = std::move(o.flag_);
+    file_id_ = std::exchange(o.file_id_, -1);
+    dataset_id_ = std::exchange(o.dataset_id_, -1);
+    size_ = o.size_;
+    vocab_size_ = o.vocab_size_;
+    eos_id_ = o.eos_id_;
+    tokenizer_ = std::move(o.tokenizer_);
+    bytes_per_token_ = o.bytes_per_token_;
+  }
+  return *this;
+}
+
+TokenDataset::~TokenDataset() {
+  close();
+}
+
+void TokenDataset::close() noexcept {
+  if (dataset_id_ >= 0) H5Dclose(dataset_id_);
+  if (file_id_ >= 0) H5Fclose(file_id_);
+  dataset_id_ = file_id_ = -1;
+}
+
+void TokenDataset::read(int64_t offset, int64_t count, int32_t* out) const {
+  FSDP_CHECK(dataset_id_ >= 0, "read from a closed TokenDataset");
+  FSDP_CHECK(offset >= 0 && count >= 0 && offset + count <= size_, "tokens [", offset, ", ",
+             offset + count, ") outside [0, ", size_, ")");
+  if (count == 0) return;
+  // HDF5 widens uint16/uint32 to int32 during the read; the open-time scan
+  // guarantees every value fits.
+  read_slab(dataset_id_, H5T_NATIVE_INT32, offset, count, out, Where{source_, flag_});
+}
+
+void TokenDataset::require_min_tokens(int64_t n, const std::string& why) const {
+  if (size_ < n)
+    throw_error(flag_, ": ", source_.dataset, " in '", source_.file, "' has ", size_,
+                " tokens, but ", why, " needs at least ", n);
+}
+
+}  // namespace fsdp

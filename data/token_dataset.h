@@ -1,0 +1,73 @@
+// A token stream stored in HDF5 (DESIGN.md, "Token dataset"): a 1-D uint16 or
+// uint32 dataset with a `vocab_size` attribute, optionally `eos_id` and
+// `tokenizer`. Opening validates everything, including every token against
+// vocab_size, so a bad file fails before any GPU work starts with one line
+// that names the flag, file, dataset and what to do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fsdp {
+
+// Where a token stream lives: "path.h5" (dataset /tokens) or
+// "path.h5:/dataset". The split is at the last ":/", so file names that
+// contain ':' still work when no dataset is given.
+struct DataSource {
+  std::string file;
+  std::string dataset = "/tokens";
+
+  // `flag` only labels the error for an empty spec.
+  static DataSource parse(const std::string& spec, const std::string& flag = "data");
+  std::string str() const { return file + ":" + dataset; }
+};
+
+// Move-only owner of an open file and dataset. HDF5 here is not thread-safe:
+// use one TokenDataset (and every TokenDataset) from one thread.
+class TokenDataset {
+ public:
+  // Opens read-only and validates; throws fsdp::Error. `flag` (e.g.
+  // "--train-data") starts every message so the user knows which option to fix.
+  static TokenDataset open(const DataSource& source, const std::string& flag);
+
+  TokenDataset(TokenDataset&& other) noexcept;
+  TokenDataset& operator=(TokenDataset&& other) noexcept;
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+  ~TokenDataset();
+
+  int64_t size() const { return size_; }
+  int vocab_size() const { return vocab_size_; }
+  std::optional<int> eos_id() const { return eos_id_; }
+  const std::string& tokenizer() const { return tokenizer_; }  // "" when absent
+  const DataSource& source() const { return source_; }
+  const std::string& flag() const { return flag_; }
+  int bytes_per_token() const { return bytes_per_token_; }  // 2 or 4, as stored
+
+  // Reads tokens [offset, offset + count) into `out`. Every value is already
+  // known to be in [0, vocab_size), so int32 holds it.
+  void read(int64_t offset, int64_t count, int32_t* out) const;
+
+  // Throws "<flag>: <dataset> in '<file>' has N tokens, but <why> needs at
+  // least n" when size() < n, e.g. n = seq_len + 1 for one training sequence.
+  void require_min_tokens(int64_t n, const std::string& why) const;
+
+ private:
+  TokenDataset() = default;
+  void close() noexcept;
+
+  DataSource source_;
+  std::string flag_;
+  // hid_t values (int64_t in HDF5 1.10+), kept as int64_t so this header does
+  // not pull in hdf5.h and, with parallel HDF5, mpi.h.
+  int64_t file_id_ = -1;
+  int64_t dataset_id_ = -1;
+  int64_t size_ = 0;
+  int vocab_size_ = 0;
+  std::optional<int> eos_id_;
+  std::string tokenizer_;
+  int bytes_per_token_ = 0;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,465 @@
+#include "model/cpu/cpu_ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace fsdp {
+namespace {
+
+// Every op checks element type (through Tensor::f32/i32) and that each buffer
+// holds at least what the sizes in the call imply: a short buffer is a model
+// bug that would otherwise be a silent overrun. Larger buffers are allowed so
+// callers can reuse workspaces sized for the largest batch.
+float* f32(Tensor t, int64_t need, const char* what) {
+  FSDP_CHECK(need >= 0 && t.numel >= need, what, " has ", t.numel, " elements, the op needs ",
+             need);
+  return t.f32();
+}
+const int32_t* i32(Tensor t, int64_t need, const char* what) {
+  FSDP_CHECK(need >= 0 && t.numel >= need, what, " has ", t.numel, " elements, the op needs ",
+             need);
+  return t.i32();
+}
+
+// Four partial sums break the chain of dependent additions (attention is
+// mostly short dot products); their order is fixed, so results stay
+// reproducible.
+double dot(const float* a, const float* b, int n) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) s[l] += double(a[i + l]) * double(b[i + l]);
+  for (; i < n; ++i) s[0] += double(a[i]) * double(b[i]);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+double sigmoid(double a) {
+  return 1.0 / (1.0 + std::exp(-a));
+}
+
+// cos and sin of t * theta^(-2i/head_dim) for t < T, i < head_dim/2, built in
+// double once per call so every head and batch row shares exactly one value.
+struct RopeTable {
+  std::vector<double> cos, sin;
+  RopeTable(int T, int head_dim, float theta) {
+    const int half = head_dim / 2;
+    cos.resize(size_t(T) * half);
+    sin.resize(size_t(T) * half);
+    for (int i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(double(theta), -2.0 * i / head_dim);
+      for (int t = 0; t < T; ++t) {
+        cos[size_t(t) * half + i] = std::cos(t * inv_freq);
+        sin[size_t(t) * half + i] = std::sin(t * inv_freq);
+      }
+    }
+  }
+};
+
+// Rotates each pair (x[i], x[i + half]) by sign * angle; sign -1 is the
+// transpose, which is what backward needs because a rotation is orthogonal.
+void rotate(Tensor xt, int B, int T, int heads, int head_dim, float theta, double sign) {
+  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
+  float* x = f32(xt, int64_t(B) * T * heads * head_dim, "rope x");
+  const int half = head_dim / 2;
+  const RopeTable table(T, head_dim, theta);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const double* c = &table.cos[size_t(t) * half];
+      const double* s = &table.sin[size_t(t) * half];
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + ((int64_t(b) * T + t) * heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const double lo = v[i], hi = v[i + half];
+          v[i] = float(lo * c[i] - hi * sign * s[i]);
+          v[i + half] = float(hi * c[i] + lo * sign * s[i]);
+        }
+      }
+    }
+}
+
+}  // namespace
+
+// ---- memory -----------------------------------------------------------------
+
+Tensor CpuOps::alloc(DType dtype, int64_t numel) {
+  FSDP_CHECK(numel >= 0);
+  if (numel == 0) return {nullptr, dtype, 0};
+  // 64-byte alignment keeps rows cache-line aligned for BLAS and matches what
+  // device allocators guarantee; aligned_alloc wants a multiple of the alignment.
+  const size_t bytes = (size_t(numel) * dtype_size(dtype) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw_error("cpu backend: out of memory allocating ", bytes, " bytes");
+  return {p, dtype, numel};
+}
+
+void CpuOps::free(Tensor t) {
+  std::free(t.data);
+}
+
+void CpuOps::zero(Tensor t) {
+  if (t.numel > 0) std::memset(t.data, 0, t.bytes());
+}
+
+void CpuOps::copy(Tensor dst, Tensor src) {
+  FSDP_CHECK(dst.dtype == src.dtype && dst.numel == src.numel, "copy ", dtype_name(src.dtype), "[",
+             src.numel, "] to ", dtype_name(dst.dtype), "[", dst.numel, "]");
+  if (dst.numel > 0 && dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
+}
+
+void CpuOps::to_device(Tensor dst, const void* host) {
+  if (dst.numel > 0) std::memcpy(dst.data, host, dst.bytes());
+}
+
+void CpuOps::to_host(void* host, Tensor src) {
+  if (src.numel > 0) std::memcpy(host, src.data, src.bytes());
+}
+
+// ---- model ------------------------------------------------------------------
+
+void CpuOps::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
+  FSDP_CHECK(C > 0, "embedding width ", C);
+  float* o = f32(out, int64_t(n) * C, "embedding out");
+  const int32_t* tok = i32(tokens, n, "embedding tokens");
+  const float* w = wte.f32();
+  const int64_t vocab = wte.numel / C;
+  for (int i = 0; i < n; ++i) {
+    FSDP_CHECK(tok[i] >= 0 && tok[i] < vocab, "token ", tok[i], " outside vocab ", vocab);
+    std::memcpy(o + int64_t(i) * C, w + int64_t(tok[i]) * C, sizeof(float) * C);
+  }
+}
+
+void CpuOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
+  FSDP_CHECK(C > 0, "embedding width ", C);
+  float* dw = dwte.f32();
+  const float* d = f32(dout, int64_t(n) * C, "embedding dout");
+  const int32_t* tok = i32(tokens, n, "embedding tokens");
+  const int64_t vocab = dwte.numel / C;
+  // Rows are visited in token order, so repeated tokens sum in a fixed order.
+  for (int i = 0; i < n; ++i) {
+    FSDP_CHECK(tok[i] >= 0 && tok[i] < vocab, "token ", tok[i], " outside vocab ", vocab);
+    float* row = dw + int64_t(tok[i]) * C;
+    for (int c = 0; c < C; ++c) row[c] += d[int64_t(i) * C + c];
+  }
+}
+
+void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) {
+  const int64_t n = int64_t(rows) * dim;
+  float* yo = f32(y, n, "rmsnorm y");
+  float* r = f32(rstd, rows, "rmsnorm rstd");
+  const float* xi = f32(x, n, "rmsnorm x");
+  const float* gi = f32(g, dim, "rmsnorm g");
+  for (int row = 0; row < rows; ++row) {
+    const float* xr = xi + int64_t(row) * dim;
+    const double rs = 1.0 / std::sqrt(dot(xr, xr, dim) / dim + eps);
+    // Backward uses the stored f32 rstd, so the forward uses the same rounded
+    // value: forward and backward then describe one function.
+    r[row] = float(rs);
+    float* yr = yo + int64_t(row) * dim;
+    for (int i = 0; i < dim; ++i) yr[i] = float(double(xr[i]) * r[row] * gi[i]);
+  }
+}
+
+void CpuOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                              int rows, int dim, bool accumulate_dx) {
+  const int64_t n = int64_t(rows) * dim;
+  float* dxo = f32(dx, n, "rmsnorm dx");
+  float* dgo = f32(dg, dim, "rmsnorm dg");
+  const float* dyi = f32(dy, n, "rmsnorm dy");
+  const float* xi = f32(x, n, "rmsnorm x");
+  const float* gi = f32(g, dim, "rmsnorm g");
+  const float* r = f32(rstd, rows, "rmsnorm rstd");
+  for (int row = 0; row < rows; ++row) {
+    const float* xr = xi + int64_t(row) * dim;
+    const float* dyr = dyi + int64_t(row) * dim;
+    float* dxr = dxo + int64_t(row) * dim;
+    const double rs = r[row];
+    // y_i = x_i r g_i with r = (mean(x^2) + eps)^-1/2 and dr/dx_j = -r^3 x_j / dim, so
+    // dx_j = r (dy_j g_j - x_j r^2 mean_i(dy_i g_i x_i)).
+    double dyg_x = 0.0;
+    for (int i = 0; i < dim; ++i) dyg_x += double(dyr[i]) * gi[i] * xr[i];
+    const double c = rs * rs * dyg_x / dim;
+    // Each element of dy is read before the same element of dx is written, so
+    // dx may alias dy.
+    for (int i = 0; i < dim; ++i) {
+      const double d = double(dyr[i]);
+      dgo[i] += float(d * xr[i] * rs);
+      const float v = float(rs * (d * gi[i] - xr[i] * c));
+      dxr[i] = accumulate_dx ? dxr[i] + v : v;
+    }
+  }
+}
+
+void CpuOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
+  float* yo = f32(y, int64_t(M) * N, "linear y");
+  const float* xi = f32(x, int64_t(M) * K, "linear x");
+  const float* wi = f32(w, int64_t(N) * K, "linear w");
+  if (M == 0 || N == 0) return;
+  // y[M,N] = x[M,K] w[N,K]^T; beta 0 means y is never read, so garbage in y is fine.
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, xi, K, wi, K, 0.0f, yo, N);
+}
+
+void CpuOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                             int K, bool accumulate_dx) {
+  const float* dyi = f32(dy, int64_t(M) * N, "linear dy");
+  if (dx.numel > 0) {
+    float* dxo = f32(dx, int64_t(M) * K, "linear dx");
+    const float* wi = f32(w, int64_t(N) * K, "linear w");
+    if (M > 0 && K > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dyi, N, wi, K,
+                  accumulate_dx ? 1.0f : 0.0f, dxo, K);
+  }
+  float* dwo = f32(dw, int64_t(N) * K, "linear dw");
+  const float* xi = f32(x, int64_t(M) * K, "linear x");
+  // dw[N,K] += dy[M,N]^T x[M,K]
+  if (N > 0 && K > 0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dyi, N, xi, K, 1.0f, dwo,
+                K);
+}
+
+void CpuOps::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+  rotate(x, B, T, heads, head_dim, theta, +1.0);
+}
+
+void CpuOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+  rotate(dx, B, T, heads, head_dim, theta, -1.0);
+}
+
+void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                       int n_head, int n_kv_head, int head_dim) {
+  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+  const int64_t nq = int64_t(B) * T * n_head * head_dim;
+  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
+  float* o = f32(out, nq, "attention out");
+  float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
+  const float* qi = f32(q, nq, "attention q");
+  const float* ki = f32(k, nkv, "attention k");
+  const float* vi = f32(v, nkv, "attention v");
+  const int group = n_head / n_kv_head;
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  std::vector<double> s(T), acc(head_dim);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < n_head; ++h) {
+      const int kvh = h / group;
+      for (int t = 0; t < T; ++t) {
+        const float* qt = qi + ((int64_t(b) * T + t) * n_head + h) * head_dim;
+        // Causal: row t sees keys 0..t only.
+        double m = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j <= t; ++j) {
+          const float* kj = ki + ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
+          s[j] = scale * dot(qt, kj, head_dim);
+          m = std::max(m, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= t; ++j) {
+          s[j] = std::exp(s[j] - m);
+          sum += s[j];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int j = 0; j <= t; ++j) {
+          const double p = s[j] / sum;
+          const float* vj = vi + ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
+          for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
+        }
+        float* ot = o + ((int64_t(b) * T + t) * n_head + h) * head_dim;
+        for (int d = 0; d < head_dim; ++d) ot[d] = float(acc[d]);
+        l[(int64_t(b) * n_head + h) * T + t] = float(m + std::log(sum));
+      }
+    }
+}
+
+void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                                int n_kv_head, int head_dim) {
+  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+  const int64_t nq = int64_t(B) * T * n_head * head_dim;
+  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
+  float* dqo = f32(dq, nq, "attention dq");
+  float* dko = f32(dk, nkv, "attention dk");
+  float* dvo = f32(dv, nkv, "attention dv");
+  const float* doi = f32(dout, nq, "attention dout");
+  const float* oi = f32(out, nq, "attention out");
+  const float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
+  const float* qi = f32(q, nq, "attention q");
+  const float* ki = f32(k, nkv, "attention k");
+  const float* vi = f32(v, nkv, "attention v");
+  const int group = n_head / n_kv_head;
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  // dk and dv sum over every query row and every query head of the group;
+  // summing in double keeps that long reduction from costing precision.
+  std::vector<double> dk_acc(nkv, 0.0), dv_acc(nkv, 0.0), dq_acc(head_dim);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < n_head; ++h) {
+      const int kvh = h / group;
+      for (int i = 0; i < T; ++i) {
+        const int64_t qoff = ((int64_t(b) * T + i) * n_head + h) * head_dim;
+        const float* qr = qi + qoff;
+        const float* dor = doi + qoff;
+        const double lse_i = l[(int64_t(b) * n_head + h) * T + i];
+        // With P = softmax(S) and dP = dout V^T, dS = P (dP - D) where
+        // D_i = sum_j P_ij dP_ij = dout_i . out_i.
+        const double D = dot(dor, oi + qoff, head_dim);
+        std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+        for (int j = 0; j <= i; ++j) {
+          const int64_t kvoff = ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
+          const float* kj = ki + kvoff;
+          const float* vj = vi + kvoff;
+          // Probabilities are recomputed from q, k and the saved lse instead of
+          // stored, as flash attention does.
+          const double p = std::exp(scale * dot(qr, kj, head_dim) - lse_i);
+          const double ds = p * (dot(dor, vj, head_dim) - D);
+          for (int d = 0; d < head_dim; ++d) {
+            dq_acc[d] += ds * kj[d];
+            dk_acc[kvoff + d] += ds * qr[d];
+            dv_acc[kvoff + d] += p * dor[d];
+          }
+        }
+        for (int d = 0; d < head_dim; ++d) dqo[qoff + d] = float(scale * dq_acc[d]);
+      }
+    }
+  for (int64_t i = 0; i < nkv; ++i) {
+    dko[i] = float(scale * dk_acc[i]);
+    dvo[i] = float(dv_acc[i]);
+  }
+}
+
+void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
+  float* so = f32(s, n, "swiglu s");
+  const float* ai = f32(a, n, "swiglu a");
+  const float* bi = f32(b, n, "swiglu b");
+  for (int64_t i = 0; i < n; ++i) so[i] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
+}
+
+void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) {
+  float* dao = f32(da, n, "swiglu da");
+  float* dbo = f32(db, n, "swiglu db");
+  const float* dsi = f32(ds, n, "swiglu ds");
+  const float* ai = f32(a, n, "swiglu a");
+  const float* bi = f32(b, n, "swiglu b");
+  for (int64_t i = 0; i < n; ++i) {
+    // Read everything first so da or db may alias ds, a or b.
+    const double x = ai[i], y = bi[i], d = dsi[i];
+    const double sg = sigmoid(x);
+    // silu'(x) = sg + x sg (1 - sg)
+    dao[i] = float(d * y * sg * (1.0 + x * (1.0 - sg)));
+    dbo[i] = float(d * x * sg);
+  }
+}
+
+void CpuOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
+  float* yo = f32(y, n, "add y");
+  const float* ai = f32(a, n, "add a");
+  const float* bi = f32(b, n, "add b");
+  for (int64_t i = 0; i < n; ++i) yo[i] = ai[i] + bi[i];
+}
+
+void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+                           float grad_scale) {
+  float* lo = f32(losses, n, "cross_entropy losses");
+  float* x = f32(logits, int64_t(n) * V, "cross_entropy logits");
+  const int32_t* tg = i32(targets, n, "cross_entropy targets");
+  for (int i = 0; i < n; ++i) {
+    float* row = x + int64_t(i) * V;
+    const int t = tg[i];
+    FSDP_CHECK(t < V, "target ", t, " outside vocab ", V);
+    if (t < 0) {
+      lo[i] = 0.0f;
+      if (grad_scale != 0.0f) std::fill(row, row + V, 0.0f);
+      continue;
+    }
+    // Subtracting the row max keeps exp() from overflowing on large logits.
+    double m = row[0];
+    for (int j = 1; j < V; ++j) m = std::max(m, double(row[j]));
+    const double target_logit = row[t];
+    // exp() dominates for large vocabularies, so it is taken once per logit:
+    // when a gradient is wanted the exponentials are parked in the row, which
+    // is about to be overwritten anyway.
+    const bool grad = grad_scale != 0.0f;
+    double sum = 0.0;
+    for (int j = 0; j < V; ++j) {
+      const double e = std::exp(row[j] - m);
+      sum += e;
+      if (grad) row[j] = float(e);
+    }
+    lo[i] = float(m + std::log(sum) - target_logit);
+    if (grad) {
+      const double scale = grad_scale / sum;
+      for (int j = 0; j < V; ++j) row[j] = float(scale * row[j]);
+      row[t] = float(row[t] - double(grad_scale));
+    }
+  }
+}
+
+// ---- optimizer and engine ---------------------------------------------------
+
+void CpuOps::cast(Tensor dst, Tensor src) {
+  FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
+  FSDP_CHECK(dst.dtype != DType::i32 && src.dtype != DType::i32, "cast is for f32/bf16 only");
+  const int64_t n = dst.numel;
+  if (dst.dtype == src.dtype) {
+    copy(dst, src);
+  } else if (dst.dtype == DType::bf16) {
+    const float* s = src.f32();
+    auto* d = static_cast<uint16_t*>(dst.data);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+  } else {
+    const auto* s = static_cast<const uint16_t*>(src.data);
+    float* d = dst.f32();
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+  }
+}
+
+void CpuOps::accumulate(Tensor dst, Tensor src, float scale) {
+  float* d = dst.f32();
+  const int64_t n = dst.numel;
+  FSDP_CHECK(src.numel >= n, "accumulate ", src.numel, " elements into ", n);
+  // A bf16 source is accepted too: on a device it is what reduce-scatter of
+  // low-precision gradients delivers.
+  if (src.dtype == DType::bf16) {
+    const auto* s = static_cast<const uint16_t*>(src.data);
+    for (int64_t i = 0; i < n; ++i) d[i] += scale * bf16_to_f32(s[i]);
+  } else {
+    const float* s = src.f32();
+    for (int64_t i = 0; i < n; ++i) d[i] += scale * s[i];
+  }
+}
+
+double CpuOps::sum_squares(Tensor x) {
+  const float* p = x.f32();
+  double s = 0.0;
+  for (int64_t i = 0; i < x.numel; ++i) s += double(p[i]) * p[i];
+  return s;
+}
+
+void CpuOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                   int step) {
+  FSDP_CHECK(step >= 1, "adamw step counts from 1, got ", step);
+  const int64_t n = param.numel;
+  float* p = param.f32();
+  const float* g = f32(grad, n, "adamw grad");
+  float* m = f32(exp_avg, n, "adamw exp_avg");
+  float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
+  const double b1 = beta1, b2 = beta2;
+  const double bc1 = 1.0 - std::pow(b1, step);
+  const double sqrt_bc2 = std::sqrt(1.0 - std::pow(b2, step));
+  // Same order as torch.optim.AdamW: decay the weight first (decoupled from
+  // the gradient), then the bias-corrected Adam step with eps outside the sqrt.
+  const double decay = 1.0 - double(lr) * weight_decay;
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = double(g[i]) * grad_scale;
+    const double mi = b1 * m[i] + (1.0 - b1) * gi;
+    const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
+    m[i] = float(mi);
+    v[i] = float(vi);
+    const double pi = double(p[i]) * decay;
+    p[i] = float(pi - lr * (mi / bc1) / (std::sqrt(vi) / sqrt_bc2 + eps));
+  }
+}
+
+}  // namespace fsdp

@@ -1,0 +1,73 @@
+// The fp32 reference backend: the executable specification every GPU kernel is
+// tested against. Plain single-threaded loops (OpenBLAS only for the GEMMs),
+// reductions in double, so results are bitwise reproducible run to run and
+// easy to check by eye. Speed matters only enough to train tiny models.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+#include "model/ops.h"
+
+namespace fsdp {
+
+// bf16 is the top half of an f32. Rounding is to nearest, ties to even (what
+// the hardware does), and NaN stays a (quiet) NaN instead of rounding to inf.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(uint32_t(h) << 16);
+}
+
+class CpuOps final : public Ops {
+ public:
+  const char* name() const override { return "cpu"; }
+  DType compute_dtype() const override { return DType::f32; }
+
+  Tensor alloc(DType dtype, int64_t numel) override;
+  void free(Tensor t) override;
+  void zero(Tensor t) override;
+  void copy(Tensor dst, Tensor src) override;
+  void to_device(Tensor dst, const void* host) override;
+  void to_host(void* host, Tensor src) override;
+
+  void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
+
+  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) override;
+  void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
+                        int dim, bool accumulate_dx) override;
+
+  void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
+                       bool accumulate_dx) override;
+
+  void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
+  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+
+  void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                 int n_kv_head, int head_dim) override;
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
+                          Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
+                          int head_dim) override;
+
+  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) override;
+
+  void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
+
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+                     float grad_scale) override;
+
+  void cast(Tensor dst, Tensor src) override;
+  void accumulate(Tensor dst, Tensor src, float scale) override;
+  double sum_squares(Tensor x) override;
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float grad_scale, int step) override;
+};
+
+}  // namespace fsdp

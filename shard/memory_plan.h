@@ -1,0 +1,39 @@
+// What each rank holds, computed from shapes alone, so the plan for a 350M
+// model on 32 ranks can be printed (and tested) on a laptop. The engine
+// allocates by the same slot plan, so its measured figures match.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/tensor.h"
+#include "shard/layout.h"
+
+namespace fsdp {
+
+// Which gather/gradient buffer ("slot") each unit uses. With resharding the
+// embedding and head keep their own and blocks alternate between two, so the
+// next block can be gathered while the current one computes; without it
+// every unit keeps its own (more memory, no re-gather for backward).
+struct SlotPlan {
+  std::vector<int> slot_of_unit;
+  std::vector<int64_t> slot_elems;  // the largest padded unit mapped to each slot
+};
+SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard_after_forward);
+
+struct MemoryPlan {
+  int64_t master = 0, grads = 0, moments = 0, send_copy = 0;  // persistent, sharded
+  int64_t gather_buffers = 0, grad_buffers = 0;               // transient, full units
+  int64_t activations = 0;
+  int64_t persistent() const { return master + grads + moments + send_copy; }
+  int64_t buffers() const { return gather_buffers + grad_buffers; }
+  int64_t total() const { return persistent() + buffers() + activations; }
+};
+
+// Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
+// batch x seq_len, computing in `compute`.
+MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
+                       bool reshard_after_forward, int batch, int seq_len);
+
+}  // namespace fsdp

@@ -1,0 +1,703 @@
+// The fp32 reference backend against direct double-precision computations
+// (forward) and central finite differences (backward). Outputs are poisoned
+// with NaN before each call so an element an op forgets to write fails.
+//
+// Tolerances:
+//  - Forward: ops reduce in double and round once (linear: OpenBLAS in fp32
+//    with K <= 16), so results sit within a few fp32 ulps of the double
+//    reference; kFwdTol = 1e-5 relative (atol 1e-6 for values near zero) is
+//    ~100 ulps of headroom yet far below any real bug.
+//  - Gradients: the loss sum(out * R) is evaluated from fp32 outputs, so it
+//    carries rounding noise of ~1e-7 relative; with a 1e-2 relative step that
+//    noise contributes ~1e-5 to a derivative of order 1, and the truncation
+//    error of the central difference is ~h^2 ~ 1e-4. Measured worst errors are
+//    ~1e-3 or below (printed by each test); kGradTol = 1e-2 leaves room for that
+//    while any real backward bug (a missing term, wrong sign, wrong head
+//    mapping) gives errors of order 1e-1..1. GradCheck.DetectsWrongGradient
+//    shows a 5% error in one coordinate is caught.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "model/cpu/cpu_ops.h"
+#include "tests/model/cpu/gradcheck.h"
+
+namespace fsdp {
+namespace {
+
+using test::grad_check;
+using test::GradCheckResult;
+
+constexpr double kFwdTol = 1e-5;
+constexpr double kGradTol = 1e-2;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// A CpuOps buffer that frees itself.
+class Buf {
+ public:
+  Buf(CpuOps& ops, DType dtype, int64_t n) : ops_(ops), t_(ops.alloc(dtype, n)) {}
+  ~Buf() { ops_.free(t_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  operator Tensor() const { return t_; }
+  Tensor t() const { return t_; }
+  float* f() const { return t_.f32(); }
+  int32_t* i() const { return t_.i32(); }
+  float& operator[](int64_t i) const { return t_.f32()[i]; }
+  int64_t n() const { return t_.numel; }
+
+ private:
+  CpuOps& ops_;
+  Tensor t_;
+};
+
+class CpuOpsTest : public ::testing::Test {
+ protected:
+  // Uniform in [lo, hi) but never exactly zero, so no input hides a term.
+  void fill(const Buf& b, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (int64_t i = 0; i < b.n(); ++i) {
+      float x = u(rng_);
+      while (x == 0.0f) x = u(rng_);
+      b[i] = x;
+    }
+  }
+  static void poison(const Buf& b) {
+    for (int64_t i = 0; i < b.n(); ++i) b[i] = kNaN;
+  }
+  static std::vector<float> snapshot(const Buf& b) { return {b.f(), b.f() + b.n()}; }
+  // sum(out * r) in double: the scalar whose gradient with respect to out is r.
+  static double dot_loss(const Buf& out, const Buf& r) {
+    double s = 0.0;
+    for (int64_t i = 0; i < out.n(); ++i) s += double(out[i]) * double(r[i]);
+    return s;
+  }
+
+  CpuOps ops_;
+  std::mt19937 rng_{12345};
+};
+
+// Largest |got - want| / (floor + |want|), reported and checked against tol.
+// The floor of 0.1 makes the check absolute (tol * 0.1) for values near zero,
+// whose relative error says nothing.
+void expect_close(const char* what, const float* got, const std::vector<double>& want,
+                  double tol = kFwdTol, double floor = 0.1) {
+  double worst = 0.0;
+  int64_t at = -1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(double(got[i]) - want[i]) / (floor + std::abs(want[i]));
+    if (!(err <= worst)) {
+      worst = std::isnan(err) ? INFINITY : err;
+      at = int64_t(i);
+    }
+  }
+  std::printf("  [forward] %-28s worst rel err %.2e\n", what, worst);
+  EXPECT_LE(worst, tol) << what << " at " << at << ": got " << got[at] << " want " << want[at];
+}
+
+void expect_grad(const char* what, const GradCheckResult& r) {
+  std::printf("  [gradcheck] %-26s worst rel err %.2e over %d coords\n", what, r.worst_rel_err,
+              r.checked);
+  EXPECT_LT(r.worst_rel_err, kGradTol) << what << ": " << r.describe();
+}
+
+// ---- the checker itself ------------------------------------------------------
+
+TEST(GradCheck, DetectsWrongGradient) {
+  // loss = sum_i c_i x_i^2, gradient 2 c_i x_i.
+  std::vector<float> x = {0.3f, -1.2f, 0.7f, 2.0f, -0.5f};
+  const std::vector<double> c = {1.0, 0.5, -2.0, 0.25, 3.0};
+  auto loss = [&] {
+    double s = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) s += c[i] * double(x[i]) * x[i];
+    return s;
+  };
+  std::vector<float> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) g[i] = float(2.0 * c[i] * x[i]);
+  const std::vector<float> x0 = x;
+  EXPECT_LT(grad_check(loss, x.data(), g.data(), int64_t(x.size())).worst_rel_err, 1e-3);
+  EXPECT_EQ(x, x0) << "grad_check must restore the parameters";
+  g[2] *= 1.05f;
+  const GradCheckResult bad = grad_check(loss, x.data(), g.data(), int64_t(x.size()));
+  EXPECT_GT(bad.worst_rel_err, kGradTol);
+  EXPECT_EQ(bad.worst_index, 2);
+}
+
+// ---- memory ------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, MemoryAllocZeroCopyTransfer) {
+  EXPECT_EQ(ops_.compute_dtype(), DType::f32);
+  Buf a(ops_, DType::f32, 37), b(ops_, DType::f32, 37);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.t().data) % 64, 0u);
+  fill(a);
+  poison(b);
+  ops_.copy(b, a);
+  EXPECT_EQ(std::memcmp(a.f(), b.f(), a.t().bytes()), 0);
+  ops_.zero(b);
+  for (int64_t i = 0; i < b.n(); ++i) EXPECT_EQ(b[i], 0.0f);
+  std::vector<float> host(37);
+  ops_.to_host(host.data(), a);
+  EXPECT_EQ(host, snapshot(a));
+  host[5] = 42.0f;
+  ops_.to_device(b, host.data());
+  EXPECT_EQ(b[5], 42.0f);
+
+  Buf empty(ops_, DType::f32, 0);
+  EXPECT_EQ(empty.n(), 0);
+  Buf bf(ops_, DType::bf16, 37);
+  EXPECT_THROW(ops_.copy(bf, a), Error);                        // dtype mismatch
+  EXPECT_THROW(ops_.rmsnorm(bf, a, a, a, 1, 4, 1e-5f), Error);  // non-f32 rejected
+}
+
+// ---- embedding -----------------------------------------------------------------
+
+TEST_F(CpuOpsTest, Embedding) {
+  const int V = 7, C = 5, n = 9;
+  Buf wte(ops_, DType::f32, V * C), out(ops_, DType::f32, n * C), tok(ops_, DType::i32, n);
+  fill(wte);
+  const int32_t tokens[n] = {3, 0, 6, 3, 3, 1, 6, 2, 0};  // repeats on purpose
+  std::memcpy(tok.i(), tokens, sizeof tokens);
+  poison(out);
+  ops_.embedding(out, tok, wte, n, C);
+  std::vector<double> want(n * C);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < C; ++c) want[i * C + c] = wte[tokens[i] * C + c];
+  expect_close("embedding", out.f(), want, 0.0);
+
+  Buf r(ops_, DType::f32, n * C), dwte(ops_, DType::f32, V * C);
+  fill(r);
+  ops_.zero(dwte);
+  ops_.embedding_backward(dwte, r, tok, n, C);
+  auto loss = [&] {
+    ops_.embedding(out, tok, wte, n, C);
+    return dot_loss(out, r);
+  };
+  expect_grad("embedding dwte", grad_check(loss, wte.f(), dwte.f(), wte.n()));
+
+  // Weight gradients accumulate: a second call adds the same amount again.
+  const std::vector<float> once = snapshot(dwte);
+  ops_.embedding_backward(dwte, r, tok, n, C);
+  for (int64_t i = 0; i < dwte.n(); ++i) EXPECT_FLOAT_EQ(dwte[i], 2.0f * once[i]);
+
+  tok.i()[4] = V;  // out of vocabulary
+  EXPECT_THROW(ops_.embedding(out, tok, wte, n, C), Error);
+}
+
+// ---- rmsnorm ---------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, RmsNorm) {
+  const int rows = 5, dim = 16;
+  const float eps = 1e-5f;
+  Buf x(ops_, DType::f32, rows * dim), g(ops_, DType::f32, dim), y(ops_, DType::f32, rows * dim),
+      rstd(ops_, DType::f32, rows);
+  fill(x, -2.0f, 2.0f);
+  fill(g, 0.5f, 1.5f);
+  poison(y);
+  poison(rstd);
+  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+  std::vector<double> want_y(rows * dim), want_r(rows);
+  for (int r = 0; r < rows; ++r) {
+    double ss = 0.0;
+    for (int i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    want_r[r] = 1.0 / std::sqrt(ss / dim + eps);
+    for (int i = 0; i < dim; ++i) want_y[r * dim + i] = x[r * dim + i] * want_r[r] * g[i];
+  }
+  expect_close("rmsnorm y", y.f(), want_y);
+  expect_close("rmsnorm rstd", rstd.f(), want_r);
+
+  Buf R(ops_, DType::f32, rows * dim), dx(ops_, DType::f32, rows * dim), dg(ops_, DType::f32, dim);
+  fill(R);
+  poison(dx);
+  ops_.zero(dg);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false);
+  auto loss = [&] {
+    ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+    return dot_loss(y, R);
+  };
+  expect_grad("rmsnorm dx", grad_check(loss, x.f(), dx.f(), x.n()));
+  expect_grad("rmsnorm dg", grad_check(loss, g.f(), dg.f(), g.n()));
+
+  // accumulate_dx adds to what is there; dg always accumulates.
+  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+  const std::vector<float> dx1 = snapshot(dx), dg1 = snapshot(dg);
+  Buf base(ops_, DType::f32, rows * dim);
+  fill(base);
+  ops_.copy(dx, base);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, true);
+  for (int64_t i = 0; i < dx.n(); ++i) EXPECT_FLOAT_EQ(dx[i], base[i] + dx1[i]);
+  for (int64_t i = 0; i < dg.n(); ++i) EXPECT_FLOAT_EQ(dg[i], 2.0f * dg1[i]);
+  ops_.copy(dx, base);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false);
+  for (int64_t i = 0; i < dx.n(); ++i) EXPECT_EQ(dx[i], dx1[i]);
+}
+
+// ---- linear ----------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, Linear) {
+  const int M = 5, N = 7, K = 9;
+  Buf x(ops_, DType::f32, M * K), w(ops_, DType::f32, N * K), y(ops_, DType::f32, M * N);
+  fill(x);
+  fill(w);
+  poison(y);
+  ops_.linear(y, x, w, M, N, K);
+  std::vector<double> want(M * N, 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k) want[m * N + n] += double(x[m * K + k]) * w[n * K + k];
+  expect_close("linear y", y.f(), want);
+
+  Buf R(ops_, DType::f32, M * N), dx(ops_, DType::f32, M * K), dw(ops_, DType::f32, N * K);
+  fill(R);
+  poison(dx);
+  ops_.zero(dw);
+  ops_.linear_backward(dx, dw, R, x, w, M, N, K, false);
+  auto loss = [&] {
+    ops_.linear(y, x, w, M, N, K);
+    return dot_loss(y, R);
+  };
+  expect_grad("linear dx", grad_check(loss, x.f(), dx.f(), x.n()));
+  expect_grad("linear dw", grad_check(loss, w.f(), dw.f(), w.n()));
+
+  const std::vector<float> dx1 = snapshot(dx), dw1 = snapshot(dw);
+  Buf base(ops_, DType::f32, M * K);
+  fill(base);
+  ops_.copy(dx, base);
+  ops_.linear_backward(dx, dw, R, x, w, M, N, K, true);
+  for (int64_t i = 0; i < dx.n(); ++i) EXPECT_NEAR(dx[i], base[i] + dx1[i], 1e-6);
+  for (int64_t i = 0; i < dw.n(); ++i) EXPECT_NEAR(dw[i], 2.0f * dw1[i], 1e-6);
+  ops_.copy(dx, base);
+  ops_.linear_backward(dx, dw, R, x, w, M, N, K, false);
+  for (int64_t i = 0; i < dx.n(); ++i) EXPECT_EQ(dx[i], dx1[i]);
+
+  // An empty dx skips the input gradient; dw still accumulates.
+  Buf none(ops_, DType::f32, 0);
+  ops_.linear_backward(none, dw, R, x, w, M, N, K, false);
+  for (int64_t i = 0; i < dw.n(); ++i) EXPECT_NEAR(dw[i], 4.0f * dw1[i], 1e-5);
+}
+
+// ---- rope ------------------------------------------------------------------------
+
+TEST_F(CpuOpsTest, Rope) {
+  const int B = 2, T = 5, H = 3, hd = 8, half = hd / 2;
+  const float theta = 10000.0f;
+  const int64_t n = int64_t(B) * T * H * hd;
+  Buf x(ops_, DType::f32, n), x0(ops_, DType::f32, n);
+  fill(x0);
+  ops_.copy(x, x0);
+  ops_.rope(x, B, T, H, hd, theta);
+  std::vector<double> want(n);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        const int64_t o = ((int64_t(b) * T + t) * H + h) * hd;
+        for (int i = 0; i < half; ++i) {
+          const double ang = t / std::pow(double(theta), 2.0 * i / hd);
+          const double lo = x0[o + i], hi = x0[o + i + half];
+          want[o + i] = lo * std::cos(ang) - hi * std::sin(ang);
+          want[o + i + half] = hi * std::cos(ang) + lo * std::sin(ang);
+        }
+      }
+  expect_close("rope", x.f(), want);
+  // Position 0 is not rotated at all.
+  for (int i = 0; i < H * hd; ++i) EXPECT_EQ(x[i], x0[i]);
+
+  // Backward is the inverse rotation.
+  ops_.rope_backward(x, B, T, H, hd, theta);
+  std::vector<double> orig(x0.f(), x0.f() + n);
+  expect_close("rope_backward(rope(x))", x.f(), orig);
+
+  Buf R(ops_, DType::f32, n), dx(ops_, DType::f32, n);
+  fill(R);
+  ops_.copy(dx, R);
+  ops_.rope_backward(dx, B, T, H, hd, theta);
+  auto loss = [&] {
+    ops_.copy(x, x0);
+    ops_.rope(x, B, T, H, hd, theta);
+    return dot_loss(x, R);
+  };
+  expect_grad("rope dx", grad_check(loss, x0.f(), dx.f(), n));
+}
+
+// ---- attention -------------------------------------------------------------------
+
+struct AttnShape {
+  int B, T, H, KV, hd;
+  int64_t nq() const { return int64_t(B) * T * H * hd; }
+  int64_t nkv() const { return int64_t(B) * T * KV * hd; }
+};
+
+// Direct double-precision causal GQA attention: full score matrix, mask, softmax.
+void naive_attention(const AttnShape& s, const float* q, const float* k, const float* v,
+                     std::vector<double>& out, std::vector<double>& lse) {
+  out.assign(s.nq(), 0.0);
+  lse.assign(int64_t(s.B) * s.H * s.T, 0.0);
+  const double scale = 1.0 / std::sqrt(double(s.hd));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h) {
+      const int kvh = h / (s.H / s.KV);
+      for (int i = 0; i < s.T; ++i) {
+        std::vector<double> sc(s.T, -INFINITY);
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double d = 0.0;
+          for (int e = 0; e < s.hd; ++e)
+            d += double(q[((b * s.T + i) * s.H + h) * s.hd + e]) *
+                 k[((b * s.T + j) * s.KV + kvh) * s.hd + e];
+          sc[j] = d * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0.0;
+        for (int j = 0; j < s.T; ++j) z += std::exp(sc[j] - mx);  // masked terms are exp(-inf) = 0
+        lse[(b * s.H + h) * s.T + i] = mx + std::log(z);
+        for (int j = 0; j < s.T; ++j) {
+          const double p = std::exp(sc[j] - mx) / z;
+          for (int e = 0; e < s.hd; ++e)
+            out[((b * s.T + i) * s.H + h) * s.hd + e] +=
+                p * v[((b * s.T + j) * s.KV + kvh) * s.hd + e];
+        }
+      }
+    }
+}
+
+class AttentionTest : public CpuOpsTest, public ::testing::WithParamInterface<AttnShape> {};
+
+TEST_P(AttentionTest, ForwardMatchesNaive) {
+  const AttnShape s = GetParam();
+  Buf q(ops_, DType::f32, s.nq()), k(ops_, DType::f32, s.nkv()), v(ops_, DType::f32, s.nkv()),
+      out(ops_, DType::f32, s.nq()), lse(ops_, DType::f32, int64_t(s.B) * s.H * s.T);
+  fill(q, -2.0f, 2.0f);  // wide enough that softmax rows are far from uniform
+  fill(k, -2.0f, 2.0f);
+  fill(v);
+  poison(out);
+  poison(lse);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  std::vector<double> want_out, want_lse;
+  naive_attention(s, q.f(), k.f(), v.f(), want_out, want_lse);
+  expect_close("attention out", out.f(), want_out);
+  expect_close("attention lse", lse.f(), want_lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttnShape{2, 6, 4, 2, 8},    // GQA
+                                           AttnShape{1, 7, 3, 3, 4},    // MHA
+                                           AttnShape{2, 5, 4, 1, 6}));  // MQA
+
+TEST_F(CpuOpsTest, AttentionBackward) {
+  const AttnShape s{2, 6, 4, 2, 8};  // GQA: query heads 0,1 -> kv 0; 2,3 -> kv 1
+  const int64_t nl = int64_t(s.B) * s.H * s.T;
+  Buf q(ops_, DType::f32, s.nq()), k(ops_, DType::f32, s.nkv()), v(ops_, DType::f32, s.nkv()),
+      out(ops_, DType::f32, s.nq()), lse(ops_, DType::f32, nl);
+  fill(q, -2.0f, 2.0f);
+  fill(k, -2.0f, 2.0f);
+  fill(v);
+  Buf R(ops_, DType::f32, s.nq()), dq(ops_, DType::f32, s.nq()), dk(ops_, DType::f32, s.nkv()),
+      dv(ops_, DType::f32, s.nkv());
+  fill(R);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  poison(dq);
+  poison(dk);
+  poison(dv);
+  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  auto loss = [&] {
+    ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+    return dot_loss(out, R);
+  };
+  test::GradCheckOptions all;
+  all.max_coords = 1 << 20;  // small enough to check every coordinate
+  expect_grad("attention dq", grad_check(loss, q.f(), dq.f(), q.n(), all));
+  expect_grad("attention dk", grad_check(loss, k.f(), dk.f(), k.n(), all));
+  expect_grad("attention dv", grad_check(loss, v.f(), dv.f(), v.n(), all));
+
+  // Bitwise reproducible run to run.
+  const std::vector<float> dq1 = snapshot(dq), dk1 = snapshot(dk), dv1 = snapshot(dv);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  EXPECT_EQ(snapshot(dq), dq1);
+  EXPECT_EQ(snapshot(dk), dk1);
+  EXPECT_EQ(snapshot(dv), dv1);
+}
+
+TEST_F(CpuOpsTest, AttentionIsCausal) {
+  const AttnShape s{2, 6, 4, 2, 8};
+  const int64_t nl = int64_t(s.B) * s.H * s.T;
+  Buf q(ops_, DType::f32, s.nq()), k(ops_, DType::f32, s.nkv()), v(ops_, DType::f32, s.nkv()),
+      out(ops_, DType::f32, s.nq()), lse(ops_, DType::f32, nl);
+  fill(q);
+  fill(k);
+  fill(v);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  const std::vector<float> out1 = snapshot(out), lse1 = snapshot(lse);
+  // Change keys and values at position 4 (every batch row and kv head).
+  const int t0 = 4;
+  for (int b = 0; b < s.B; ++b)
+    for (int e = 0; e < s.KV * s.hd; ++e) {
+      const int64_t o = (int64_t(b) * s.T + t0) * s.KV * s.hd + e;
+      k[o] += 3.0f;
+      v[o] -= 5.0f;
+    }
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  for (int b = 0; b < s.B; ++b)
+    for (int t = 0; t < s.T; ++t) {
+      bool same = true;
+      for (int e = 0; e < s.H * s.hd; ++e) {
+        const int64_t o = (int64_t(b) * s.T + t) * s.H * s.hd + e;
+        same = same && out[o] == out1[o];
+      }
+      for (int h = 0; h < s.H; ++h) {
+        const int64_t o = (int64_t(b) * s.H + h) * s.T + t;
+        same = same && lse[o] == lse1[o];
+      }
+      if (t < t0)
+        EXPECT_TRUE(same) << "batch " << b << " position " << t << " saw the future";
+      else
+        EXPECT_FALSE(same) << "batch " << b << " position " << t << " ignored position " << t0;
+    }
+}
+
+// ---- swiglu, add -----------------------------------------------------------------
+
+TEST_F(CpuOpsTest, SwiGlu) {
+  const int64_t n = 40;
+  Buf a(ops_, DType::f32, n), b(ops_, DType::f32, n), s(ops_, DType::f32, n);
+  fill(a, -4.0f, 4.0f);
+  fill(b, -2.0f, 2.0f);
+  poison(s);
+  ops_.swiglu(s, a, b, n);
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
+  expect_close("swiglu", s.f(), want);
+
+  Buf R(ops_, DType::f32, n), da(ops_, DType::f32, n), db(ops_, DType::f32, n);
+  fill(R);
+  poison(da);
+  poison(db);
+  ops_.swiglu_backward(da, db, R, a, b, n);
+  auto loss = [&] {
+    ops_.swiglu(s, a, b, n);
+    return dot_loss(s, R);
+  };
+  expect_grad("swiglu da", grad_check(loss, a.f(), da.f(), n));
+  expect_grad("swiglu db", grad_check(loss, b.f(), db.f(), n));
+}
+
+TEST_F(CpuOpsTest, Add) {
+  const int64_t n = 33;
+  Buf a(ops_, DType::f32, n), b(ops_, DType::f32, n), y(ops_, DType::f32, n);
+  fill(a);
+  fill(b);
+  poison(y);
+  ops_.add(y, a, b, n);
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = double(a[i]) + b[i];
+  expect_close("add", y.f(), want);
+  ops_.add(a, a, b, n);  // y aliasing a, as the residual stream does
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(a[i], y[i]);
+}
+
+// ---- cross-entropy -----------------------------------------------------------------
+
+TEST_F(CpuOpsTest, CrossEntropy) {
+  const int n = 6, V = 11;
+  const float gs = 0.37f;
+  Buf logits(ops_, DType::f32, n * V), losses(ops_, DType::f32, n), tg(ops_, DType::i32, n);
+  fill(logits, -3.0f, 3.0f);
+  const int32_t targets[n] = {4, -1, 0, 10, 4, 7};  // row 1 ignored
+  std::memcpy(tg.i(), targets, sizeof targets);
+  std::vector<double> want(n, 0.0);
+  for (int i = 0; i < n; ++i) {
+    if (targets[i] < 0) continue;
+    double z = 0.0;
+    for (int j = 0; j < V; ++j) z += std::exp(double(logits[i * V + j]));
+    want[i] = std::log(z) - logits[i * V + targets[i]];
+  }
+
+  // grad_scale 0: losses only, logits untouched.
+  const std::vector<float> l0 = snapshot(logits);
+  poison(losses);
+  ops_.cross_entropy(losses, logits, tg, n, V, 0.0f);
+  expect_close("cross_entropy loss", losses.f(), want);
+  EXPECT_EQ(snapshot(logits), l0);
+
+  // grad_scale != 0: losses again, logits replaced by gs * d loss / d logits.
+  Buf grad(ops_, DType::f32, n * V);
+  ops_.copy(grad, logits);
+  poison(losses);
+  ops_.cross_entropy(losses, grad, tg, n, V, gs);
+  expect_close("cross_entropy loss (fused)", losses.f(), want);
+  for (int j = 0; j < V; ++j) EXPECT_EQ(grad[1 * V + j], 0.0f) << "ignored row has a gradient";
+  Buf scratch(ops_, DType::f32, n);
+  auto loss = [&] {
+    ops_.cross_entropy(scratch, logits, tg, n, V, 0.0f);
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += gs * double(scratch[i]);
+    return s;
+  };
+  expect_grad("cross_entropy dlogits", grad_check(loss, logits.f(), grad.f(), logits.n()));
+
+  // Large logits must not overflow: the row max is subtracted before exp.
+  const float big[3] = {1000.0f, 0.0f, -1000.0f};
+  Buf bl(ops_, DType::f32, 3), one(ops_, DType::f32, 1), t1(ops_, DType::i32, 1);
+  std::memcpy(bl.f(), big, sizeof big);
+  t1.i()[0] = 1;
+  ops_.cross_entropy(one, bl, t1, 1, 3, 1.0f);
+  EXPECT_FLOAT_EQ(one[0], 1000.0f);
+  EXPECT_FLOAT_EQ(bl[0], 1.0f);
+  EXPECT_FLOAT_EQ(bl[1], -1.0f);
+  EXPECT_EQ(bl[2], 0.0f);
+
+  tg.i()[0] = V;
+  EXPECT_THROW(ops_.cross_entropy(losses, logits, tg, n, V, 0.0f), Error);
+}
+
+// ---- optimizer and engine -----------------------------------------------------------
+
+TEST(Bf16, RoundToNearestEven) {
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  auto from = [](uint32_t u) { return std::bit_cast<float>(u); };
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(f32_to_bf16(-2.5f), 0xC020);
+  EXPECT_EQ(f32_to_bf16(0.0f), 0x0000);
+  EXPECT_EQ(f32_to_bf16(-0.0f), 0x8000);
+  // 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties go to the even 1.0.
+  EXPECT_EQ(f32_to_bf16(from(0x3F808000)), 0x3F80);
+  // 1 + 3 * 2^-8 is halfway between mantissas 1 and 2: ties go to the even 2.
+  EXPECT_EQ(f32_to_bf16(from(0x3F818000)), 0x3F82);
+  // Just above and below halfway round to nearest.
+  EXPECT_EQ(f32_to_bf16(from(0x3F808001)), 0x3F81);
+  EXPECT_EQ(f32_to_bf16(from(0x3F807FFF)), 0x3F80);
+  // Rounding carries into the exponent; the largest floats round up to inf.
+  EXPECT_EQ(f32_to_bf16(from(0x3FFFFFFF)), 0x4000);
+  EXPECT_EQ(f32_to_bf16(from(0x7F7FFFFF)), 0x7F80);
+  EXPECT_EQ(f32_to_bf16(INFINITY), 0x7F80);
+  EXPECT_EQ(f32_to_bf16(-INFINITY), 0xFF80);
+  // NaN stays NaN even when only low mantissa bits are set.
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(from(0x7F800001)))));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(kNaN))));
+  EXPECT_EQ(bits(bf16_to_f32(0x3F81)), 0x3F810000u);
+}
+
+TEST_F(CpuOpsTest, CastRoundTrip) {
+  const float vals[] = {1.0f,        -3.0f,  0.15625f,  1.00390625f /* 1 + 2^-8: tie */,
+                        3.14159265f, 1e-20f, -65504.0f, 0.0f};
+  const int n = sizeof vals / sizeof vals[0];
+  const float want[n] = {
+      1.0f, -3.0f, 0.15625f, 1.0f, 3.140625f, bf16_to_f32(f32_to_bf16(1e-20f)), -65536.0f, 0.0f};
+  Buf src(ops_, DType::f32, n), half(ops_, DType::bf16, n), back(ops_, DType::f32, n),
+      half2(ops_, DType::bf16, n);
+  std::memcpy(src.f(), vals, sizeof vals);
+  poison(back);
+  ops_.cast(half, src);
+  ops_.cast(back, half);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(back[i], want[i]) << "value " << vals[i];
+  EXPECT_NEAR(back[5], 1e-20, 1e-20 / 128);  // bf16 keeps 8 significant bits
+  // bf16 -> bf16 and f32 -> f32 are plain copies.
+  ops_.cast(half2, half);
+  EXPECT_EQ(std::memcmp(half.t().data, half2.t().data, half.t().bytes()), 0);
+  Buf copy(ops_, DType::f32, n);
+  ops_.cast(copy, src);
+  EXPECT_EQ(snapshot(copy), snapshot(src));
+  Buf shorter(ops_, DType::bf16, n - 1);
+  EXPECT_THROW(ops_.cast(shorter, src), Error);
+}
+
+TEST_F(CpuOpsTest, AccumulateAndSumSquares) {
+  const int64_t n = 50;
+  Buf dst(ops_, DType::f32, n), src(ops_, DType::f32, n), h(ops_, DType::bf16, n);
+  fill(dst);
+  fill(src);
+  const std::vector<float> d0 = snapshot(dst);
+  ops_.accumulate(dst, src, -0.5f);
+  for (int64_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(dst[i], d0[i] - 0.5f * src[i]);
+  ops_.cast(h, src);
+  const std::vector<float> d1 = snapshot(dst);
+  ops_.accumulate(dst, h, 2.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float hs = bf16_to_f32(static_cast<uint16_t*>(h.t().data)[i]);
+    EXPECT_FLOAT_EQ(dst[i], d1[i] + 2.0f * hs);
+  }
+
+  const float known[] = {3.0f, -4.0f, 0.5f};
+  Buf k(ops_, DType::f32, 3);
+  std::memcpy(k.f(), known, sizeof known);
+  EXPECT_EQ(ops_.sum_squares(k), 25.25);
+  double want = 0.0;
+  for (int64_t i = 0; i < n; ++i) want += double(dst[i]) * dst[i];
+  EXPECT_NEAR(ops_.sum_squares(dst), want, 1e-12 * want);
+  Buf empty(ops_, DType::f32, 0);
+  EXPECT_EQ(ops_.sum_squares(empty), 0.0);
+}
+
+TEST_F(CpuOpsTest, AdamWTwoStepsByHand) {
+  // One parameter, worked by hand: lr 0.1, betas (0.9, 0.999), eps 1e-8, weight
+  // decay 0.1, grad_scale 2 (so the raw gradients 0.5 and 0.25 act as 1 and 0.5).
+  //  step 1: p = 1 * (1 - 0.01) = 0.99; m = 0.1; v = 0.001;
+  //          m^ = 0.1 / 0.1 = 1; v^ = 0.001 / 0.001 = 1; p = 0.99 - 0.1 / (1 + 1e-8)
+  //  step 2: p = 0.890000001 * 0.99; m = 0.09 + 0.05 = 0.14; v = 0.000999 + 0.00025;
+  //          m^ = 0.14 / 0.19; v^ = 0.001249 / 0.001999;
+  //          p = 0.88110000099 - 0.1 * 0.7368421053 / (0.7904507660 + 1e-8)
+  const double want_p[2] = {0.890000001, 0.7878820382881611};
+  const double want_m[2] = {0.1, 0.14};
+  const double want_v[2] = {0.001, 0.001249};
+  Buf p(ops_, DType::f32, 1), g(ops_, DType::f32, 1), m(ops_, DType::f32, 1),
+      v(ops_, DType::f32, 1);
+  p[0] = 1.0f;
+  ops_.zero(m);
+  ops_.zero(v);
+  const float grads[2] = {0.5f, 0.25f};
+  for (int step = 1; step <= 2; ++step) {
+    g[0] = grads[step - 1];
+    ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 2.0f, step);
+    // The op gets f32 hyperparameters: 1 - 0.999f is 0.001 * (1 - 1.3e-5), which
+    // moves v by that much (and cancels in the bias-corrected step); everything
+    // else is off by f32 rounding only.
+    EXPECT_NEAR(p[0], want_p[step - 1], 1e-6) << "step " << step;
+    EXPECT_NEAR(m[0], want_m[step - 1], 1e-6) << "step " << step;
+    EXPECT_NEAR(v[0], want_v[step - 1], 2e-5 * want_v[step - 1]) << "step " << step;
+  }
+  EXPECT_EQ(g[0], 0.25f) << "adamw must not modify the gradient";
+
+  // Many elements, three steps, against the update written out in double with
+  // the same f32 hyperparameters.
+  const int64_t n = 20;
+  const float lr = 3e-3f, b1 = 0.8f, b2 = 0.95f, eps = 1e-6f, wd = 0.05f, gs = 0.5f;
+  Buf P(ops_, DType::f32, n), G(ops_, DType::f32, n), Mo(ops_, DType::f32, n),
+      Vo(ops_, DType::f32, n);
+  fill(P);
+  ops_.zero(Mo);
+  ops_.zero(Vo);
+  std::vector<double> rp(P.f(), P.f() + n), rm(n, 0.0), rv(n, 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    fill(G);
+    ops_.adamw(P, G, Mo, Vo, lr, b1, b2, eps, wd, gs, step);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = double(G[i]) * gs;
+      rm[i] = b1 * rm[i] + (1 - double(b1)) * gi;
+      rv[i] = b2 * rv[i] + (1 - double(b2)) * gi * gi;
+      rp[i] *= 1 - double(lr) * wd;
+      rp[i] -= lr * (rm[i] / (1 - std::pow(double(b1), step))) /
+               (std::sqrt(rv[i] / (1 - std::pow(double(b2), step))) + eps);
+    }
+  }
+  expect_close("adamw param", P.f(), rp);
+  expect_close("adamw exp_avg", Mo.f(), rm);
+  expect_close("adamw exp_avg_sq", Vo.f(), rv, kFwdTol, 1e-6);
+
+  // Zero weight decay and a zero gradient leave the parameter where it is.
+  p[0] = 0.75f;
+  g[0] = 0.0f;
+  ops_.zero(m);
+  ops_.zero(v);
+  ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1);
+  EXPECT_EQ(p[0], 0.75f);
+  EXPECT_THROW(ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0), Error);
+}
+
+}  // namespace
+}  // namespace fsdp

@@ -1,0 +1,125 @@
+// FSDP must not change the mathematics: the same global batch trained on N
+// ranks (parameters split N ways, gradients reduce-scattered) gives the losses
+// and parameters of one rank holding everything. The one-rank reference runs
+// in the same process on MPI_COMM_SELF.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+
+#include "comm/process_groups.h"
+#include "tests/shard/engine_harness.h"
+
+namespace fsdp {
+namespace {
+
+using testing::EngineRun;
+
+constexpr int kSteps = 20, kB = 2, kT = 12, kAccum = 2;
+// fp32 with a different summation order (reduce-scatter, accumulation): the
+// issue's bar. Measured worst cases are printed by each test.
+constexpr double kTol = 1e-5;
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+struct Reference {
+  std::unique_ptr<Communicator> self;
+  std::unique_ptr<EngineRun> run;
+  explicit Reference(int world) {
+    self = make_communicator(Backend::mpi, MPI_COMM_SELF);
+    // Same global batch on one rank: the N ranks' micro-batches become N times
+    // as many accumulation steps.
+    run = std::make_unique<EngineRun>(testing::engine_test_config(), *self, nullptr, 0, 1, kB, kT,
+                                      kAccum * world);
+    for (int s = 0; s < kSteps; ++s) run->step(s, *self);
+  }
+};
+
+void expect_matches_reference(EngineRun& sharded, Communicator& shard, Reference& ref,
+                              const char* what) {
+  double worst_loss = 0, worst_param = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    const double d = std::abs(sharded.losses[s] - ref.run->losses[s]) / ref.run->losses[s];
+    worst_loss = std::max(worst_loss, d);
+    EXPECT_LE(d, kTol) << what << ": step " << s;
+  }
+  for (int u = 0; u < sharded.engine.num_units(); ++u) {
+    const double d = rel_diff(sharded.full_master(u, shard), ref.run->full_master(u, *ref.self));
+    worst_param = std::max(worst_param, d);
+    EXPECT_LE(d, kTol) << what << ": unit " << u;
+  }
+  // Training must have moved: a test that compares two frozen models proves nothing.
+  EXPECT_LT(ref.run->losses.back(), ref.run->losses.front() - 0.05);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (rank == 0)
+    std::printf(
+        "[ measured ] %s on %d ranks (shard group %d): worst loss rel. error %.2e, "
+        "worst parameter rel. error %.2e\n",
+        what, world, shard.size(), worst_loss, worst_param);
+}
+
+TEST(FsdpEquivalence, ShardedEqualsOneRank) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  Reference ref(g.world->size());
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), g.world->rank(),
+                g.world->size(), kB, kT, kAccum);
+  for (int s = 0; s < kSteps; ++s) run.step(s, *g.world);
+  expect_matches_reference(run, *g.shard, ref, "FSDP");
+}
+
+TEST(FsdpEquivalence, HybridShardingEqualsOneRank) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world % 2 != 0) GTEST_SKIP() << "hybrid sharding needs an even world size";
+  ProcessGroups g = make_process_groups(Backend::mpi, 2);
+  ASSERT_EQ(g.shard->size(), 2);
+  Reference ref(world);
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), g.world->rank(), world,
+                kB, kT, kAccum);
+  for (int s = 0; s < kSteps; ++s) run.step(s, *g.world);
+  expect_matches_reference(run, *g.shard, ref, "hybrid (shard groups of 2)");
+}
+
+TEST(FsdpEquivalence, ReshardAfterForwardChangesNothing) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  EngineOptions keep;
+  keep.reshard_after_forward = false;
+  EngineRun a(testing::engine_test_config(), *g.shard, nullptr, g.world->rank(), g.world->size(),
+              kB, kT, kAccum);
+  EngineRun b(testing::engine_test_config(), *g.shard, nullptr, g.world->rank(), g.world->size(),
+              kB, kT, kAccum, keep);
+  for (int s = 0; s < 5; ++s) {
+    a.step(s, *g.world);
+    b.step(s, *g.world);
+  }
+  // Same collectives on the same data: bit for bit.
+  EXPECT_EQ(a.losses, b.losses);
+  for (int u = 0; u < a.engine.num_units(); ++u)
+    EXPECT_EQ(a.full_master(u, *g.shard), b.full_master(u, *g.shard)) << "unit " << u;
+}
+
+TEST(FsdpEquivalence, UnevenPaddingIsExercised) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  auto units = model_units(testing::engine_test_config());
+  int padded_units = 0;
+  for (const auto& u : units) {
+    UnitLayout l = make_layout(u, g.shard->size());
+    EXPECT_EQ(l.shard * g.shard->size(), l.padded);
+    EXPECT_GE(l.padded, l.numel);
+    EXPECT_EQ(l.shard % kShardAlign, 0);
+    padded_units += l.padded > l.numel;
+  }
+  EXPECT_GT(padded_units, 0);
+}
+
+}  // namespace
+}  // namespace fsdp

@@ -1,0 +1,143 @@
+// The engine's schedule and footprint: prefetches are issued before the
+// compute they hide behind, gradients match an unsharded model, and per-rank
+// model state shrinks as 1/N.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "comm/process_groups.h"
+#include "shard/memory_plan.h"
+#include "tests/model/full_weights.h"
+#include "tests/shard/engine_harness.h"
+
+namespace fsdp {
+namespace {
+
+using testing::EngineRun;
+
+int index_of(const std::vector<std::string>& trace, const std::string& event, int from = 0) {
+  auto it = std::find(trace.begin() + from, trace.end(), event);
+  return it == trace.end() ? -1 : int(it - trace.begin());
+}
+
+TEST(FsdpSchedule, PrefetchIsIssuedBeforeTheCurrentUnitComputes) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  EngineOptions eo;
+  eo.record_trace = true;
+  EngineRun run(testing::engine_test_config(), *g.shard, nullptr, g.world->rank(), g.world->size(),
+                1, 8, 1, eo);
+  run.step(0, *g.world);
+  const auto& tr = run.engine.trace();
+  const int U = run.engine.num_units();
+  const int bwd_start = index_of(tr, "backward " + std::to_string(U - 1));
+  ASSERT_GT(bwd_start, 0);
+  for (int u = 0; u + 1 < U; ++u) {
+    // Forward: unit u+1's all-gather is in flight while u computes.
+    const int gather_next = index_of(tr, "gather " + std::to_string(u + 1));
+    const int compute = index_of(tr, "forward " + std::to_string(u));
+    ASSERT_GE(gather_next, 0);
+    EXPECT_LT(gather_next, compute) << "forward of unit " << u;
+  }
+  for (int u = U - 2; u >= 1; --u) {
+    // Backward: blocks were resharded after forward, so u-1 is re-gathered
+    // while u computes (unit 0 stays gathered for the tied head).
+    const int compute = index_of(tr, "backward " + std::to_string(u), bwd_start);
+    const int gather_prev = index_of(tr, "gather " + std::to_string(u - 1), bwd_start);
+    if (u - 1 == 0) continue;
+    ASSERT_GE(gather_prev, 0) << "unit " << u - 1 << " was not re-gathered";
+    EXPECT_LT(gather_prev, compute) << "backward of unit " << u;
+    // And its gradients leave (reduce-scatter) right after it computes.
+    EXPECT_EQ(tr[size_t(compute) + 1], "reduce " + std::to_string(u));
+  }
+}
+
+// Gradient shards after one micro-batch equal the gradient of an unsharded
+// model over the same global batch: this checks the engine's own arithmetic
+// (padding, reduce-scatter, accumulation, averaging), which the rank-count
+// equivalence tests cannot see because both sides use the engine.
+TEST(FsdpSchedule, GradientShardsEqualTheUnshardedGradient) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig cfg = testing::engine_test_config();
+  const int B = 2, T = 8, accum = 2, world = g.world->size(), rank = g.world->rank();
+  EngineRun run(cfg, *g.shard, nullptr, rank, world, B, T, accum);
+  const double G = double(B) * accum * world;
+
+  std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+  auto fill = [&](int64_t first_seq, int rows) {
+    for (int b = 0; b < rows; ++b)
+      for (int t = 0; t < T; ++t) {
+        in[size_t(b) * T + t] = testing::synthetic_token(0, first_seq + b, t, cfg.vocab_size);
+        tgt[size_t(b) * T + t] = testing::synthetic_token(0, first_seq + b, t + 1, cfg.vocab_size);
+      }
+  };
+  for (int m = 0; m < accum; ++m) {
+    fill((int64_t(m) * world + rank) * B, B);
+    run.model.set_batch(in.data(), tgt.data(), float(1.0 / (G * T)));
+    run.engine.forward_backward();
+  }
+
+  // The unsharded reference sees every sequence of the global batch.
+  CpuOps ops;
+  Transformer ref(cfg, ops, B, T);
+  testing::FullWeights w(ref.units(), EngineOptions{}.seed);
+  for (int64_t first = 0; first < int64_t(G); first += B) {
+    fill(first, B);
+    ref.set_batch(in.data(), tgt.data(), float(1.0 / (G * T)));
+    for (int u = 0; u < ref.num_units(); ++u) ref.forward(u, w, true);
+    for (int u = ref.num_units() - 1; u >= 0; --u) ref.backward(u, w);
+  }
+  for (int u = 0; u < run.engine.num_units(); ++u) {
+    const UnitLayout& l = run.engine.layout(u);
+    const float* shard = run.engine.grad_shard(u).f32();
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < l.shard; ++i) {
+      const int64_t flat = int64_t(rank) * l.shard + i;
+      const double want = flat < l.numel ? w.unit_grads(u)[size_t(flat)] : 0.0;  // padding: 0
+      num += (shard[i] - want) * (shard[i] - want);
+      den += want * want;
+    }
+    EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), 1e-5) << "unit " << u;
+  }
+}
+
+TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
+  const ModelConfig c = model_preset("gpt-350m");
+  const MemoryPlan one = plan_memory(c, 1, DType::bf16, true, 8, 1024);
+  // fp32 master + grads + two moments = 16 bytes per parameter, plus the bf16
+  // copy that the all-gather sends: 18 bytes per parameter on one rank.
+  EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
+  for (int n : {2, 4, 8, 32}) {
+    const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
+    const double ratio = double(p.persistent()) / double(one.persistent());
+    EXPECT_NEAR(ratio * n, 1.0, 1e-3) << n << " ranks";
+    // Buffers hold full units, so they do not shrink (padding to N equal
+    // shards adds at most a few alignment blocks); they stay four units' worth.
+    EXPECT_LE(p.gather_buffers, one.gather_buffers + 4 * n * kShardAlign * 2);
+    EXPECT_GE(p.gather_buffers, one.gather_buffers);
+    EXPECT_EQ(p.activations, one.activations);
+  }
+  // Keeping weights after forward costs every unit's buffer.
+  const MemoryPlan keep = plan_memory(c, 32, DType::bf16, false, 8, 1024);
+  EXPECT_GT(keep.gather_buffers, 3 * plan_memory(c, 32, DType::bf16, true, 8, 1024).gather_buffers);
+}
+
+TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig cfg = model_preset("tiny");
+  EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1);
+  const MemoryPlan p = plan_memory(cfg, g.shard->size(), DType::f32, true, 2, 16);
+  EXPECT_EQ(run.engine.persistent_bytes(), p.persistent());
+  EXPECT_EQ(run.engine.buffer_bytes(), p.buffers());
+  EXPECT_EQ(run.model.activation_bytes(), p.activations);
+  const double per_param = double(run.engine.persistent_bytes()) / cfg.num_params();
+  // 16 bytes per parameter split N ways, plus at most one alignment block per unit.
+  const int n = g.shard->size();
+  EXPECT_GE(per_param, 16.0 / n);
+  EXPECT_LE(per_param, 16.0 / n * 1.05 + 16.0 * kShardAlign * (cfg.n_layer + 2) / cfg.num_params());
+}
+
+}  // namespace
+}  // namespace fsdp
