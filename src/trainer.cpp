@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "src/backend.h"
+#include "shard/memory_plan.h"
 #include "src/lr_schedule.h"
 
 namespace fsdp {
@@ -73,21 +74,25 @@ Trainer::~Trainer() = default;
 
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
+  const int n = groups_.shard->size();
+  const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
+                                   o_.batch_size, o_.seq_len);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
-              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
-  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, device %s, %s\n", world_.size,
-              world_.num_nodes, groups_.shard->size(), ops_->name(), o_.precision.c_str());
-  std::printf(
-      "fsdptrain: per-rank memory: model state %.1f MiB (fp32 params, grads, AdamW "
-      "moments, 1/%d each), gather/grad buffers %.1f MiB, activations %.1f MiB\n",
-      mib(engine_->persistent_bytes()), groups_.shard->size(), mib(engine_->buffer_bytes()),
-      mib(model_->activation_bytes()));
-  std::printf(
-      "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
-      "(%lld tokens, %lld windows per epoch)\n",
-      (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
-      train_data_.source().file.c_str(), (long long)train_data_.size(),
-      (long long)loader_->sampler().windows_per_epoch());
+              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head,
+              m.n_kv_head);
+  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s\n",
+              world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
+              o_.precision.c_str());
+  std::printf("fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
+              "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "
+              "activations %.1f | total %.1f\n",
+              mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n,
+              mib(p.gather_buffers), mib(p.grad_buffers), mib(p.activations), mib(p.total()));
+  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
+              "(%lld tokens, %lld windows per epoch)\n",
+              (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+              train_data_.source().file.c_str(), (long long)train_data_.size(),
+              (long long)loader_->sampler().windows_per_epoch());
   std::fflush(stdout);
 }
 
@@ -136,6 +141,9 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
     ++steps_timed_;
   }
   const double avg = steps_timed_ ? step_seconds_total_ / steps_timed_ : seconds;
+  // The highest per-rank peak: the number that decides whether a run fits.
+  float peak = float(peak_rss_bytes());
+  groups_.world->all_reduce(&peak, 1, DType::f32, ReduceOp::max)->wait();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   metrics_.write({{"step", std::to_string(step + 1)},
@@ -144,7 +152,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"grad_norm", json_number(norm)},
                   {"tokens_per_s", json_number(tok_s)},
                   {"mfu", "null"},  // no peak is defined for the CPU reference
-                  {"peak_rss_bytes", std::to_string(peak_rss_bytes())},
+                  {"peak_rss_bytes_max_rank", json_number(peak)},
                   {"elapsed_s", json_number(elapsed)}});
   if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {
     std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
