@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "comm/process_groups.h"
@@ -111,6 +112,11 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
   for (int n : {2, 4, 8, 32}) {
     const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
+    std::printf("[ plan ] gpt-350m, %2d ranks, bf16, B=8 T=1024 (MiB): params %.1f grads %.1f "
+                "adamw %.1f send %.1f | gather %.1f grad-buffers %.1f | activations %.1f\n",
+                n, p.master / 1048576.0, p.grads / 1048576.0, p.moments / 1048576.0,
+                p.send_copy / 1048576.0, p.gather_buffers / 1048576.0,
+                p.grad_buffers / 1048576.0, p.activations / 1048576.0);
     const double ratio = double(p.persistent()) / double(one.persistent());
     EXPECT_NEAR(ratio * n, 1.0, 1e-3) << n << " ranks";
     // Buffers hold full units, so they do not shrink (padding to N equal
