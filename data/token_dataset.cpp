@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/hdf5_lock.h"
 #include "data/h5_id.h"
 
 namespace fsdp {
@@ -239,21 +240,33 @@ void read_slab(hid_t dset, hid_t mem_type, int64_t offset, int64_t count, void* 
                 " failed; the file may be truncated or corrupt");
 }
 
-// Checks every token once at open, in bounded chunks, so a bad id fails here
-// with its offset instead of as a wild embedding lookup later.
-template <typename T>
-void scan_tokens(hid_t dset, hid_t mem_type, int64_t size, int vocab_size, const Where& w) {
-  std::vector<T> buf(static_cast<size_t>(std::min(size, kScanChunkTokens)));
-  for (int64_t offset = 0; offset < size; offset += kScanChunkTokens) {
-    const int64_t count = std::min(kScanChunkTokens, size - offset);
-    read_slab(dset, mem_type, offset, count, buf.data(), w);
-    const auto end = buf.begin() + count;
-    const auto bad =
-        std::find_if(buf.begin(), end, [&](T t) { return static_cast<int64_t>(t) >= vocab_size; });
-    if (bad != end)
-      throw_error(w.flag, ": token ", static_cast<int64_t>(*bad), " at offset ",
-                  offset + (bad - buf.begin()), " of ", w.in(), " is >= vocab_size ", vocab_size,
-                  "; the file does not match its vocab_size attribute");
+[[noreturn]] void throw_bad_token(int64_t token, int64_t offset, int vocab_size, const Where& w) {
+  throw_error(w.flag, ": token ", token, " at offset ", offset, " of ", w.in(),
+              " is >= vocab_size ", vocab_size,
+              "; the file does not match its vocab_size attribute");
+}
+
+// Reads [offset, offset + count) as stored (16 or 32 bits) and widens to int32
+// in place, checking each value: HDF5's own uint16 -> int32 conversion goes
+// through its type-conversion buffers and is slower than the read.
+void read_checked(hid_t dset, int bytes_per_token, int vocab_size, int64_t offset, int64_t count,
+                  int32_t* out, const Where& w) {
+  if (bytes_per_token == 2) {
+    // The 16-bit values land in the upper half of `out`; widening front to
+    // back only overwrites values already consumed.
+    auto* narrow = reinterpret_cast<uint16_t*>(out) + count;
+    read_slab(dset, H5T_NATIVE_UINT16, offset, count, narrow, w);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t t = narrow[i];
+      if (t >= vocab_size) throw_bad_token(t, offset + i, vocab_size, w);
+      out[i] = t;
+    }
+  } else {
+    auto* wide = reinterpret_cast<uint32_t*>(out);
+    read_slab(dset, H5T_NATIVE_UINT32, offset, count, wide, w);
+    for (int64_t i = 0; i < count; ++i)
+      if (wide[i] >= static_cast<uint32_t>(vocab_size))
+        throw_bad_token(wide[i], offset + i, vocab_size, w);
   }
 }
 
@@ -272,7 +285,9 @@ DataSource DataSource::parse(const std::string& spec, const std::string& flag) {
   return src;
 }
 
-TokenDataset TokenDataset::open(const DataSource& source, const std::string& flag) {
+TokenDataset TokenDataset::open(const DataSource& source, const std::string& flag, TokenScan scan) {
+  // Declared before every H5Id so it is released after their closes.
+  Hdf5Lock lock;
   // Our one line replaces HDF5's multi-line error stack on stderr.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   TokenDataset ds;
@@ -301,13 +316,9 @@ TokenDataset TokenDataset::open(const DataSource& source, const std::string& fla
   }
   ds.tokenizer_ = read_string_attr(dset.get(), file.get(), "tokenizer", w);
 
-  if (ds.bytes_per_token_ == 2)
-    scan_tokens<uint16_t>(dset.get(), H5T_NATIVE_UINT16, ds.size_, ds.vocab_size_, w);
-  else
-    scan_tokens<uint32_t>(dset.get(), H5T_NATIVE_UINT32, ds.size_, ds.vocab_size_, w);
-
   ds.dataset_id_ = dset.release();
   ds.file_id_ = file.release();
+  if (scan == TokenScan::all) ds.check_tokens(0, ds.size_);
   return ds;
 }
 
@@ -336,6 +347,8 @@ TokenDataset::~TokenDataset() {
 }
 
 void TokenDataset::close() noexcept {
+  if (dataset_id_ < 0 && file_id_ < 0) return;
+  Hdf5Lock lock;
   if (dataset_id_ >= 0) H5Dclose(dataset_id_);
   if (file_id_ >= 0) H5Fclose(file_id_);
   dataset_id_ = file_id_ = -1;
@@ -346,9 +359,18 @@ void TokenDataset::read(int64_t offset, int64_t count, int32_t* out) const {
   FSDP_CHECK(offset >= 0 && count >= 0 && offset + count <= size_, "tokens [", offset, ", ",
              offset + count, ") outside [0, ", size_, ")");
   if (count == 0) return;
-  // HDF5 widens uint16/uint32 to int32 during the read; the open-time scan
-  // guarantees every value fits.
-  read_slab(dataset_id_, H5T_NATIVE_INT32, offset, count, out, Where{source_, flag_});
+  Hdf5Lock lock;
+  read_checked(dataset_id_, bytes_per_token_, vocab_size_, offset, count, out,
+               Where{source_, flag_});
+}
+
+void TokenDataset::check_tokens(int64_t begin, int64_t end) const {
+  FSDP_CHECK(dataset_id_ >= 0, "scan of a closed TokenDataset");
+  FSDP_CHECK(begin >= 0 && begin <= end && end <= size_, "tokens [", begin, ", ", end,
+             ") outside [0, ", size_, ")");
+  std::vector<int32_t> buf(static_cast<size_t>(std::min(end - begin, kScanChunkTokens)));
+  for (int64_t offset = begin; offset < end; offset += kScanChunkTokens)
+    read(offset, std::min(kScanChunkTokens, end - offset), buf.data());
 }
 
 void TokenDataset::require_min_tokens(int64_t n, const std::string& why) const {

@@ -1,8 +1,10 @@
-// A token stream stored in HDF5 (DESIGN.md, "Token dataset"): a 1-D uint16 or
+// One token file stored in HDF5 (DESIGN.md, "Token dataset"): a 1-D uint16 or
 // uint32 dataset with a `vocab_size` attribute, optionally `eos_id` and
-// `tokenizer`. Opening validates everything, including every token against
+// `tokenizer`. Opening validates everything, including (unless the caller
+// splits that scan, as TokenStream does across ranks) every token against
 // vocab_size, so a bad file fails before any GPU work starts with one line
-// that names the flag, file, dataset and what to do.
+// that names the flag, file, dataset and what to do. Several files form one
+// stream through data/token_stream.h.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +25,19 @@ struct DataSource {
   std::string str() const { return file + ":" + dataset; }
 };
 
-// Move-only owner of an open file and dataset. HDF5 here is not thread-safe:
-// use one TokenDataset (and every TokenDataset) from one thread.
+// Whether open() checks every token against vocab_size.
+enum class TokenScan { all, none };
+
+// Move-only owner of an open file and dataset. Every HDF5 call holds
+// fsdp::Hdf5Lock (common/hdf5_lock.h), so TokenDatasets may be used from
+// several threads, one call at a time each.
 class TokenDataset {
  public:
   // Opens read-only and validates; throws fsdp::Error. `flag` (e.g.
   // "--train-data") starts every message so the user knows which option to fix.
-  static TokenDataset open(const DataSource& source, const std::string& flag);
+  // TokenScan::none leaves the token scan to check_tokens().
+  static TokenDataset open(const DataSource& source, const std::string& flag,
+                           TokenScan scan = TokenScan::all);
 
   TokenDataset(TokenDataset&& other) noexcept;
   TokenDataset& operator=(TokenDataset&& other) noexcept;
@@ -45,9 +53,15 @@ class TokenDataset {
   const std::string& flag() const { return flag_; }
   int bytes_per_token() const { return bytes_per_token_; }  // 2 or 4, as stored
 
-  // Reads tokens [offset, offset + count) into `out`. Every value is already
-  // known to be in [0, vocab_size), so int32 holds it.
+  // Reads tokens [offset, offset + count) into `out`. Values are checked
+  // against vocab_size again (a compare per token, nothing beside the I/O), so
+  // a file changed after the open-time scan still fails with the bad token's
+  // offset instead of becoming a wild embedding lookup.
   void read(int64_t offset, int64_t count, int32_t* out) const;
+
+  // Throws the bad-token error for the first token >= vocab_size in
+  // [begin, end), reading in bounded chunks.
+  void check_tokens(int64_t begin, int64_t end) const;
 
   // Throws "<flag>: <dataset> in '<file>' has N tokens, but <why> needs at
   // least n" when size() < n, e.g. n = seq_len + 1 for one training sequence.

@@ -13,10 +13,10 @@ namespace fsdp {
 
 namespace {
 
-TokenDataset open_checked(const std::string& spec, const char* flag, const Options& o) {
-  TokenDataset d = TokenDataset::open(DataSource::parse(spec, flag), flag);
+TokenStream open_checked(const std::string& spec, const char* flag, const Options& o) {
+  TokenStream d = TokenStream::open(spec, flag, MPI_COMM_WORLD);
   if (d.vocab_size() > o.model.vocab_size)
-    throw_error(flag, ": '", d.source().file, "' has vocab_size ", d.vocab_size(),
+    throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(),
                 " but the model has ", o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(),
                 " or a larger preset");
   d.require_min_tokens(int64_t(o.seq_len) + 1,
@@ -88,10 +88,10 @@ void Trainer::print_memory_plan() const {
               "activations %.1f | total %.1f\n",
               mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n,
               mib(p.gather_buffers), mib(p.grad_buffers), mib(p.activations), mib(p.total()));
-  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data '%s' "
+  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
               "(%lld tokens, %lld windows per epoch)\n",
               (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
-              train_data_.source().file.c_str(), (long long)train_data_.size(),
+              train_data_.describe().c_str(), (long long)train_data_.size(),
               (long long)loader_->sampler().windows_per_epoch());
   std::fflush(stdout);
 }
@@ -151,6 +151,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"lr", json_number(lr)},
                   {"grad_norm", json_number(norm)},
                   {"tokens_per_s", json_number(tok_s)},
+                  {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
                   {"mfu", "null"},  // no peak is defined for the CPU reference
                   {"peak_rss_bytes_max_rank", json_number(peak)},
                   {"elapsed_s", json_number(elapsed)}});

@@ -9,8 +9,8 @@
 
 #include "comm/process_groups.h"
 #include "comm/runtime.h"
-#include "data/sampler.h"
-#include "data/token_dataset.h"
+#include "data/batch_loader.h"
+#include "data/token_stream.h"
 #include "model/ops.h"
 #include "model/transformer.h"
 #include "shard/engine.h"
@@ -44,8 +44,8 @@ class Trainer {
   Options o_;
   WorldInfo world_;
   bool lead_;  // rank 0 prints and writes metrics
-  TokenDataset train_data_;
-  std::optional<TokenDataset> val_data_;
+  TokenStream train_data_;
+  std::optional<TokenStream> val_data_;
   std::unique_ptr<Ops> ops_;
   ProcessGroups groups_;
   std::unique_ptr<Transformer> model_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "common/hdf5_lock.h"
+
 namespace fsdp::test {
 
 namespace {
@@ -66,6 +68,8 @@ void write_string_attr(hid_t obj, const char* name, const std::string& value, bo
 }
 
 void write_token_file(const std::string& path, const TokenFile& spec) {
+  // A loader's reader thread may be reading another file meanwhile.
+  Hdf5Lock lock;
   const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   check(file >= 0, "H5Fcreate");
   std::vector<hsize_t> dims = spec.dims;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "data/batch_loader.h"
 #include "data/permutation.h"
 #include "data/sampler.h"
 #include "h5_test_file.h"
@@ -100,7 +101,7 @@ class LoaderTest : public ::testing::Test {
     f.type = H5T_STD_U32LE;
     f.vocab_size = 1 << 20;
     test::write_token_file(dir_.file("tokens.h5"), f);
-    data_.emplace(TokenDataset::open(DataSource{dir_.file("tokens.h5")}, "--train-data"));
+    data_.emplace(TokenStream::open(dir_.file("tokens.h5"), "--train-data"));
   }
 
   using Rows = std::vector<std::vector<int32_t>>;
@@ -148,7 +149,7 @@ class LoaderTest : public ::testing::Test {
   }
 
   test::TempDir dir_;
-  std::optional<TokenDataset> data_;
+  std::optional<TokenStream> data_;
 };
 
 TEST_F(LoaderTest, StepContentsDoNotDependOnTheSplit) {
