@@ -65,8 +65,11 @@ void describe(po::options_description& d, Options& o) {
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "print a line every N steps")
     ("metrics", po::value(&o.metrics), "write JSON-lines metrics to FILE")
     ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints")
-    ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "save every N steps")
-    ("resume", po::value(&o.resume), "auto | PATH: continue from a checkpoint");
+    ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "save every N steps (and at the end)")
+    ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "keep the newest K checkpoints (0: all)")
+    ("resume", po::value(&o.resume), "auto (newest valid in --checkpoint-dir, or start fresh) | PATH")
+    ("stop-at-step", po::value(&o.stop_at_step)->default_value(o.stop_at_step),
+     "end after step N with a checkpoint, as a preemption would; the LR schedule still follows --steps");
   // clang-format on
 }
 
@@ -109,6 +112,13 @@ void validate(const Options& o) {
   check(o.eval_batches >= 1, "--eval-batches", str(o.eval_batches), "must be at least 1");
   check(o.log_every >= 1, "--log-every", str(o.log_every), "must be at least 1");
   check(o.checkpoint_every >= 0, "--checkpoint-every", str(o.checkpoint_every), "must be >= 0");
+  check(o.keep_checkpoints >= 0, "--keep-checkpoints", str(o.keep_checkpoints), "must be >= 0");
+  check(o.stop_at_step >= 0 && o.stop_at_step <= o.steps, "--stop-at-step", str(o.stop_at_step),
+        "must be between 1 and --steps (0: off)");
+  if (o.checkpoint_dir.empty() && (o.checkpoint_every > 0 || o.resume == "auto" ||
+                                   o.stop_at_step > 0 || o.keep_checkpoints > 0))
+    throw_error("--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
+                "--checkpoint-dir DIR");
   if (o.train_data.empty())
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }

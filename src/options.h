@@ -39,7 +39,9 @@ struct Options {
 
   std::string checkpoint_dir;
   int checkpoint_every = 0;
-  std::string resume;
+  int keep_checkpoints = 0;  // 0: keep all
+  std::string resume;        // "", "auto" or a file
+  int stop_at_step = 0;      // 0: run to --steps
 };
 
 // Returns nullopt after printing --help. Throws fsdp::Error for a bad flag,
