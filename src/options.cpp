@@ -136,6 +136,50 @@ std::string options_help() {
   return os.str();
 }
 
+std::string options_to_ini(const Options& o) {
+  const ModelConfig& m = o.model;
+  std::ostringstream os;
+  auto kv = [&](const char* k, const auto& v) { os << k << " = " << v << "\n"; };
+  os.precision(9);
+  kv("model", m.name);
+  kv("vocab-size", m.vocab_size);
+  kv("n-layer", m.n_layer);
+  kv("d-model", m.d_model);
+  kv("n-head", m.n_head);
+  kv("n-kv-head", m.n_kv_head);
+  kv("d-ff", m.d_ff);
+  kv("max-seq-len", m.max_seq_len);
+  kv("rope-theta", m.rope_theta);
+  kv("norm-eps", m.norm_eps);
+  kv("init-std", m.init_std);
+  kv("tie-embeddings", m.tie_embeddings ? "true" : "false");
+  kv("train-data", o.train_data);
+  if (!o.val_data.empty()) kv("val-data", o.val_data);
+  kv("seq-len", o.seq_len);
+  kv("batch-size", o.batch_size);
+  kv("grad-accum", o.grad_accum);
+  kv("steps", o.steps);
+  kv("lr", o.lr);
+  kv("min-lr", o.min_lr);
+  kv("warmup-steps", o.warmup_steps);
+  kv("weight-decay", o.weight_decay);
+  kv("beta1", o.beta1);
+  kv("beta2", o.beta2);
+  kv("adam-eps", o.adam_eps);
+  kv("grad-clip", o.grad_clip);
+  kv("seed", o.seed);
+  kv("device", o.device);
+  kv("precision", o.precision);
+  kv("shard-group-size", o.shard_group_size);
+  kv("reshard-after-forward", o.reshard_after_forward ? "true" : "false");
+  kv("eval-every", o.eval_every);
+  kv("eval-batches", o.eval_batches);
+  kv("log-every", o.log_every);
+  kv("checkpoint-every", o.checkpoint_every);
+  kv("keep-checkpoints", o.keep_checkpoints);
+  return os.str();
+}
+
 std::optional<Options> parse_options(int argc, const char* const argv[]) {
   Options o;
   Parsed p;

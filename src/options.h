@@ -48,5 +48,7 @@ struct Options {
 // value or config file.
 std::optional<Options> parse_options(int argc, const char* const argv[]);
 std::string options_help();
+// The options as INI text that --config reads back (stored in checkpoints).
+std::string options_to_ini(const Options& o);
 
 }  // namespace fsdp

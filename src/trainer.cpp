@@ -6,8 +6,10 @@
 #include <cstdio>
 
 #include "src/backend.h"
+#include "src/checkpointing.h"
 #include "shard/memory_plan.h"
 #include "src/lr_schedule.h"
+#include "src/stop_signal.h"
 
 namespace fsdp {
 
@@ -43,10 +45,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
       train_data_(open_checked(o_.train_data, "--train-data", o_)),
       metrics_(lead_ ? o_.metrics : std::string()) {
   if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
-  if (!o_.checkpoint_dir.empty() || !o_.resume.empty() || o_.checkpoint_every > 0)
-    throw_error(
-        "--checkpoint-dir/--checkpoint-every/--resume: checkpoints are not "
-        "implemented yet; run without them");
+  refuse_to_overwrite(o_, MPI_COMM_WORLD);
   const std::string device = resolve_device(o_);
 
   // Everything the user can get wrong is checked above; now build.
@@ -64,6 +63,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   if (val_data_)
     val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size, world_.rank,
                                                 world_.size);
+  pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, MPI_COMM_WORLD, lead_);
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
@@ -163,9 +163,26 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
   }
 }
 
+// All ranks stop at the same step: the signal may reach them at different times.
+bool Trainer::stop_requested() {
+  float flag = stop_signal_name() ? 1.0f : 0.0f;
+  groups_.world->all_reduce(&flag, 1, DType::f32, ReduceOp::max)->wait();
+  return flag > 0;
+}
+
+void Trainer::save() {
+  const std::string path = save_run(o_, pos_, *engine_, *ops_, *loader_, MPI_COMM_WORLD);
+  metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
+  if (lead_) std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
+}
+
 TrainSummary Trainer::run() {
   TrainSummary summary;
   AdamWConfig adam{o_.beta1, o_.beta2, o_.adam_eps, o_.weight_decay, o_.grad_clip};
+  const int64_t tokens_per_step =
+      int64_t(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  const bool checkpoints = !o_.checkpoint_dir.empty();
+  install_stop_handlers();
   start_ = std::chrono::steady_clock::now();
   auto validate = [&](int steps_done) {
     if (!val_batches_) return;
@@ -175,20 +192,32 @@ TrainSummary Trainer::run() {
     if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
   };
 
-  if (o_.eval_every > 0) validate(0);
-  for (int step = 0; step < o_.steps; ++step) {
+  if (o_.eval_every > 0 && pos_.step == 0) validate(0);
+  for (int step = int(pos_.step); step < o_.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
     const double loss = train_step(step);
     const double norm = engine_->step(adam, lr);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    pos_.step = step + 1;
+    pos_.tokens_seen += tokens_per_step;
     summary.train_loss.push_back(loss);
     log_step(step, loss, lr, norm, dt);
     if (!std::isfinite(loss))
       throw_error("training diverged: loss is ", loss, " at step ", step + 1,
                   "; lower --lr or raise --warmup-steps");
+
     const bool last = step + 1 == o_.steps;
     if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);
+    const bool stop = (o_.stop_at_step > 0 && step + 1 == o_.stop_at_step) || stop_requested();
+    const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
+    if (checkpoints && (last || stop || periodic)) save();
+    if (stop && !last) {
+      if (lead_)
+        std::printf("fsdptrain: stopping after step %d (%s); continue with --resume auto\n",
+                    step + 1, stop_signal_name() ? stop_signal_name() : "--stop-at-step");
+      break;
+    }
   }
   return summary;
 }

@@ -14,6 +14,7 @@
 #include "model/ops.h"
 #include "model/transformer.h"
 #include "shard/engine.h"
+#include "src/checkpointing.h"
 #include "src/metrics.h"
 #include "src/options.h"
 
@@ -39,6 +40,8 @@ class Trainer {
   double evaluate();
   void log_step(int step, double loss, float lr, double norm, double seconds);
   void print_memory_plan() const;
+  bool stop_requested();
+  void save();
   std::pair<double, double> global_sum(double a, double b);
 
   Options o_;
@@ -54,6 +57,7 @@ class Trainer {
   std::unique_ptr<ValBatches> val_batches_;
   MetricsLog metrics_;
   std::vector<int32_t> inputs_, targets_;
+  RunPosition pos_;
   std::chrono::steady_clock::time_point start_;
   double step_seconds_total_ = 0;
   int steps_timed_ = 0;

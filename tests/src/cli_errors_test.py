@@ -57,7 +57,8 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--device", "tpu"], ["--device", "tpu"]),
     (base + ["--device", "cuda"], ["--device cuda"]),
     (base + ["--precision", "bf16"], ["--precision", "bf16"]),
-    (base + ["--checkpoint-dir", work], ["--checkpoint-dir"]),
+    (base + ["--resume", "/no/such/ckpt.h5", "--checkpoint-dir", work], ["/no/such/ckpt.h5"]),
+    (base + ["--stop-at-step", "1"], ["--checkpoint-dir"]),
     (base + ["--shard-group-size", "-2"], ["--shard-group-size"]),
 ]
 

@@ -1,0 +1,290 @@
+// Saving, loading and choosing checkpoints, collectively. Decisions that
+// depend on the file system (is the directory writable, is this file
+// damaged, which checkpoint is newest) are made once, on rank 0, and shared,
+// so every rank takes the same branch and throws the same error.
+#include "shard/checkpoint.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "comm/mpi_check.h"
+#include "common/error.h"
+#include "common/hdf5_lock.h"
+#include "shard/checkpoint_dir.h"
+#include "shard/checkpoint_h5.h"
+#include "shard/checkpoint_io.h"
+
+namespace fsdp {
+
+namespace {
+
+using namespace ckpt;
+namespace fs = std::filesystem;
+
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  check_mpi(MPI_Comm_rank(c, &r), "MPI_Comm_rank");
+  return r;
+}
+
+int size_of(MPI_Comm c) {
+  int n = 0;
+  check_mpi(MPI_Comm_size(c, &n), "MPI_Comm_size");
+  return n;
+}
+
+void bcast(std::string& s, int root, MPI_Comm c) {
+  int64_t n = int64_t(s.size());
+  check_mpi(MPI_Bcast(&n, 1, MPI_INT64_T, root, c), "MPI_Bcast");
+  s.resize(size_t(n));
+  if (n > 0) check_mpi(MPI_Bcast(s.data(), int(n), MPI_CHAR, root, c), "MPI_Bcast");
+}
+
+// Every rank throws the lowest failing rank's error, or none does. Also the
+// barrier between writing and renaming.
+void agree(MPI_Comm world, std::string error) {
+  const int size = size_of(world);
+  int first = error.empty() ? size : rank_of(world);
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world), "MPI_Allreduce");
+  if (first == size) return;
+  bcast(error, first, world);
+  throw Error(error);
+}
+
+// Runs f on rank 0 only and shares its fsdp::Error with every rank.
+template <typename F>
+void on_root(MPI_Comm world, F&& f) {
+  std::string error;
+  if (rank_of(world) == 0) try {
+      f();
+    } catch (const std::exception& e) {
+      // Any failure on rank 0 (std::filesystem too) must reach every rank,
+      // or they would wait for it in the next collective.
+      error = e.what();
+    }
+  agree(world, error);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Replicas hold identical shards, so of the ranks with the same shard rank
+// only the lowest world rank writes; the others select nothing.
+bool is_writer(const FsdpEngine& engine, MPI_Comm world) {
+  const int me = engine.shard_rank();
+  std::vector<int> all(size_t(size_of(world)));
+  check_mpi(MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, world), "MPI_Allgather");
+  for (int r = 0; r < rank_of(world); ++r)
+    if (all[size_t(r)] == me) return false;
+  return true;
+}
+
+int shard_group_size(const FsdpEngine& engine) {
+  const UnitLayout& l = engine.layout(0);
+  return int(l.padded / l.shard);
+}
+
+std::string damaged(const std::string& path, const std::string& reason) {
+  return "checkpoint '" + path + "' is damaged or truncated: " + reason;
+}
+
+// A damaged file's error says what to do instead; other errors (a model
+// mismatch) carry their own advice.
+std::string advise(const std::string& error) {
+  const bool is_damage = error.find("is damaged or truncated") != std::string::npos;
+  return is_damage ? error + "; use an earlier one or --resume PATH" : error;
+}
+
+// Single-process open for checks on rank 0. Empty H5 and *error set on failure.
+H5 open_serial(const std::string& path, std::string* error) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) {
+    *error = "checkpoint '" + path + "' does not exist or is not a file";
+    return H5();
+  }
+  H5 fapl = make_fapl(MPI_COMM_NULL, path);
+  // A truncated file fails here: HDF5 compares the stored end of file with
+  // the real one.
+  H5 file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (file.get() < 0) *error = damaged(path, h5_reason());
+  return file;
+}
+
+// Why `path` cannot be resumed from ("" if it can), checking the current
+// model's datasets too when `model` is given. Rank 0 only.
+std::string probe(const std::string& path, const ModelConfig* model) {
+  Hdf5Lock lock;
+  h5_quiet();
+  std::string error;
+  H5 file = open_serial(path, &error);
+  if (!error.empty()) return error;
+  try {
+    read_meta(file.get(), path);
+    if (model) error = check_datasets(file.get(), *model, path);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  return error;
+}
+
+H5 open_parallel(const std::string& path, MPI_Comm world) {
+  H5 fapl = make_fapl(world, path);
+  return h5_own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose, "opening", path);
+}
+
+// Test hook: FSDP_TEST_CHECKPOINT_PAUSE_S=N holds every rank for N seconds
+// with the .tmp file half written, so a test can kill -9 a rank right there.
+void pause_for_tests(const std::string& tmp, int rank) {
+  const char* s = std::getenv("FSDP_TEST_CHECKPOINT_PAUSE_S");
+  if (!s) return;
+  if (rank == 0)
+    std::fprintf(stderr, "checkpoint: pausing %s s while writing '%s'\n", s, tmp.c_str());
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
+                           const ModelConfig& model, FsdpEngine& engine, Ops& ops, MPI_Comm world,
+                           const CheckpointIoOptions& io, CheckpointIoStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string tmp = CheckpointDir::tmp_path(path);
+  on_root(world, [&] {
+    const fs::path parent = fs::path(path).parent_path();
+    CheckpointDir(parent.empty() ? "." : parent.string()).ensure_writable();
+  });
+  CheckpointMeta m = meta;
+  m.format_version = kCheckpointFormatVersion;
+  m.optimizer_steps = engine.optimizer_steps();
+  m.world_size = size_of(world);
+  m.shard_group_size = shard_group_size(engine);
+  m.model = model;
+  const Selection sel{is_writer(engine, world), io};
+  if (stats) *stats = {};
+
+  std::string error;
+  try {
+    Hdf5Lock lock;
+    h5_quiet();
+    H5 fapl = make_fapl(world, tmp);
+    // TRUNC: a .tmp left by a crashed save is simply overwritten.
+    H5 file = h5_own(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
+                     "creating", tmp);
+    write_meta(file.get(), m, tmp);
+    pause_for_tests(tmp, rank_of(world));
+    write_tensors(file.get(), model, engine, ops, sel, tmp, stats);
+    // Only flush reaches MPI_File_sync; close alone leaves data in caches.
+    h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush", tmp);
+    file.close(tmp);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(world, error);
+  on_root(world, [&] { CheckpointDir::publish(tmp, path); });
+  if (stats) stats->seconds = seconds_since(t0);
+}
+
+std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                            const ModelConfig& model, FsdpEngine& engine, Ops& ops, MPI_Comm world,
+                            const SaveOptions& options, CheckpointIoStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CheckpointDir d(dir);
+  const std::string path = d.path_for_step(meta.step);
+  write_checkpoint_file(path, meta, model, engine, ops, world, options.io, stats);
+  // Only now, with the new file and the pointer to it durable, may old ones go.
+  on_root(world, [&] {
+    d.set_latest(path);
+    d.prune(options.keep, options.protect);
+  });
+  if (stats) stats->seconds = seconds_since(t0);
+  return path;
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model,
+                               FsdpEngine& engine, Ops& ops, MPI_Comm world,
+                               const CheckpointIoOptions& io, CheckpointIoStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  on_root(world, [&] {
+    if (std::string error = probe(path, &model); !error.empty()) throw Error(advise(error));
+  });
+  if (stats) *stats = {};
+  CheckpointMeta meta;
+  std::string error;
+  try {
+    Hdf5Lock lock;
+    h5_quiet();
+    H5 file = open_parallel(path, world);
+    meta = read_meta(file.get(), path);
+    read_tensors(file.get(), model, engine, ops, Selection{true, io}, path, stats);
+    file.close(path);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(world, error);
+  engine.set_optimizer_steps(meta.optimizer_steps);
+  engine.refresh_send_buffers();
+  if (stats) stats->seconds = seconds_since(t0);
+  return meta;
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world) {
+  on_root(world, [&] {
+    if (std::string error = probe(path, nullptr); !error.empty()) throw Error(advise(error));
+  });
+  CheckpointMeta meta;
+  std::string error;
+  try {
+    Hdf5Lock lock;
+    h5_quiet();
+    H5 file = open_parallel(path, world);
+    meta = read_meta(file.get(), path);
+    file.close(path);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(world, error);
+  return meta;
+}
+
+ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world) {
+  ResumeChoice choice;
+  on_root(world, [&] {
+    if (resume != "auto") {
+      if (std::string error = probe(resume, nullptr); !error.empty()) throw Error(advise(error));
+      choice.path = resume;
+      return;
+    }
+    const CheckpointDir d(dir);
+    std::vector<std::string> candidates;
+    // `latest` first: after a resume from an older file it names this run's
+    // newest save, which a higher-numbered leftover must not shadow.
+    if (auto p = d.latest()) candidates.push_back(*p);
+    for (const auto& p : d.list())
+      if (std::error_code ec; candidates.empty() || !fs::equivalent(p, candidates.front(), ec))
+        candidates.push_back(p);
+    std::vector<std::string> skipped;
+    for (const auto& p : candidates) {
+      const std::string error = probe(p, nullptr);
+      if (error.empty()) {
+        choice.path = p;
+        break;
+      }
+      skipped.push_back(error);
+    }
+    if (choice.path.empty() && !skipped.empty())
+      throw_error("no loadable checkpoint in '", dir, "' (", skipped.front(),
+                  "); pass --resume PATH, or move them away to start fresh");
+    for (const auto& why : skipped) choice.warning += why + "; ";
+    if (!skipped.empty())
+      choice.warning += "resuming from the previous valid checkpoint '" + choice.path + "' instead";
+  });
+  bcast(choice.path, 0, world);
+  bcast(choice.warning, 0, world);
+  return choice;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,147 @@
+#include "shard/checkpoint_h5.h"
+
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace fsdp::ckpt {
+
+namespace {
+
+herr_t first_reason(unsigned n, const H5E_error2_t* e, void* out) {
+  // Walking upward, entry 0 is where HDF5 detected the problem; the others
+  // only say which API call it surfaced through.
+  if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+std::string where(const std::string& path) {
+  return "checkpoint '" + path + "': ";
+}
+
+}  // namespace
+
+void H5::close(const std::string& what) {
+  if (id_ < 0) return;
+  const herr_t rc = close_ ? close_(id_) : 0;
+  id_ = H5I_INVALID_HID;
+  h5_check(rc, "closing", what);
+}
+
+std::string h5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_reason, &reason);
+  return reason.empty() ? "unknown HDF5 error" : reason;
+}
+
+void h5_check(herr_t rc, const char* what, const std::string& path) {
+  if (rc < 0) throw_error(where(path), what, " failed: ", h5_reason());
+}
+
+H5 h5_own(hid_t id, H5::Close close, const char* what, const std::string& path) {
+  if (id < 0) throw_error(where(path), what, " failed: ", h5_reason());
+  return H5(id, close);
+}
+
+void h5_quiet() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+H5 make_fapl(MPI_Comm comm, const std::string& path) {
+  H5 fapl = h5_own(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", path);
+  // Lustre and NFS locks fail or hang; the rename protocol, not a lock, is
+  // what keeps readers off an unfinished file.
+  h5_check(H5Pset_file_locking(fapl.get(), false, true), "H5Pset_file_locking", path);
+  if (comm == MPI_COMM_NULL) return fapl;
+  h5_check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", path);
+  h5_check(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops", path);
+  h5_check(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write", path);
+  // Large tensors start on 1 MiB boundaries (file-system stripes); norm gains
+  // of a few KiB stay packed.
+  h5_check(H5Pset_alignment(fapl.get(), 64 * 1024, 1024 * 1024), "H5Pset_alignment", path);
+  return fapl;
+}
+
+H5 make_dxpl(const std::string& path) {
+  H5 dxpl = h5_own(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "H5Pcreate", path);
+  h5_check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio", path);
+  return dxpl;
+}
+
+namespace {
+
+void put(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* v,
+         const std::string& path) {
+  H5 space = h5_own(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path);
+  H5 attr = h5_own(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, "creating an attribute", path);
+  h5_check(H5Awrite(attr.get(), mem_type, v), "H5Awrite", path);
+  attr.close(path);
+}
+
+H5 open_attr(hid_t obj, const char* name, const std::string& path) {
+  const htri_t exists = H5Aexists(obj, name);
+  if (exists <= 0) throw_error(where(path), "attribute '", name, "' is missing");
+  return h5_own(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose, "H5Aopen", path);
+}
+
+}  // namespace
+
+void put_i64(hid_t obj, const char* name, int64_t v, const std::string& path) {
+  put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, path);
+}
+
+void put_f32(hid_t obj, const char* name, float v, const std::string& path) {
+  put(obj, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &v, path);
+}
+
+void put_str(hid_t obj, const char* name, const std::string& v, const std::string& path) {
+  // Attributes live in the object header, which holds at most 64 KiB.
+  if (v.size() > 60000)
+    throw_error(where(path), "attribute '", name, "' is ", v.size(),
+                " bytes; at most 60000 fit an HDF5 attribute");
+  H5 type = h5_own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path);
+  h5_check(H5Tset_size(type.get(), v.empty() ? 1 : v.size()), "H5Tset_size", path);
+  h5_check(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "H5Tset_strpad", path);
+  h5_check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", path);
+  const std::string padded = v.empty() ? std::string(1, '\0') : v;
+  put(obj, name, type.get(), type.get(), padded.data(), path);
+}
+
+int64_t get_i64(hid_t obj, const char* name, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
+  int64_t v = 0;
+  h5_check(H5Aread(attr.get(), H5T_NATIVE_INT64, &v), "H5Aread", path);
+  return v;
+}
+
+float get_f32(hid_t obj, const char* name, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
+  float v = 0;
+  h5_check(H5Aread(attr.get(), H5T_NATIVE_FLOAT, &v), "H5Aread", path);
+  return v;
+}
+
+std::string get_str(hid_t obj, const char* name, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
+  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0)
+    throw_error(where(path), "attribute '", name, "' is not a fixed-length string");
+  std::string v(H5Tget_size(type.get()), '\0');
+  h5_check(H5Aread(attr.get(), type.get(), v.data()), "H5Aread", path);
+  v.resize(v.find('\0') == std::string::npos ? v.size() : v.find('\0'));
+  return v;
+}
+
+bool f32_dims(hid_t dset, std::vector<hsize_t>* dims) {
+  H5 type(H5Dget_type(dset), H5Tclose);
+  if (type.get() < 0 || H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4)
+    return false;
+  H5 space(H5Dget_space(dset), H5Sclose);
+  const int rank = space.get() < 0 ? -1 : H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) return false;
+  dims->assign(size_t(rank), 0);
+  return H5Sget_simple_extent_dims(space.get(), dims->data(), nullptr) >= 0;
+}
+
+}  // namespace fsdp::ckpt

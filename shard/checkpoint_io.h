@@ -1,0 +1,37 @@
+// The contents of a checkpoint file, internal to shard/: metadata attributes,
+// the expected datasets of a model, and moving each rank's tensor slices.
+// Callers hold fsdp::Hdf5Lock.
+#pragma once
+
+#include <hdf5.h>
+
+#include <string>
+#include <vector>
+
+#include "shard/checkpoint.h"
+
+namespace fsdp::ckpt {
+
+// The three tensor groups, in the order they are written.
+constexpr const char* kGroups[] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+
+void write_meta(hid_t file, const CheckpointMeta& meta, const std::string& path);
+CheckpointMeta read_meta(hid_t file, const std::string& path);
+
+// Why `file` cannot be loaded into a model of `model`'s shape (a missing,
+// unexpected or differently shaped dataset), or "" when it can.
+std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path);
+
+struct Selection {
+  bool write = true;  // false: replicas that hold a copy take part, selecting nothing
+  CheckpointIoOptions io;
+};
+
+// Creates every dataset and writes this rank's slices (collective).
+void write_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
+                   const Selection& sel, const std::string& path, CheckpointIoStats* stats);
+// Reads this rank's slices of every dataset into the engine (collective).
+void read_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
+                  const Selection& sel, const std::string& path, CheckpointIoStats* stats);
+
+}  // namespace fsdp::ckpt

@@ -1,0 +1,74 @@
+#include "src/checkpointing.h"
+
+#include <array>
+#include <cstdio>
+
+#include "shard/checkpoint.h"
+#include "shard/checkpoint_dir.h"
+
+namespace fsdp {
+
+void refuse_to_overwrite(const Options& o, MPI_Comm world) {
+  if (o.checkpoint_dir.empty() || !o.resume.empty()) return;
+  int found = 0;
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  if (rank == 0) found = CheckpointDir(o.checkpoint_dir).list().empty() ? 0 : 1;
+  MPI_Bcast(&found, 1, MPI_INT, 0, world);
+  if (found)
+    throw_error("--checkpoint-dir '", o.checkpoint_dir,
+                "' already holds checkpoints; pass --resume auto to continue that run, or "
+                "choose another directory (nothing there is overwritten)");
+}
+
+RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader& loader,
+                            MPI_Comm world, bool lead) {
+  RunPosition pos;
+  if (o.resume.empty()) return pos;
+  const ResumeChoice choice = resolve_resume(o.resume, o.checkpoint_dir, world);
+  if (lead && !choice.warning.empty()) std::printf("fsdptrain: warning: %s\n", choice.warning.c_str());
+  if (choice.path.empty()) {
+    if (lead) std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
+                          o.checkpoint_dir.c_str());
+    return pos;
+  }
+  const CheckpointMeta meta = load_checkpoint(choice.path, o.model, engine, ops, world);
+  std::array<int64_t, 3> values{};
+  for (size_t i = 0; i < SamplerState::kNames.size(); ++i) {
+    bool have = false;
+    for (const auto& [name, v] : meta.sampler)
+      if (name == SamplerState::kNames[i]) values[i] = v, have = true;
+    if (!have)
+      throw_error("checkpoint '", choice.path, "' lacks sampler state '",
+                  SamplerState::kNames[i], "'; it cannot continue the data order");
+  }
+  loader.restore(SamplerState::from_array(values));
+  pos.step = meta.step;
+  pos.tokens_seen = meta.tokens_seen;
+  pos.resumed_from = choice.path;
+  if (pos.step >= o.steps)
+    throw_error("--resume: '", choice.path, "' is at step ", pos.step,
+                ", which already reaches --steps ", o.steps, "; raise --steps to train further");
+  if (lead)
+    std::printf("fsdptrain: resumed from '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
+                choice.path.c_str(), (long long)pos.step, meta.world_size, meta.shard_group_size);
+  return pos;
+}
+
+std::string save_run(const Options& o, const RunPosition& pos, FsdpEngine& engine, Ops& ops,
+                     const BatchLoader& loader, MPI_Comm world) {
+  CheckpointMeta meta;
+  meta.step = pos.step;
+  meta.tokens_seen = pos.tokens_seen;
+  meta.seed = o.seed;
+  meta.config_text = options_to_ini(o);
+  const auto values = loader.state().to_array();
+  for (size_t i = 0; i < values.size(); ++i)
+    meta.sampler.emplace_back(SamplerState::kNames[i], values[i]);
+  SaveOptions so;
+  so.keep = o.keep_checkpoints;
+  so.protect = pos.resumed_from;
+  return save_checkpoint(o.checkpoint_dir, meta, o.model, engine, ops, world, so);
+}
+
+}  // namespace fsdp

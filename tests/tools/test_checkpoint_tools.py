@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""CTest for tools/inspect_checkpoint.py and tools/export_hf.py.
+
+  test_checkpoint_tools.py FIXTURE_DIR TOOLS_DIR
+
+FIXTURE_DIR holds tied/ and untied/ checkpoint directories that the C++
+suite wrote (CheckpointFile.WritesToolFixture, run as a CTest fixture), so
+the tools are tested on the real format, not a Python imitation of it.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+from safetensors.numpy import load_file
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def run(tools, *args):
+    r = subprocess.run([sys.executable, os.path.join(tools, args[0])] + list(args[1:]),
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"{args} exited {r.returncode}: {r.stderr}")
+    return r.stdout
+
+
+def test_one(ckpt, tools, tied):
+    out = run(tools, "inspect_checkpoint.py", ckpt, "--stats", "--config")
+    for needle in ("step: 2", "tokens_seen: 2007", "format_version: 1", "model/embed.weight",
+                   "optim/exp_avg_sq/blocks.2.mlp.w2", "[40, 24]", "norm ", "consumed=16",
+                   "lr = 0.001", f"tie_embeddings={tied}"):
+        check(needle in out, f"inspect output of {ckpt} lacks '{needle}'")
+
+    with tempfile.TemporaryDirectory() as outdir:
+        run(tools, "export_hf.py", ckpt, outdir)
+        st = load_file(os.path.join(outdir, "model.safetensors"))
+        with open(os.path.join(outdir, "config.json")) as f:
+            cfg = json.load(f)
+    want_cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 61,
+                "hidden_size": 24, "intermediate_size": 40, "num_hidden_layers": 3,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 6,
+                "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                "tie_word_embeddings": tied, "hidden_act": "silu", "attention_bias": False,
+                "torch_dtype": "float32"}
+    for k, v in want_cfg.items():
+        check(cfg.get(k) == v, f"config.json {k} = {cfg.get(k)!r}, want {v!r}")
+
+    names = {"model.embed_tokens.weight": (61, 24), "model.norm.weight": (24,),
+             "lm_head.weight": (61, 24)}
+    for i in range(3):
+        p = f"model.layers.{i}."
+        names.update({p + "input_layernorm.weight": (24,), p + "post_attention_layernorm.weight": (24,),
+                      p + "self_attn.q_proj.weight": (24, 24), p + "self_attn.k_proj.weight": (12, 24),
+                      p + "self_attn.v_proj.weight": (12, 24), p + "self_attn.o_proj.weight": (24, 24),
+                      p + "self_attn.q_norm.weight": (6,), p + "self_attn.k_norm.weight": (6,),
+                      p + "mlp.gate_proj.weight": (40, 24), p + "mlp.up_proj.weight": (40, 24),
+                      p + "mlp.down_proj.weight": (24, 40)})
+    check(set(st) == set(names), f"exported names differ: {sorted(set(st) ^ set(names))}")
+    for k, shape in names.items():
+        if k in st:
+            check(st[k].shape == shape and st[k].dtype == np.float32, f"{k}: {st[k].shape} {st[k].dtype}")
+
+    # Round trip: exported tensors equal the checkpoint's, bit for bit.
+    with h5py.File(ckpt, "r") as f:
+        m = f["model"]
+        pairs = [("embed.weight", "model.embed_tokens.weight"), ("final_norm", "model.norm.weight"),
+                 ("blocks.1.attn.wk", "model.layers.1.self_attn.k_proj.weight"),
+                 ("blocks.2.mlp.w1", "model.layers.2.mlp.gate_proj.weight"),
+                 ("blocks.2.mlp.w2", "model.layers.2.mlp.down_proj.weight"),
+                 ("blocks.0.attn.q_norm", "model.layers.0.self_attn.q_norm.weight"),
+                 ("blocks.0.mlp_norm", "model.layers.0.post_attention_layernorm.weight"),
+                 ("embed.weight" if tied else "head.weight", "lm_head.weight")]
+        for ours, theirs in pairs:
+            check(np.array_equal(m[ours][()], st.get(theirs)), f"{theirs} != model/{ours}")
+        if not tied:
+            check(not np.array_equal(m["head.weight"][()], m["embed.weight"][()]),
+                  "untied head equals the embedding")
+
+
+def main():
+    fixture, tools = sys.argv[1], sys.argv[2]
+    for tied, sub in ((True, "tied"), (False, "untied")):
+        files = sorted(glob.glob(os.path.join(fixture, sub, "step_*.h5")))
+        check(len(files) == 1, f"expected one checkpoint in {fixture}/{sub}, found {files}")
+        if files:
+            test_one(files[-1], tools, tied)
+    r = subprocess.run([sys.executable, os.path.join(tools, "export_hf.py"), "/nonexistent.h5", "/tmp/x"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "/nonexistent.h5" in r.stderr, "missing checkpoint is not a clear error")
+    print("checkpoint tools: " + ("FAILED" if failures else "all checks passed"))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
