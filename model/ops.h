@@ -25,6 +25,9 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  // The device stream all ops run on (a cudaStream_t), so communication can be
+  // ordered against compute with events; nullptr for host backends.
+  virtual void* stream() { return nullptr; }
   // Element type of activations and gathered weights on this backend.
   virtual DType compute_dtype() const = 0;
 

@@ -8,11 +8,12 @@
 namespace fsdp {
 
 FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
-                       const EngineOptions& options)
+                       const EngineOptions& options, Communicator* shard_host)
     : model_(model),
       ops_(ops),
       shard_(shard),
       replicate_(replicate && replicate->size() > 1 ? replicate : nullptr),
+      shard_host_(shard_host ? *shard_host : shard),
       opt_(options),
       ct_(ops.compute_dtype()) {
   const auto& specs = model_.units();
@@ -98,6 +99,10 @@ void FsdpEngine::issue_gather(int unit) {
   FSDP_CHECK(s.weight_owner < 0, "slot of unit ", unit, " still holds unit ", s.weight_owner);
   s.weight_owner = unit;
   note("gather", unit);
+  // On a GPU, the slot's previous unit may still have kernels queued, and the
+  // send buffer was refreshed on the compute stream: the gather waits for both
+  // (for work queued so far, not for the unit about to compute).
+  shard_.wait_stream(ops_.stream());
   u.gather = shard_.all_gather(u.send.data, s.full.data, size_t(u.layout.shard), ct_);
 }
 
@@ -105,7 +110,7 @@ void FsdpEngine::wait_gather(int unit) {
   Unit& u = units_[unit];
   if (u.ready) return;
   issue_gather(unit);
-  u.gather->wait();
+  u.gather->wait_on(ops_.stream());  // compute waits on an event, not the host
   u.gather.reset();
   u.ready = true;
 }
@@ -145,6 +150,7 @@ void FsdpEngine::issue_reduce(int unit) {
   Unit& u = units_[unit];
   Slot& s = slots_[u.slot];
   note("reduce", unit);
+  shard_.wait_stream(ops_.stream());  // the gradients were just computed there
   s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), ct_,
                                    ReduceOp::sum);
   u.grad_active = false;
@@ -152,7 +158,7 @@ void FsdpEngine::issue_reduce(int unit) {
 
 void FsdpEngine::finish_reduce(Slot& s) {
   if (!s.reduce) return;
-  s.reduce->wait();
+  s.reduce->wait_on(ops_.stream());
   s.reduce.reset();
   Unit& u = units_[s.grad_owner];
   ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
@@ -204,18 +210,19 @@ void FsdpEngine::forward_backward() {
 
 double FsdpEngine::step(const AdamWConfig& c, float lr) {
   if (replicate_) {
+    replicate_->wait_stream(ops_.stream());
     std::vector<WorkHandle> work;
     for (auto& u : units_)
       work.push_back(
           replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum));
-    for (auto& w : work) w->wait();
+    for (auto& w : work) w->wait_on(ops_.stream());
   }
   // Every replica now holds the same gradient shards, so the norm needs only
   // the shard group's sum.
   double local = 0;
   for (auto& u : units_) local += ops_.sum_squares(u.grad);
   float total = float(local);
-  shard_.all_reduce(&total, 1, DType::f32, ReduceOp::sum)->wait();
+  shard_host_.all_reduce(&total, 1, DType::f32, ReduceOp::sum)->wait();
   const double norm = std::sqrt(double(total));
   const float scale =
       (c.grad_clip > 0 && norm > c.grad_clip) ? float(c.grad_clip / (norm + 1e-6)) : 1.0f;

@@ -32,9 +32,12 @@ struct AdamWConfig {
 class FsdpEngine final : public UnitAccess {
  public:
   // shard: the group the parameters are split over. replicate: the group of
-  // ranks holding the same shard (hybrid sharding), or nullptr.
+  // ranks holding the same shard (hybrid sharding), or nullptr. Both move
+  // buffers where ops computes (NCCL on a GPU). shard_host: the same ranks as
+  // shard on host memory, for the one scalar of the gradient norm; nullptr
+  // when shard itself works on host memory.
   FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
-             const EngineOptions& options);
+             const EngineOptions& options, Communicator* shard_host = nullptr);
   ~FsdpEngine() override;
 
   // One micro-batch (already given to the model with set_batch): forward and
@@ -97,6 +100,7 @@ class FsdpEngine final : public UnitAccess {
   Ops& ops_;
   Communicator& shard_;
   Communicator* replicate_;
+  Communicator& shard_host_;
   EngineOptions opt_;
   DType ct_;
   std::vector<Unit> units_;
