@@ -102,6 +102,20 @@ for sig, ranks in [(signal.SIGUSR1, 2), (signal.SIGTERM, 1)]:
         r = run(ranks, tag, tag + ".jsonl", steps=stopped + 2, extra=("--resume", "auto"))
         check(f"at step {stopped}" in r.stdout, f"{sig.name}: resumed at step {stopped}")
 
+# kill -9 in the middle of writing a checkpoint: the previous one still loads.
+run(1, "k", "k.jsonl", steps=10, extra=("--stop-at-step", "4"))
+env = dict(os.environ, FSDP_TEST_CHECKPOINT_PAUSE_S="60")
+p = subprocess.Popen(args(1, "k", "k.jsonl", steps=10, extra=("--resume", "auto", "--checkpoint-every", "2")),
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+deadline = time.time() + 120
+while time.time() < deadline and not any(n.endswith(".tmp") for n in os.listdir(os.path.join(work, "k"))):
+    time.sleep(0.1)
+time.sleep(0.5)
+p.kill()
+p.communicate()
+r = run(1, "k", "k2.jsonl", steps=10, extra=("--resume", "auto"))
+check("at step 4" in r.stdout, "kill -9 while writing step 6: --resume auto continues from step 4")
+
 # A damaged newest checkpoint: auto falls back, an explicit path fails clearly.
 newest = os.path.join(work, "b", "step_00000010.h5")
 os.truncate(newest, os.path.getsize(newest) // 3)
