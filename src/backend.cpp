@@ -2,26 +2,58 @@
 
 #include "common/error.h"
 #include "model/cpu/cpu_ops.h"
+#ifdef FSDP_HAVE_CUDA_OPS
+#include "comm/device.h"
+#include "model/cuda/cuda_ops.h"
+#endif
 
 namespace fsdp {
 
+namespace {
+int visible_gpus() {
+#ifdef FSDP_HAVE_CUDA_OPS
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
 std::string resolve_device(const Options& o) {
-  // The CUDA backend (model/cuda) is not wired in yet, so auto means cpu; say
-  // so rather than fail, and refuse an explicit request.
-  if (o.device == "cuda")
-    throw_error(
-        "--device cuda: the CUDA backend is not available in this build yet; "
-        "use --device cpu");
-  if (o.precision != "fp32")
+  const std::string d = o.device != "auto" ? o.device : visible_gpus() > 0 ? "cuda" : "cpu";
+  if (d == "cuda") {
+#ifndef FSDP_HAVE_CUDA_OPS
+    throw_error("--device cuda: this fsdptrain was built without CUDA (FSDP_CUDA=OFF or no nvcc); "
+                "rebuild with the CUDA toolkit, or use --device cpu");
+#endif
+    if (visible_gpus() == 0)
+      throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");
+    if (o.precision == "fp32")
+      throw_error("--precision fp32 runs on the CPU reference only; on --device cuda use bf16");
+    if (o.precision == "fp8")
+      throw_error("--precision fp8 is not implemented yet; use --precision bf16");
+    return d;
+  }
+  if (o.precision != "fp32" && o.precision != "auto")
     throw_error("--precision ", o.precision,
                 ": the CPU reference computes in fp32 only; use --precision fp32");
-  if (o.debug) throw_error("--debug: the single-GPU debug mode needs the CUDA backend");
-  return "cpu";
+  if (o.debug) throw_error("--debug is the single-GPU debug mode; it needs --device cuda");
+  return d;
 }
 
-std::unique_ptr<Ops> make_ops(const std::string& device, const Options&) {
-  FSDP_CHECK(device == "cpu");
-  return std::make_unique<CpuOps>();
+std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const WorldInfo& world) {
+  if (device == "cpu") return std::make_unique<CpuOps>();
+#ifdef FSDP_HAVE_CUDA_OPS
+  CudaOpsOptions co;
+  co.device = select_device(world);
+  co.deterministic = o.debug;
+  co.sync_each_op = o.debug;
+  return std::make_unique<CudaOps>(co);
+#else
+  (void)o;
+  (void)world;
+  throw_error("--device ", device, ": not available in this build");
+#endif
 }
 
 }  // namespace fsdp

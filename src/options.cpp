@@ -54,7 +54,7 @@ void describe(po::options_description& d, Options& o) {
     ("grad-clip", po::value(&o.grad_clip)->default_value(o.grad_clip), "clip the global gradient norm (0: off)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation and data order")
     ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda")
-    ("precision", po::value(&o.precision)->default_value(o.precision), "fp32 | bf16 | fp8")
+    ("precision", po::value(&o.precision)->default_value(o.precision), "auto (fp32 on cpu, bf16 on cuda) | fp32 | bf16 | fp8")
     ("debug", po::bool_switch(&o.debug), "single-GPU debug mode: extra checks, deterministic")
     ("shard-group-size", po::value(&o.shard_group_size)->default_value(o.shard_group_size),
      "shard within groups of K ranks, replicate across groups (0: all ranks)")
@@ -105,8 +105,9 @@ void validate(const Options& o) {
   check(o.grad_clip >= 0, "--grad-clip", str(o.grad_clip), "must be >= 0 (0 turns clipping off)");
   check(o.device == "auto" || o.device == "cpu" || o.device == "cuda", "--device", o.device,
         "choose auto, cpu or cuda");
-  check(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp8", "--precision",
-        o.precision, "choose fp32, bf16 or fp8");
+  check(o.precision == "auto" || o.precision == "fp32" || o.precision == "bf16" ||
+            o.precision == "fp8",
+        "--precision", o.precision, "choose auto, fp32, bf16 or fp8");
   check(o.shard_group_size >= 0, "--shard-group-size", str(o.shard_group_size), "must be >= 0");
   check(o.eval_every >= 0, "--eval-every", str(o.eval_every), "must be >= 0");
   check(o.eval_batches >= 1, "--eval-batches", str(o.eval_batches), "must be at least 1");

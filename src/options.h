@@ -27,7 +27,7 @@ struct Options {
   uint64_t seed = 1337;
 
   std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "fp32";  // fp32 | bf16 | fp8
+  std::string precision = "auto";  // auto (fp32 on cpu, bf16 on cuda) | fp32 | bf16 | fp8
   bool debug = false;
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;

@@ -49,14 +49,24 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   const std::string device = resolve_device(o_);
 
   // Everything the user can get wrong is checked above; now build.
-  ops_ = make_ops(device, o_);
+  ops_ = make_ops(device, o_, world_);
   groups_ = make_process_groups(Backend::mpi, o_.shard_group_size);
+  // On a GPU the engine's collectives run over NCCL on device buffers; the
+  // host groups above still carry the scalars (losses, norms, flags).
+  ProcessGroups* engine_groups = &groups_;
+  if (device == "cuda") {
+    device_groups_ = make_process_groups(Backend::nccl, o_.shard_group_size);
+    engine_groups = &*device_groups_;
+    if (lead_)
+      std::printf("fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
+                  "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
+  }
   model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len);
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
-  engine_ =
-      std::make_unique<FsdpEngine>(*model_, *ops_, *groups_.shard, groups_.replicate.get(), eo);
+  engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups->shard,
+                                         engine_groups->replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
   loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
                                           world_.rank, world_.size, o_.seed);
@@ -82,7 +92,7 @@ void Trainer::print_memory_plan() const {
               m.n_kv_head);
   std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s\n",
               world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
-              o_.precision.c_str());
+              dtype_name(ops_->compute_dtype()));
   std::printf("fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
               "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "
               "activations %.1f | total %.1f\n",

@@ -50,7 +50,8 @@ class Trainer {
   TokenStream train_data_;
   std::optional<TokenStream> val_data_;
   std::unique_ptr<Ops> ops_;
-  ProcessGroups groups_;
+  ProcessGroups groups_;                        // MPI, host memory
+  std::optional<ProcessGroups> device_groups_;  // NCCL, when computing on a GPU
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<FsdpEngine> engine_;
   std::unique_ptr<BatchLoader> loader_;

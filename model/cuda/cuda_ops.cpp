@@ -1,0 +1,431 @@
+#include "model/cuda/cuda_ops.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "comm/cuda_check.h"
+#include "model/cuda/attention.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/kernels.h"
+
+namespace fsdp {
+namespace {
+
+using cuda::bf16;
+
+// As in the CPU backend, every op checks element types and that each buffer
+// holds what the sizes imply (larger buffers are fine: callers reuse
+// workspaces sized for the largest batch).
+void need(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(n >= 0 && t.numel >= n, what, " has ", t.numel, " elements, the op needs ", n);
+}
+bf16* bf(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::bf16, what, " is ", dtype_name(t.dtype),
+             ", the cuda backend wants bf16");
+  need(t, n, what);
+  return static_cast<bf16*>(t.data);
+}
+float* f32(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::f32, what, " is ", dtype_name(t.dtype), ", expected f32");
+  need(t, n, what);
+  return static_cast<float*>(t.data);
+}
+const int32_t* i32(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::i32, what, " is ", dtype_name(t.dtype), ", expected i32");
+  need(t, n, what);
+  return static_cast<const int32_t*>(t.data);
+}
+// Weight gradients may be bf16 (the engine's gathered gradient buffers) or f32.
+void* grad(Tensor t, int64_t n, const char* what, bool& is_bf16) {
+  FSDP_CHECK(t.dtype != DType::i32, what, " is i32");
+  need(t, n, what);
+  is_bf16 = t.dtype == DType::bf16;
+  return t.data;
+}
+
+}  // namespace
+
+struct CudaOps::Impl final : cuda::Scratch {
+  CudaOpsOptions opt;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cuda::DeviceInfo dev;
+  std::unique_ptr<cuda::Gemm> gemm;
+  std::unique_ptr<cuda::Attention> attention;
+  int* err = nullptr;          // device error word (kernels.h ErrorCode)
+  double* ss = nullptr;        // device result of sum_squares
+  void* host_words = nullptr;  // pinned: error word and sum_squares result
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  std::map<std::tuple<int, int, float>, float*> rope_tables;  // (T, head_dim, theta)
+  int64_t live = 0, peak = 0;
+
+  void* get(size_t bytes) override {
+    if (bytes > scratch_bytes) {
+      // Stream-ordered, so work still reading the old region finishes first.
+      if (scratch) FSDP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+      scratch = nullptr;
+      const size_t grown = std::max(bytes, scratch_bytes + scratch_bytes / 2);
+      FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, grown, stream));
+      scratch_bytes = grown;
+    }
+    return scratch;
+  }
+
+  const float* rope_table(int T, int head_dim, float theta) {
+    const auto key = std::make_tuple(T, head_dim, theta);
+    auto it = rope_tables.find(key);
+    if (it != rope_tables.end()) return it->second;
+    // Built in double with the CPU reference's formula, then rounded once.
+    const int half = head_dim / 2;
+    std::vector<float> host(size_t(2) * T * half);
+    for (int i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(double(theta), -2.0 * i / head_dim);
+      for (int t = 0; t < T; ++t) {
+        host[size_t(t) * half + i] = float(std::cos(t * inv_freq));
+        host[size_t(T) * half + size_t(t) * half + i] = float(std::sin(t * inv_freq));
+      }
+    }
+    float* d = nullptr;
+    FSDP_CUDA_CHECK(cudaMallocAsync(&d, host.size() * sizeof(float), stream));
+    // A pageable source is staged before cudaMemcpyAsync returns, so `host`
+    // may go out of scope.
+    FSDP_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+    rope_tables.emplace(key, d);
+    return d;
+  }
+
+  // Waits for the stream, then turns a kernel-reported error into an Error.
+  void sync(const char* what) {
+    auto* word = static_cast<int*>(host_words);
+    FSDP_CUDA_CHECK(cudaMemcpyAsync(word, err, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) throw_error("cuda backend: ", what, " failed: ", cudaGetErrorString(e));
+    if (*word != cuda::kNoError) {
+      const int code = *word;
+      FSDP_CUDA_CHECK(cudaMemsetAsync(err, 0, sizeof(int), stream));
+      if (code == cuda::kTokenOutOfRange)
+        throw_error("cuda backend: a token id is outside the vocabulary (noticed at ", what, ")");
+      throw_error("cuda backend: a target id is outside the vocabulary (noticed at ", what, ")");
+    }
+  }
+};
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.opt = options;
+  if (options.device >= 0) FSDP_CUDA_CHECK(cudaSetDevice(options.device));
+  FSDP_CUDA_CHECK(cudaGetDevice(&m.device));
+  FSDP_CUDA_CHECK(
+      cudaDeviceGetAttribute(&m.dev.sm_count, cudaDevAttrMultiProcessorCount, m.device));
+  FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  // Keep freed blocks in the pool: activations are freed and reallocated
+  // every step, and returning them to the driver would synchronise.
+  cudaMemPool_t pool;
+  FSDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, m.device));
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  FSDP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  FSDP_CUDA_CHECK(cudaMalloc(&m.err, sizeof(int) + sizeof(double) * 2));
+  m.ss = reinterpret_cast<double*>(reinterpret_cast<char*>(m.err) + sizeof(double));
+  FSDP_CUDA_CHECK(cudaMemsetAsync(m.err, 0, sizeof(int), m.stream));
+  FSDP_CUDA_CHECK(cudaMallocHost(&m.host_words, 2 * sizeof(double)));
+  m.gemm = std::make_unique<cuda::Gemm>(options.gemm_workspace_bytes, m.stream);
+  m.attention = std::make_unique<cuda::Attention>(m.stream, options.deterministic);
+}
+
+CudaOps::~CudaOps() {
+  Impl& m = *impl_;
+  // Destructors must not throw: errors here are ignored.
+  cudaStreamSynchronize(m.stream);
+  m.attention.reset();
+  m.gemm.reset();
+  for (auto& [key, p] : m.rope_tables) cudaFreeAsync(p, m.stream);
+  if (m.scratch) cudaFreeAsync(m.scratch, m.stream);
+  cudaStreamSynchronize(m.stream);
+  cudaFree(m.err);
+  cudaFreeHost(m.host_words);
+  cudaStreamDestroy(m.stream);
+}
+
+void* CudaOps::stream() {
+  return impl_->stream;
+}
+
+void CudaOps::synchronize() {
+  impl_->sync("synchronize");
+}
+
+int64_t CudaOps::peak_bytes() const {
+  return impl_->peak;
+}
+
+void CudaOps::after(const char* op) {
+  if (impl_->opt.sync_each_op) impl_->sync(op);
+}
+
+// ---- memory -----------------------------------------------------------------
+
+Tensor CudaOps::alloc(DType dtype, int64_t numel) {
+  FSDP_CHECK(numel >= 0);
+  if (numel == 0) return {nullptr, dtype, 0};
+  const size_t bytes = size_t(numel) * dtype_size(dtype);
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, bytes, impl_->stream);
+  if (e != cudaSuccess)
+    throw_error("cuda backend: out of device memory allocating ", bytes, " bytes (", impl_->live,
+                " bytes held): ", cudaGetErrorString(e));
+  impl_->live += int64_t(bytes);
+  impl_->peak = std::max(impl_->peak, impl_->live);
+  return {p, dtype, numel};
+}
+
+void CudaOps::free(Tensor t) {
+  if (!t.data) return;
+  FSDP_CUDA_CHECK(cudaFreeAsync(t.data, impl_->stream));
+  impl_->live -= int64_t(t.bytes());
+}
+
+void CudaOps::zero(Tensor t) {
+  if (t.numel > 0) FSDP_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), impl_->stream));
+}
+
+void CudaOps::copy(Tensor dst, Tensor src) {
+  FSDP_CHECK(dst.dtype == src.dtype && dst.numel == src.numel, "copy ", dtype_name(src.dtype), "[",
+             src.numel, "] to ", dtype_name(dst.dtype), "[", dst.numel, "]");
+  if (dst.numel > 0 && dst.data != src.data)
+    FSDP_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDeviceToDevice, impl_->stream));
+}
+
+void CudaOps::to_device(Tensor dst, const void* host) {
+  if (dst.numel > 0)
+    FSDP_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, impl_->stream));
+}
+
+void CudaOps::to_host(void* host, Tensor src) {
+  if (src.numel > 0)
+    FSDP_CUDA_CHECK(
+        cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, impl_->stream));
+  impl_->sync("to_host");
+}
+
+// ---- model ------------------------------------------------------------------
+
+void CudaOps::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
+  FSDP_CHECK(C > 0, "embedding width ", C);
+  bf16* o = bf(out, int64_t(n) * C, "embedding out");
+  const bf16* w = bf(wte, C, "embedding wte");
+  cuda::embedding_forward(o, i32(tokens, n, "embedding tokens"), w, n, C, wte.numel / C, impl_->err,
+                          impl_->stream);
+  after("embedding");
+}
+
+void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
+  FSDP_CHECK(C > 0, "embedding width ", C);
+  bool is_bf16 = false;
+  void* dw = grad(dwte, C, "embedding dwte", is_bf16);
+  cuda::embedding_backward(dw, is_bf16, bf(dout, int64_t(n) * C, "embedding dout"),
+                           i32(tokens, n, "embedding tokens"), n, C, dwte.numel / C, *impl_,
+                           impl_->stream);
+  after("embedding_backward");
+}
+
+void CudaOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) {
+  const int64_t n = int64_t(rows) * dim;
+  cuda::rmsnorm_forward(bf(y, n, "rmsnorm y"), f32(rstd, rows, "rmsnorm rstd"),
+                        bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"), rows, dim, eps,
+                        impl_->stream);
+  after("rmsnorm");
+}
+
+void CudaOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                               int rows, int dim, bool accumulate_dx) {
+  const int64_t n = int64_t(rows) * dim;
+  bool dg_bf16 = false;
+  void* dgp = grad(dg, dim, "rmsnorm dg", dg_bf16);
+  cuda::rmsnorm_backward(bf(dx, n, "rmsnorm dx"), dgp, dg_bf16, bf(dy, n, "rmsnorm dy"),
+                         bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"),
+                         f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx, impl_->dev,
+                         *impl_, impl_->stream);
+  after("rmsnorm_backward");
+}
+
+// Row-major to cuBLASLt's column-major: a row-major [r, c] matrix is, byte
+// for byte, the column-major [c, r] matrix (its transpose) with leading
+// dimension c. So each product is computed transposed, on the same memory:
+//   y = x W^T     ->  y^T [N,M]  = (W^T [K,N])^T . x^T [K,M]      "TN", lda K, ldb K, ldd N
+//   dx = dy W     ->  dx^T [K,M] = W^T [K,N] . dy^T [N,M]          "NN", lda K, ldb N, ldd K
+//   dw += dy^T x  ->  dw^T [K,N] = x^T [K,M] . (dy^T [N,M])^T      "NT", lda K, ldb N, ldd K
+// where X^T [a,b] names the column-major view of row-major X. No copies.
+void CudaOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
+  bf16* yo = bf(y, int64_t(M) * N, "linear y");
+  const bf16* xi = bf(x, int64_t(M) * K, "linear x");
+  const bf16* wi = bf(w, int64_t(N) * K, "linear w");
+  impl_->gemm->matmul(true, false, N, M, K, wi, K, xi, K, yo, false, N, 0.0f);
+  after("linear");
+}
+
+void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                              int K, bool accumulate_dx) {
+  const bf16* dyi = bf(dy, int64_t(M) * N, "linear dy");
+  if (dx.numel > 0) {
+    bf16* dxo = bf(dx, int64_t(M) * K, "linear dx");
+    const bf16* wi = bf(w, int64_t(N) * K, "linear w");
+    impl_->gemm->matmul(false, false, K, M, N, wi, K, dyi, N, dxo, false, K,
+                        accumulate_dx ? 1.0f : 0.0f);
+  }
+  bool dw_bf16 = false;
+  void* dwo = grad(dw, int64_t(N) * K, "linear dw", dw_bf16);
+  const bf16* xi = bf(x, int64_t(M) * K, "linear x");
+  impl_->gemm->matmul(false, true, K, N, M, xi, K, dyi, N, dwo, !dw_bf16, K, 1.0f);
+  after("linear_backward");
+}
+
+void CudaOps::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
+  bf16* xp = bf(x, int64_t(B) * T * heads * head_dim, "rope x");
+  cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, 1.0f, impl_->stream);
+  after("rope");
+}
+
+void CudaOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
+  bf16* xp = bf(dx, int64_t(B) * T * heads * head_dim, "rope dx");
+  cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, -1.0f,
+             impl_->stream);
+  after("rope_backward");
+}
+
+void CudaOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                        int n_head, int n_kv_head, int head_dim) {
+  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+  const int64_t nq = int64_t(B) * T * n_head * head_dim;
+  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
+  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim};
+  impl_->attention->forward(
+      s, bf(out, nq, "attention out"), f32(lse, int64_t(B) * n_head * T, "attention lse"),
+      bf(q, nq, "attention q"), bf(k, nkv, "attention k"), bf(v, nkv, "attention v"), *impl_);
+  after("attention");
+}
+
+void CudaOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                 Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                                 int n_kv_head, int head_dim) {
+  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+  const int64_t nq = int64_t(B) * T * n_head * head_dim;
+  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
+  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim};
+  impl_->attention->backward(
+      s, bf(dq, nq, "attention dq"), bf(dk, nkv, "attention dk"), bf(dv, nkv, "attention dv"),
+      bf(dout, nq, "attention dout"), bf(out, nq, "attention out"),
+      f32(lse, int64_t(B) * n_head * T, "attention lse"), bf(q, nq, "attention q"),
+      bf(k, nkv, "attention k"), bf(v, nkv, "attention v"), *impl_);
+  after("attention_backward");
+}
+
+void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
+  cuda::swiglu_forward(bf(s, n, "swiglu s"), bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
+                       impl_->stream);
+  after("swiglu");
+}
+
+void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) {
+  cuda::swiglu_backward(bf(da, n, "swiglu da"), bf(db, n, "swiglu db"), bf(ds, n, "swiglu ds"),
+                        bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n, impl_->stream);
+  after("swiglu_backward");
+}
+
+void CudaOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
+  cuda::add(bf(y, n, "add y"), bf(a, n, "add a"), bf(b, n, "add b"), n, impl_->stream);
+  after("add");
+}
+
+void CudaOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+                            float grad_scale) {
+  FSDP_CHECK(V > 0, "vocab ", V);
+  cuda::cross_entropy(
+      f32(losses, n, "cross_entropy losses"), bf(logits, int64_t(n) * V, "cross_entropy logits"),
+      i32(targets, n, "cross_entropy targets"), n, V, grad_scale, impl_->err, impl_->stream);
+  after("cross_entropy");
+}
+
+// ---- optimizer and engine ---------------------------------------------------
+
+void CudaOps::cast(Tensor dst, Tensor src) {
+  FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
+  FSDP_CHECK(dst.dtype != DType::i32 && src.dtype != DType::i32, "cast is for f32/bf16 only");
+  if (dst.dtype == src.dtype) {
+    copy(dst, src);
+  } else if (dst.dtype == DType::bf16) {
+    cuda::cast_f32_to_bf16(static_cast<bf16*>(dst.data), src.f32(), dst.numel, impl_->stream);
+  } else {
+    cuda::cast_bf16_to_f32(dst.f32(), static_cast<const bf16*>(src.data), dst.numel, impl_->stream);
+  }
+  after("cast");
+}
+
+void CudaOps::accumulate(Tensor dst, Tensor src, float scale) {
+  float* d = dst.f32();
+  const int64_t n = dst.numel;
+  FSDP_CHECK(src.numel >= n, "accumulate ", src.numel, " elements into ", n);
+  if (src.dtype == DType::bf16) {
+    cuda::accumulate_bf16(d, static_cast<const bf16*>(src.data), scale, n, impl_->stream);
+  } else {
+    cuda::accumulate_f32(d, src.f32(), scale, n, impl_->stream);
+  }
+  after("accumulate");
+}
+
+double CudaOps::sum_squares(Tensor x) {
+  const float* p = x.f32();
+  if (x.numel == 0) return 0.0;
+  cuda::sum_squares(impl_->ss, p, x.numel, impl_->dev, *impl_, impl_->stream);
+  auto* host = reinterpret_cast<double*>(static_cast<char*>(impl_->host_words) + sizeof(double));
+  FSDP_CUDA_CHECK(
+      cudaMemcpyAsync(host, impl_->ss, sizeof(double), cudaMemcpyDeviceToHost, impl_->stream));
+  impl_->sync("sum_squares");
+  return *host;
+}
+
+void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int step) {
+  FSDP_CHECK(step >= 1, "adamw step counts from 1, got ", step);
+  const int64_t n = param.numel;
+  float* p = param.f32();
+  const float* g = f32(grad_t, n, "adamw grad");
+  float* m = f32(exp_avg, n, "adamw exp_avg");
+  float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
+  // Step constants in double on the host, as the CPU reference computes them.
+  const double bc1 = 1.0 - std::pow(double(beta1), step);
+  const double bc2 = 1.0 - std::pow(double(beta2), step);
+  const cuda::AdamWStep s{lr,
+                          beta1,
+                          beta2,
+                          eps,
+                          float(1.0 - double(lr) * weight_decay),
+                          grad_scale,
+                          float(1.0 / bc1),
+                          float(1.0 / std::sqrt(bc2))};
+  cuda::adamw(p, g, m, v, n, s, impl_->stream);
+  after("adamw");
+}
+
+}  // namespace fsdp

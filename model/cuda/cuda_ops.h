@@ -1,0 +1,103 @@
+// The H100 backend of the op interface: bf16 activations and gathered weights,
+// f32 statistics, losses and optimizer state. GEMMs run through cuBLASLt,
+// attention through cuDNN's fused SDPA, everything else through the fused
+// kernels in kernels.cu.
+//
+// This header is plain C++ with no CUDA types in it, so code built by the host
+// compiler alone (src/, shard/) can construct the backend; the CUDA, cuBLASLt
+// and cuDNN state lives behind an opaque pointer.
+//
+// Every op is enqueued on one CUDA stream that CudaOps owns, in call order.
+// to_host() and sum_squares() wait for it; nothing else blocks the host. A
+// communicator that moves the same buffers orders itself against stream().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "model/ops.h"
+
+namespace fsdp {
+
+struct CudaOpsOptions {
+  int device = -1;  // CUDA device ordinal; -1 keeps the calling thread's current device
+  // --debug: deterministic cuDNN attention backward (the other kernels are
+  // deterministic always), and a stream synchronisation after every op so a
+  // failure names the op that caused it instead of a later one.
+  bool deterministic = false;
+  bool sync_each_op = false;
+  size_t gemm_workspace_bytes = size_t(32) << 20;
+};
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(const CudaOpsOptions& options = {});
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  // The cudaStream_t every op runs on.
+  void* stream() override;
+  // Waits for all enqueued work and reports any failure a kernel flagged
+  // (an out-of-vocabulary token or target) as fsdp::Error.
+  void synchronize();
+  // High-water mark of device memory held through alloc(), in bytes.
+  int64_t peak_bytes() const;
+
+  const char* name() const override { return "cuda"; }
+  DType compute_dtype() const override { return DType::bf16; }
+
+  Tensor alloc(DType dtype, int64_t numel) override;
+  void free(Tensor t) override;
+  void zero(Tensor t) override;
+  void copy(Tensor dst, Tensor src) override;
+  void to_device(Tensor dst, const void* host) override;
+  void to_host(void* host, Tensor src) override;
+
+  void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
+
+  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) override;
+  void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
+                        int dim, bool accumulate_dx) override;
+
+  void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
+                       bool accumulate_dx) override;
+
+  void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
+  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+
+  void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                 int n_kv_head, int head_dim) override;
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
+                          Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
+                          int head_dim) override;
+
+  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) override;
+
+  void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
+
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+                     float grad_scale) override;
+
+  void cast(Tensor dst, Tensor src) override;
+  void accumulate(Tensor dst, Tensor src, float scale) override;
+  double sum_squares(Tensor x) override;
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float grad_scale, int step) override;
+
+  struct Impl;  // public only so the .cpp files behind this class can name it
+
+ private:
+  void after(const char* op);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Number of CUDA devices this process can use; 0 when there is no driver or no
+// GPU (tests and tools use it to skip rather than fail).
+int cuda_device_count();
+
+}  // namespace fsdp

@@ -1,0 +1,98 @@
+// Device helpers shared by the kernel files: 16-byte vectors of bf16, warp and
+// block reductions, launch checking.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "comm/cuda_check.h"
+
+namespace fsdp::cuda {
+
+// Kernels are launched, then the launch checked at once: a bad configuration
+// is reported here, naming the kernel, not at some later call.
+#define FSDP_LAUNCH_CHECK(name) ::fsdp::check_cuda(cudaGetLastError(), name)
+
+constexpr int kVec = 8;  // bf16 elements in one 16-byte access
+
+struct alignas(16) Vec8 {
+  __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const Vec8 v = *reinterpret_cast<const Vec8*>(p);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(v.h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
+  Vec8 v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  *reinterpret_cast<Vec8*>(p) = v;
+}
+
+// Loads/stores of VEC consecutive elements: one 16-byte access when VEC is 8,
+// single elements otherwise (for sizes or addresses that are not 16-byte
+// multiples).
+template <int VEC>
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    load8(p, f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) f[i] = __bfloat162float(p[i]);
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    store8(p, f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) p[i] = __float2bfloat16_rn(f[i]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v, int width = 32) {
+  for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, width);
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block, returned to every thread. `shared` holds one slot per
+// warp. The order of additions is fixed by the launch shape, so results are
+// reproducible.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T s = 0;
+  for (int w = 0; w < warps; ++w) s += shared[w];
+  return s;
+}
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+inline unsigned blocks_for(int64_t work, int per_block, int64_t cap = 1 << 20) {
+  int64_t b = (work + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  return unsigned(b < cap ? b : cap);
+}
+
+}  // namespace fsdp::cuda

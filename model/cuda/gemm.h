@@ -1,0 +1,34 @@
+// bf16 GEMMs through cuBLASLt with fp32 accumulation. Descriptors, layouts and
+// the heuristic's algorithm are built once per (shape, transposes, output
+// type, pointer alignment) and cached; one workspace serves every call.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace fsdp::cuda {
+
+class Gemm {
+ public:
+  Gemm(size_t workspace_bytes, cudaStream_t stream);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // cuBLASLt's native column-major form: D[m, n] = op(A) op(B) + beta * D,
+  // with A and B bf16 and D bf16 or f32 (d_f32). op(A) is A^T when trans_a;
+  // A is stored [trans_a ? k : m, trans_a ? m : k] with leading dimension lda,
+  // B likewise [trans_b ? n : k, ...] with ldb.
+  void matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+              const void* B, int ldb, void* D, bool d_f32, int ldd, float beta);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fsdp::cuda

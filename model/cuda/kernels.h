@@ -1,0 +1,75 @@
+// Host-side launchers of the fused kernels (kernels.cu, optim_kernels.cu).
+// Each enqueues its work on `stream` and checks the launch; sizes and dtypes
+// were validated by CudaOps before the call. Pointers are device pointers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fsdp::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Device scratch for kernels that need temporaries (partial sums, sort
+// buffers). One region per call: everything runs on one stream, so the next
+// call may reuse it.
+class Scratch {
+ public:
+  virtual ~Scratch() = default;
+  virtual void* get(size_t bytes) = 0;
+};
+
+// Codes a kernel writes into the device error word (first one wins); CudaOps
+// turns them into fsdp::Error at the next synchronisation.
+enum ErrorCode : int { kNoError = 0, kTokenOutOfRange = 1, kTargetOutOfRange = 2 };
+
+struct DeviceInfo {
+  int sm_count = 132;
+};
+
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int n, int C,
+                       int64_t vocab, int* err, cudaStream_t stream);
+// dwte is bf16 when dwte_bf16, else f32.
+void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int32_t* tokens, int n,
+                        int C, int64_t vocab, Scratch& scratch, cudaStream_t stream);
+
+void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows, int dim,
+                     float eps, cudaStream_t stream);
+// dg is bf16 when dg_bf16, else f32.
+void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
+                      const bf16* g, const float* rstd, int rows, int dim, bool accumulate_dx,
+                      const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream);
+
+// cos_sin holds [T, head_dim/2] cosines followed by as many sines (f32).
+// sign +1 rotates forward, -1 applies the transpose.
+void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
+          cudaStream_t stream);
+
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
+void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
+                     cudaStream_t stream);
+void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
+
+void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V,
+                   float grad_scale, int* err, cudaStream_t stream);
+
+// ---- optimizer and engine (optim_kernels.cu) ---------------------------------
+void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);
+void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
+void accumulate_f32(float* dst, const float* src, float scale, int64_t n, cudaStream_t stream);
+void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaStream_t stream);
+// Writes the sum of squares into *result (device memory, double).
+void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                 cudaStream_t stream);
+struct AdamWStep {
+  float lr, beta1, beta2, eps, decay, grad_scale;
+  float inv_bc1;       // 1 / (1 - beta1^step)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
+};
+void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+           const AdamWStep& s, cudaStream_t stream);
+
+}  // namespace fsdp::cuda

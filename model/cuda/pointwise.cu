@@ -1,0 +1,304 @@
+// Elementwise and per-row kernels: SwiGLU, residual add, fused softmax
+// cross-entropy, and the optimizer/engine kernels over f32 shards (cast,
+// accumulate, sum of squares, AdamW). bf16 in and out, fp32 arithmetic;
+// fixed-order reductions only.
+#include <algorithm>
+#include <cfloat>
+
+#include "model/cuda/device_utils.cuh"
+#include "model/cuda/kernels.h"
+
+namespace fsdp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---- elementwise over bf16 ----------------------------------------------------
+//
+// map_kernel applies an elementwise functor to NIN inputs producing NOUT
+// outputs, 8 elements (16 bytes) per access when every pointer allows it. All
+// inputs of an element are read before its outputs are written, by the same
+// thread, so outputs may alias inputs.
+
+template <int NIN, int NOUT>
+struct MapArgs {
+  const bf16* in[NIN];
+  bf16* out[NOUT];
+};
+
+template <int VEC, int NIN, int NOUT, typename F>
+__device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F f) {
+  float in[NIN][VEC], out[NOUT][VEC];
+#pragma unroll
+  for (int k = 0; k < NIN; ++k) load_vec<VEC>(a.in[k] + i, in[k]);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    float xi[NIN], xo[NOUT];
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) xi[k] = in[k][e];
+    f(xi, xo);
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k) out[k][e] = xo[k];
+  }
+#pragma unroll
+  for (int k = 0; k < NOUT; ++k) store_vec<VEC>(a.out[k] + i, out[k]);
+}
+
+template <int VEC, int NIN, int NOUT, typename F>
+__global__ void map_kernel(MapArgs<NIN, NOUT> a, int64_t n, F f) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t nv = n / VEC;
+  for (int64_t v = tid; v < nv; v += stride) map_at<VEC>(a, v * VEC, f);
+  for (int64_t i = nv * VEC + tid; i < n; i += stride) map_at<1>(a, i, f);
+}
+
+template <int NIN, int NOUT, typename F>
+void launch_map(const MapArgs<NIN, NOUT>& a, int64_t n, F f, cudaStream_t stream,
+                const char* what) {
+  if (n == 0) return;
+  bool vec = true;
+  for (int k = 0; k < NIN; ++k) vec = vec && aligned16(a.in[k]);
+  for (int k = 0; k < NOUT; ++k) vec = vec && aligned16(a.out[k]);
+  if (vec) {
+    map_kernel<kVec><<<blocks_for(n / kVec + 1, kThreads), kThreads, 0, stream>>>(a, n, f);
+  } else {
+    map_kernel<1><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(a, n, f);
+  }
+  FSDP_LAUNCH_CHECK(what);
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + __expf(-x));
+}
+
+struct SwigluFwd {
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const {
+    o[0] = i[0] * sigmoid(i[0]) * i[1];
+  }
+};
+struct SwigluBwd {  // inputs ds, a, b; outputs da, db
+  __device__ void operator()(const float (&i)[3], float (&o)[2]) const {
+    const float d = i[0], x = i[1], y = i[2], sg = sigmoid(x);
+    o[0] = d * y * sg * (1.0f + x * (1.0f - sg));  // silu'(x) = sg + x sg (1 - sg)
+    o[1] = d * x * sg;
+  }
+};
+struct Add {
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const { o[0] = i[0] + i[1]; }
+};
+
+// ---- cross-entropy ---------------------------------------------------------------
+//
+// One block per row. Pass 1 keeps a running (max, sum of exp) per thread, so
+// the row is read once for the loss; pass 2 (only when a gradient is wanted)
+// rereads it, mostly from L2, and overwrites it with the gradient. No fp32
+// copy of the logits ever exists.
+
+constexpr int kCeThreads = 512;
+
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  // -FLT_MAX (not -inf) marks "no elements", so exp() of a difference never
+  // sees inf - inf.
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+template <int VEC>
+__global__ void __launch_bounds__(kCeThreads)
+    cross_entropy_kernel(float* losses, bf16* logits, const int32_t* targets, int V,
+                         float grad_scale, int* err) {
+  __shared__ MaxSum warp_part[kCeThreads / 32];
+  __shared__ MaxSum total;
+  const int64_t row = blockIdx.x;
+  bf16* x = logits + row * V;
+  const int t = targets[row];
+  const bool grad = grad_scale != 0.0f;
+  if (t < 0 || t >= V) {
+    if (t >= V && threadIdx.x == 0) atomicCAS(err, 0, kTargetOutOfRange);
+    if (threadIdx.x == 0) losses[row] = t < 0 ? 0.0f : __int_as_float(0x7fc00000);
+    if (grad)
+      for (int j = threadIdx.x; j < V; j += blockDim.x) x[j] = __float2bfloat16(0.0f);
+    return;
+  }
+  // Read before any thread of the block overwrites the row.
+  const float target_logit = __bfloat162float(x[t]);
+
+  MaxSum ms{-FLT_MAX, 0.0f};
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load_vec<VEC>(x + j, v);
+    float m = ms.m;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) m = fmaxf(m, v[k]);
+    float s = ms.s * __expf(ms.m - m);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) s += __expf(v[k] - m);
+    ms = {m, s};
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o),
+                       __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = combine(ms, other);
+  }
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum a = warp_part[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w) a = combine(a, warp_part[w]);
+    total = a;
+    losses[row] = a.m + logf(a.s) - target_logit;
+  }
+  __syncthreads();
+  if (!grad) return;
+  const float m = total.m, scale = grad_scale / total.s;
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load_vec<VEC>(x + j, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      v[k] = scale * __expf(v[k] - m) - (j + k == t ? grad_scale : 0.0f);
+    store_vec<VEC>(x + j, v);
+  }
+}
+
+// ---- f32 shards ------------------------------------------------------------------
+
+__global__ void cast_f32_bf16_kernel(bf16* d, const float* s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = __float2bfloat16_rn(s[i]);
+}
+__global__ void cast_bf16_f32_kernel(float* d, const bf16* s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = __bfloat162float(s[i]);
+}
+template <typename S>
+__global__ void accumulate_kernel(float* d, const S* s, float scale, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v;
+    if constexpr (sizeof(S) == 2) {
+      v = __bfloat162float(s[i]);
+    } else {
+      v = s[i];
+    }
+    d[i] += scale * v;
+  }
+}
+
+// Per-block partial sums in double over a fixed grid, then one block adds the
+// partials in order: the gradient norm is reproducible run to run.
+__global__ void sum_squares_kernel(double* partial, const float* x, int64_t n) {
+  __shared__ double warp_sums[kThreads / 32];
+  double s = 0.0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    s += double(x[i]) * double(x[i]);
+  s = block_sum(s, warp_sums);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+__global__ void sum_partials_kernel(double* result, const double* partial, int blocks) {
+  __shared__ double warp_sums[kThreads / 32];
+  double s = 0.0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) s += partial[i];
+  s = block_sum(s, warp_sums);
+  if (threadIdx.x == 0) *result = s;
+}
+
+// torch.optim.AdamW order: decoupled decay of the weight, then the
+// bias-corrected step with eps outside the square root.
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWStep s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float gi = g[i] * s.grad_scale;
+    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
+    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi) * s.inv_sqrt_bc2 + s.eps;
+    p[i] = p[i] * s.decay - s.lr * (mi * s.inv_bc1) / denom;
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  return blocks_for(n, kThreads, 132 * 16);
+}
+
+}  // namespace
+
+// ---- launchers -------------------------------------------------------------------
+
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{a, b}, {s}}, n, SwigluFwd{}, stream, "swiglu_forward");
+}
+
+void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
+                     cudaStream_t stream) {
+  launch_map(MapArgs<3, 2>{{ds, a, b}, {da, db}}, n, SwigluBwd{}, stream, "swiglu_backward");
+}
+
+void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{a, b}, {y}}, n, Add{}, stream, "add");
+}
+
+void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V,
+                   float grad_scale, int* err, cudaStream_t stream) {
+  if (n == 0) return;
+  if (V % kVec == 0 && aligned16(logits)) {
+    cross_entropy_kernel<kVec>
+        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, grad_scale, err);
+  } else {
+    cross_entropy_kernel<1>
+        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, grad_scale, err);
+  }
+  FSDP_LAUNCH_CHECK("cross_entropy_kernel");
+}
+
+void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_f32_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, src, n);
+  FSDP_LAUNCH_CHECK("cast_f32_bf16_kernel");
+}
+
+void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_bf16_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, src, n);
+  FSDP_LAUNCH_CHECK("cast_bf16_f32_kernel");
+}
+
+void accumulate_f32(float* dst, const float* src, float scale, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<float><<<grid_for(n), kThreads, 0, stream>>>(dst, src, scale, n);
+  FSDP_LAUNCH_CHECK("accumulate_kernel");
+}
+
+void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<bf16><<<grid_for(n), kThreads, 0, stream>>>(dst, src, scale, n);
+  FSDP_LAUNCH_CHECK("accumulate_kernel");
+}
+
+void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                 cudaStream_t stream) {
+  const int blocks = int(std::min<int64_t>(std::max<int64_t>(1, (n + kThreads - 1) / kThreads),
+                                           int64_t(dev.sm_count) * 8));
+  auto* partial = static_cast<double*>(scratch.get(size_t(blocks) * sizeof(double)));
+  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(partial, x, n);
+  FSDP_LAUNCH_CHECK("sum_squares_kernel");
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(result, partial, blocks);
+  FSDP_LAUNCH_CHECK("sum_partials_kernel");
+}
+
+void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+           const AdamWStep& s, cudaStream_t stream) {
+  if (n == 0) return;
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, s);
+  FSDP_LAUNCH_CHECK("adamw_kernel");
+}
+
+}  // namespace fsdp::cuda
