@@ -9,37 +9,40 @@ namespace {
 enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len)
-    : cfg_(config), ops_(ops), units_(model_units(config)), B_(batch_size), T_(seq_len) {
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "mlp") return Recompute::mlp;
+  if (name == "block") return Recompute::block;
+  throw_error("--recompute: '", name, "' is invalid: choose none, mlp or block");
+}
+
+Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
+                         Recompute recompute)
+    : cfg_(config),
+      ops_(ops),
+      units_(model_units(config)),
+      B_(batch_size),
+      T_(seq_len),
+      recompute_(recompute) {
   cfg_.validate();
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
   N_ = int64_t(B_) * T_;
   const DType ct = ops_.compute_dtype(), f32 = DType::f32;
   const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
-  const int64_t H = cfg_.n_head, Hkv = cfg_.n_kv_head;
 
   tokens_ = alloc(DType::i32, N_);
   targets_ = alloc(DType::i32, N_);
   for (int l = 0; l <= cfg_.n_layer; ++l) res_.push_back(alloc(ct, N_ * d));
+  // Layer 0 owns a full set; recomputed activations live only there, and the
+  // other layers reuse it.
+  const BlockActs shared = alloc_block(true);
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    BlockActs a;
-    a.h1 = alloc(ct, N_ * d);
-    a.rstd1 = alloc(f32, N_);
-    a.q_raw = alloc(ct, N_ * qd);
-    a.k_raw = alloc(ct, N_ * kvd);
-    a.q = alloc(ct, N_ * qd);
-    a.k = alloc(ct, N_ * kvd);
-    a.v = alloc(ct, N_ * kvd);
-    a.q_rstd = alloc(f32, N_ * H);
-    a.k_rstd = alloc(f32, N_ * Hkv);
-    a.att = alloc(ct, N_ * qd);
-    a.lse = alloc(f32, N_ * H);
-    a.mid = alloc(ct, N_ * d);
-    a.h2 = alloc(ct, N_ * d);
-    a.rstd2 = alloc(f32, N_);
-    a.a = alloc(ct, N_ * ff);
-    a.b = alloc(ct, N_ * ff);
-    a.s = alloc(ct, N_ * ff);
+    if (recompute_ == Recompute::block) {
+      acts_.push_back(shared);
+      continue;
+    }
+    BlockActs a = l == 0 ? shared : alloc_block(recompute_ == Recompute::none);
+    if (recompute_ == Recompute::mlp) a.a = shared.a, a.b = shared.b, a.s = shared.s;
     acts_.push_back(a);
   }
   hf_ = alloc(ct, N_ * d);
@@ -58,22 +61,53 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   ds_ = alloc(ct, N_ * ff);
   da_ = alloc(ct, N_ * ff);
   db_ = alloc(ct, N_ * ff);
-  FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct));
+  FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_));
+}
+
+Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
+  const DType ct = ops_.compute_dtype(), f32 = DType::f32;
+  const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
+  BlockActs a;
+  a.h1 = alloc(ct, N_ * d);
+  a.rstd1 = alloc(f32, N_);
+  a.q_raw = alloc(ct, N_ * qd);
+  a.k_raw = alloc(ct, N_ * kvd);
+  a.q = alloc(ct, N_ * qd);
+  a.k = alloc(ct, N_ * kvd);
+  a.v = alloc(ct, N_ * kvd);
+  a.q_rstd = alloc(f32, N_ * cfg_.n_head);
+  a.k_rstd = alloc(f32, N_ * cfg_.n_kv_head);
+  a.att = alloc(ct, N_ * qd);
+  a.lse = alloc(f32, N_ * cfg_.n_head);
+  a.mid = alloc(ct, N_ * d);
+  a.h2 = alloc(ct, N_ * d);
+  a.rstd2 = alloc(f32, N_);
+  if (with_mlp) {
+    a.a = alloc(ct, N_ * ff);
+    a.b = alloc(ct, N_ * ff);
+    a.s = alloc(ct, N_ * ff);
+  }
+  return a;
 }
 
 int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
-                                          DType compute) {
+                                          DType compute, Recompute recompute) {
   const int64_t N = int64_t(batch_size) * seq_len, d = c.d_model, qd = c.q_dim();
   const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
-  const int64_t es = int64_t(dtype_size(compute));
-  // Per block: h1, q_raw, q, att (q-sized), k_raw, k, v (kv-sized), mid, h2,
-  // a, b, s in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32.
-  const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + 3 * ff) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
+  // Per block: h1, mid, h2 (d-sized), q_raw, q, att (q-sized), k_raw, k, v
+  // (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32;
+  // and the MLP's a, b, s (d_ff-sized).
+  const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t mlp = es * N * 3 * ff;
+  const int64_t blocks = recompute == Recompute::none  ? L * (attn + mlp)
+                         : recompute == Recompute::mlp ? L * attn + mlp
+                                                       : attn + mlp;
   const int64_t io = 4 * 2 * N;                                          // tokens, targets
-  const int64_t stream = es * (c.n_layer + 1) * N * d;                   // residual stream
+  const int64_t stream = es * (L + 1) * N * d;                           // residual stream
   const int64_t head = es * N * (d + c.vocab_size) + 4 * N * 2;          // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
-  return io + stream + c.n_layer * block + head + scratch;
+  return io + stream + blocks + head + scratch;
 }
 
 Transformer::~Transformer() {
@@ -141,16 +175,27 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   ops_.add(a.mid, a.mid, x, int64_t(M) * d);
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
-  ops_.linear(a.a, a.h2, w.weight(u, kW1), M, ff, d);
-  ops_.linear(a.b, a.h2, w.weight(u, kW3), M, ff, d);
-  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
+  mlp_forward(layer, w);
   Tensor out = res_[layer + 1];
   ops_.linear(out, a.s, w.weight(u, kW2), M, d, ff);
   ops_.add(out, out, a.mid, int64_t(M) * d);
 }
 
+void Transformer::mlp_forward(int layer, UnitAccess& w) {
+  const int u = layer + 1, M = int(N_), d = cfg_.d_model, ff = cfg_.d_ff;
+  BlockActs& a = acts_[layer];
+  ops_.linear(a.a, a.h2, w.weight(u, kW1), M, ff, d);
+  ops_.linear(a.b, a.h2, w.weight(u, kW3), M, ff, d);
+  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
+}
+
 // dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
 void Transformer::block_backward(int layer, UnitAccess& w) {
+  // Recomputation rewrites the shared buffers with exactly the values the
+  // forward computed (block_forward also rewrites res_[layer + 1], which no
+  // later step reads any more).
+  if (recompute_ == Recompute::block) block_forward(layer, w);
+  if (recompute_ == Recompute::mlp) mlp_forward(layer, w);
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
   const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();

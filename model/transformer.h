@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -16,10 +17,18 @@
 
 namespace fsdp {
 
+// Activation recomputation: what backward recomputes instead of keeping.
+// mlp: the SwiGLU intermediates (3 x d_ff per token per layer, the largest
+// share); block: everything inside a block but its input. Results are
+// bitwise identical; recomputed FLOPs do not count as useful work.
+enum class Recompute { none, mlp, block };
+Recompute parse_recompute(const std::string& name);  // throws fsdp::Error naming the flag
+
 class Transformer {
  public:
   // Activations are allocated once for micro-batches of batch_size x seq_len.
-  Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len);
+  Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
+              Recompute recompute = Recompute::none);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -34,7 +43,7 @@ class Transformer {
   int64_t activation_bytes() const { return activation_bytes_; }
   // The same figure from shapes alone, without allocating.
   static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
-                                      DType compute);
+                                      DType compute, Recompute recompute = Recompute::none);
 
   // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
   // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global
@@ -51,6 +60,8 @@ class Transformer {
     Tensor h1, rstd1, q_raw, k_raw, q, k, v, q_rstd, k_rstd, att, lse, mid, h2, rstd2, a, b, s;
   };
   Tensor alloc(DType t, int64_t n);
+  BlockActs alloc_block(bool with_mlp);
+  void mlp_forward(int layer, UnitAccess& w);
   void block_forward(int layer, UnitAccess& w);
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
@@ -60,6 +71,7 @@ class Transformer {
   Ops& ops_;
   std::vector<UnitSpec> units_;
   int B_, T_;
+  Recompute recompute_;
   int64_t N_;  // rows = B*T
   float loss_scale_ = 0.0f;
   int64_t loss_count_ = 0;

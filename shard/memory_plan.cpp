@@ -19,7 +19,7 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 }
 
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
-                       int seq_len) {
+                       int seq_len, Recompute recompute) {
   std::vector<UnitLayout> layouts;
   for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, shard_size));
   MemoryPlan m;
@@ -34,7 +34,7 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
     m.gather_buffers += es * n;
     m.grad_buffers += es * (n + n / shard_size);  // full gradients + reduce-scatter output
   }
-  m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute);
+  m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute);
   return m;
 }
 

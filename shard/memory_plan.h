@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/tensor.h"
+#include "model/transformer.h"
 #include "shard/layout.h"
 
 namespace fsdp {
@@ -34,6 +35,7 @@ struct MemoryPlan {
 // Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
 // batch x seq_len, computing in `compute`.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
-                       bool reshard_after_forward, int batch, int seq_len);
+                       bool reshard_after_forward, int batch, int seq_len,
+                       Recompute recompute = Recompute::none);
 
 }  // namespace fsdp

@@ -23,8 +23,9 @@ std::string resolve_device(const Options& o) {
   const std::string d = o.device != "auto" ? o.device : visible_gpus() > 0 ? "cuda" : "cpu";
   if (d == "cuda") {
 #ifndef FSDP_HAVE_CUDA_OPS
-    throw_error("--device cuda: this fsdptrain was built without CUDA (FSDP_CUDA=OFF or no nvcc); "
-                "rebuild with the CUDA toolkit, or use --device cpu");
+    throw_error(
+        "--device cuda: this fsdptrain was built without CUDA (FSDP_CUDA=OFF or no nvcc); "
+        "rebuild with the CUDA toolkit, or use --device cpu");
 #endif
     if (visible_gpus() == 0)
       throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");

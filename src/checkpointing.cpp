@@ -26,10 +26,12 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
   RunPosition pos;
   if (o.resume.empty()) return pos;
   const ResumeChoice choice = resolve_resume(o.resume, o.checkpoint_dir, world);
-  if (lead && !choice.warning.empty()) std::printf("fsdptrain: warning: %s\n", choice.warning.c_str());
+  if (lead && !choice.warning.empty())
+    std::printf("fsdptrain: warning: %s\n", choice.warning.c_str());
   if (choice.path.empty()) {
-    if (lead) std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
-                          o.checkpoint_dir.c_str());
+    if (lead)
+      std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
+                  o.checkpoint_dir.c_str());
     return pos;
   }
   const CheckpointMeta meta = load_checkpoint(choice.path, o.model, engine, ops, world);
@@ -39,8 +41,8 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
     for (const auto& [name, v] : meta.sampler)
       if (name == SamplerState::kNames[i]) values[i] = v, have = true;
     if (!have)
-      throw_error("checkpoint '", choice.path, "' lacks sampler state '",
-                  SamplerState::kNames[i], "'; it cannot continue the data order");
+      throw_error("checkpoint '", choice.path, "' lacks sampler state '", SamplerState::kNames[i],
+                  "'; it cannot continue the data order");
   }
   loader.restore(SamplerState::from_array(values));
   pos.step = meta.step;

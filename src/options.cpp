@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "model/transformer.h"
 
 namespace po = boost::program_options;
 
@@ -60,6 +61,8 @@ void describe(po::options_description& d, Options& o) {
      "shard within groups of K ranks, replicate across groups (0: all ranks)")
     ("reshard-after-forward", po::value(&o.reshard_after_forward)->default_value(true),
      "free gathered weights after forward, re-gather for backward (true|false)")
+    ("recompute", po::value(&o.recompute)->default_value(o.recompute),
+     "activation recomputation in backward: none | mlp | block (less memory, more compute)")
     ("eval-every", po::value(&o.eval_every)->default_value(o.eval_every), "validate every N steps (0: at the end only)")
     ("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches), "validation micro-batches per rank")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "print a line every N steps")
@@ -108,6 +111,7 @@ void validate(const Options& o) {
   check(o.precision == "auto" || o.precision == "fp32" || o.precision == "bf16" ||
             o.precision == "fp8",
         "--precision", o.precision, "choose auto, fp32, bf16 or fp8");
+  parse_recompute(o.recompute);  // throws naming --recompute
   check(o.shard_group_size >= 0, "--shard-group-size", str(o.shard_group_size), "must be >= 0");
   check(o.eval_every >= 0, "--eval-every", str(o.eval_every), "must be >= 0");
   check(o.eval_batches >= 1, "--eval-batches", str(o.eval_batches), "must be at least 1");
@@ -118,8 +122,9 @@ void validate(const Options& o) {
         "must be between 1 and --steps (0: off)");
   if (o.checkpoint_dir.empty() && (o.checkpoint_every > 0 || o.resume == "auto" ||
                                    o.stop_at_step > 0 || o.keep_checkpoints > 0))
-    throw_error("--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
-                "--checkpoint-dir DIR");
+    throw_error(
+        "--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
+        "--checkpoint-dir DIR");
   if (o.train_data.empty())
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }
@@ -173,6 +178,7 @@ std::string options_to_ini(const Options& o) {
   kv("precision", o.precision);
   kv("shard-group-size", o.shard_group_size);
   kv("reshard-after-forward", o.reshard_after_forward ? "true" : "false");
+  kv("recompute", o.recompute);
   kv("eval-every", o.eval_every);
   kv("eval-batches", o.eval_batches);
   kv("log-every", o.log_every);

@@ -31,6 +31,7 @@ struct Options {
   bool debug = false;
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
+  std::string recompute = "none";  // none | mlp | block
 
   int eval_every = 0;  // 0: only at the end
   int eval_batches = 8;

@@ -6,7 +6,9 @@ namespace fsdp {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
+}
 }  // namespace
 
 void install_stop_handlers() {
@@ -20,10 +22,14 @@ void install_stop_handlers() {
 
 const char* stop_signal_name() {
   switch (g_signal) {
-    case 0: return nullptr;
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "a signal";
+    case 0:
+      return nullptr;
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a signal";
   }
 }
 

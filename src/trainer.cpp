@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "shard/memory_plan.h"
 #include "src/backend.h"
 #include "src/checkpointing.h"
-#include "shard/memory_plan.h"
 #include "src/lr_schedule.h"
 #include "src/stop_signal.h"
 
@@ -18,9 +18,8 @@ namespace {
 TokenStream open_checked(const std::string& spec, const char* flag, const Options& o) {
   TokenStream d = TokenStream::open(spec, flag, MPI_COMM_WORLD);
   if (d.vocab_size() > o.model.vocab_size)
-    throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(),
-                " but the model has ", o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(),
-                " or a larger preset");
+    throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but the model has ",
+                o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(), " or a larger preset");
   d.require_min_tokens(int64_t(o.seq_len) + 1,
                        "one sequence of --seq-len " + std::to_string(o.seq_len));
   return d;
@@ -58,10 +57,12 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     device_groups_ = make_process_groups(Backend::nccl, o_.shard_group_size);
     engine_groups = &*device_groups_;
     if (lead_)
-      std::printf("fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
-                  "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
+      std::printf(
+          "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
+          "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   }
-  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len);
+  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len,
+                                         parse_recompute(o_.recompute));
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
@@ -86,23 +87,24 @@ void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
   const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
-                                   o_.batch_size, o_.seq_len);
+                                   o_.batch_size, o_.seq_len, parse_recompute(o_.recompute));
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
-              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head,
-              m.n_kv_head);
+              m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s\n",
               world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
               dtype_name(ops_->compute_dtype()));
-  std::printf("fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
-              "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "
-              "activations %.1f | total %.1f\n",
-              mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n,
-              mib(p.gather_buffers), mib(p.grad_buffers), mib(p.activations), mib(p.total()));
-  std::printf("fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
-              "(%lld tokens, %lld windows per epoch)\n",
-              (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
-              train_data_.describe().c_str(), (long long)train_data_.size(),
-              (long long)loader_->sampler().windows_per_epoch());
+  std::printf(
+      "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
+      "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "
+      "activations %.1f | total %.1f\n",
+      mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
+      mib(p.grad_buffers), mib(p.activations), mib(p.total()));
+  std::printf(
+      "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
+      "(%lld tokens, %lld windows per epoch)\n",
+      (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+      train_data_.describe().c_str(), (long long)train_data_.size(),
+      (long long)loader_->sampler().windows_per_epoch());
   std::fflush(stdout);
 }
 
@@ -183,14 +185,14 @@ bool Trainer::stop_requested() {
 void Trainer::save() {
   const std::string path = save_run(o_, pos_, *engine_, *ops_, *loader_, MPI_COMM_WORLD);
   metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
-  if (lead_) std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
+  if (lead_)
+    std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
 }
 
 TrainSummary Trainer::run() {
   TrainSummary summary;
   AdamWConfig adam{o_.beta1, o_.beta2, o_.adam_eps, o_.weight_decay, o_.grad_clip};
-  const int64_t tokens_per_step =
-      int64_t(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  const int64_t tokens_per_step = int64_t(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
   const bool checkpoints = !o_.checkpoint_dir.empty();
   install_stop_handlers();
   start_ = std::chrono::steady_clock::now();

@@ -116,3 +116,58 @@ TEST(Transformer, HeadReadsEmbeddingOnlyWhenTied) {
 
 }  // namespace
 }  // namespace fsdp
+
+namespace fsdp {
+namespace {
+
+// Recomputation must change memory, never results: the same ops on the same
+// inputs give bitwise identical losses and gradients.
+TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
+  const ModelConfig c = small_config(true);
+  CpuOps ops;
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  std::vector<int64_t> bytes;
+  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+    Transformer m(c, ops, 2, 6, r);
+    EXPECT_EQ(m.activation_bytes(), Transformer::activation_bytes_for(c, 2, 6, DType::f32, r));
+    bytes.push_back(m.activation_bytes());
+    testing::FullWeights w(m.units(), 7);
+    std::vector<int32_t> in(12), tgt(12);
+    for (int i = 0; i < 12; ++i)
+      in[i] = (i * 7) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
+    for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
+      m.set_batch(in.data(), tgt.data(), 1.0f);
+      for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
+      for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+    }
+    losses.push_back(m.loss_sum());
+    std::vector<float> all;
+    for (int u = 0; u < m.num_units(); ++u)
+      all.insert(all.end(), w.unit_grads(u).begin(), w.unit_grads(u).end());
+    grads.push_back(all);
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(losses[0], losses[2]);
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(grads[0], grads[2]);
+  EXPECT_LT(bytes[1], bytes[0]);
+  EXPECT_LT(bytes[2], bytes[1]);
+}
+
+TEST(Transformer, RecomputeShrinksGpt350mActivations) {
+  const ModelConfig c = model_preset("gpt-350m");
+  const double none = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16);
+  const double mlp = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, Recompute::mlp);
+  const double block = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, Recompute::block);
+  std::printf(
+      "[ plan ] gpt-350m B=8 T=1024 bf16 activations: none %.2f GiB, mlp %.2f GiB, "
+      "block %.2f GiB\n",
+      none / (1 << 30), mlp / (1 << 30), block / (1 << 30));
+  EXPECT_LT(mlp, 0.6 * none);
+  EXPECT_LT(block, 0.25 * none);
+  EXPECT_THROW(parse_recompute("all"), Error);
+}
+
+}  // namespace
+}  // namespace fsdp

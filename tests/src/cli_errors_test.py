@@ -60,6 +60,7 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--resume", "/no/such/ckpt.h5", "--checkpoint-dir", work], ["/no/such/ckpt.h5"]),
     (base + ["--stop-at-step", "1"], ["--checkpoint-dir"]),
     (base + ["--shard-group-size", "-2"], ["--shard-group-size"]),
+    (base + ["--recompute", "all"], ["--recompute", "all"]),
 ]
 
 failures = []

@@ -38,7 +38,8 @@ def run(ranks, extra=()):
 ref_loss, ref_val, _ = run(1)
 failures, passed = [], 0
 for ranks, extra in [(2, ()), (3, ()), (4, ()), (4, ("--shard-group-size", "2")),
-                     (2, ("--reshard-after-forward", "false"))]:
+                     (2, ("--reshard-after-forward", "false")), (3, ("--recompute", "block")),
+                     (1, ("--recompute", "mlp"))]:
     loss, val, name = run(ranks, extra)
     worst = max(abs(a - b) / b for a, b in zip(loss, ref_loss))
     worst_val = max(abs(a - b) / b for a, b in zip(val, ref_val))
