@@ -101,4 +101,8 @@ class Ops {
                      int step) = 0;
 };
 
+// True when every element of t is finite. Copies t to the host: for --debug,
+// where naming the first bad unit matters more than speed.
+bool all_finite(Ops& ops, Tensor t);
+
 }  // namespace fsdp

@@ -244,6 +244,27 @@ void Transformer::head_backward(UnitAccess& w) {
                         false);
 }
 
+Tensor Transformer::output_of(int unit, bool backward) const {
+  if (backward) return dres_;  // the gradient flowing to the unit below
+  if (unit == num_units() - 1) return losses_;
+  return res_[unit];  // unit 0 writes res_[0]; block l (unit l+1) writes res_[l+1]
+}
+
+bool all_finite(Ops& ops, Tensor t) {
+  std::vector<uint32_t> host((t.bytes() + 3) / 4);
+  ops.to_host(host.data(), t);
+  if (t.dtype == DType::i32) return true;
+  if (t.dtype == DType::bf16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(host.data());
+    for (int64_t i = 0; i < t.numel; ++i)
+      if ((h[i] & 0x7f80u) == 0x7f80u) return false;  // exponent all ones: inf or NaN
+    return true;
+  }
+  for (int64_t i = 0; i < t.numel; ++i)
+    if ((host[size_t(i)] & 0x7f800000u) == 0x7f800000u) return false;
+  return true;
+}
+
 double Transformer::loss_sum() {
   std::vector<float> host(static_cast<size_t>(N_));
   ops_.to_host(host.data(), losses_);

@@ -51,6 +51,10 @@ class Transformer {
   void set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale);
   void forward(int unit, UnitAccess& w, bool training);
   void backward(int unit, UnitAccess& w);
+  // What unit u's forward (or backward) just wrote: its output activations,
+  // or the gradient it passes down. For --debug's finite checks.
+  Tensor output_of(int unit, bool backward) const;
+
   // Sum of token losses and number of counted targets of the last forward.
   double loss_sum();
   int64_t loss_count() const { return loss_count_; }

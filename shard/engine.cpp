@@ -173,6 +173,7 @@ void FsdpEngine::forward_only() {
       for (int r : model_.units_read_by(u + 1)) issue_gather(r);
     note("forward", u);
     model_.forward(u, *this, false);
+    check_finite(u, false);
     if (opt_.reshard_after_forward && u > 0 && u < U - 1) release(u);
   }
   if (opt_.reshard_after_forward) {
@@ -189,6 +190,7 @@ void FsdpEngine::forward_backward() {
       for (int r : model_.units_read_by(u + 1)) issue_gather(r);
     note("forward", u);
     model_.forward(u, *this, true);
+    check_finite(u, false);
     // The embedding (read again by a tied head) and the head (whose backward
     // comes next) stay; blocks are re-gathered for backward.
     if (opt_.reshard_after_forward && u > 0 && u < U - 1) release(u);
@@ -200,12 +202,23 @@ void FsdpEngine::forward_backward() {
     for (int r : model_.units_read_by(u)) begin_grads(r);
     note("backward", u);
     model_.backward(u, *this);
+    check_finite(u, true);
     // A unit's gradients are complete once no unit still to run writes them.
     // Unit 0 (read by the tied head) is the last to run, so this holds.
     issue_reduce(u);
     release(u);
   }
   for (auto& s : slots_) finish_reduce(s);
+  ++micro_batch_;
+}
+
+void FsdpEngine::check_finite(int unit, bool backward) {
+  if (!opt_.check_finite || all_finite(ops_, model_.output_of(unit, backward))) return;
+  throw_error("--debug: the ", backward ? "backward" : "forward", " of unit '",
+              model_.units()[unit].name, "' produced NaN or Inf at step ", steps_ + 1,
+              ", micro-batch ", micro_batch_,
+              backward ? " (in the gradient it passes down)" : " (in its output)",
+              "; lower --lr, check the data, or look at that unit's inputs");
 }
 
 double FsdpEngine::step(const AdamWConfig& c, float lr) {
@@ -228,6 +241,7 @@ double FsdpEngine::step(const AdamWConfig& c, float lr) {
       (c.grad_clip > 0 && norm > c.grad_clip) ? float(c.grad_clip / (norm + 1e-6)) : 1.0f;
 
   ++steps_;
+  micro_batch_ = 0;
   const int rank = shard_.rank();
   const auto& specs = model_.units();
   for (int ui = 0; ui < num_units(); ++ui) {

@@ -20,6 +20,7 @@ namespace fsdp {
 struct EngineOptions {
   bool reshard_after_forward = true;  // re-gather for backward instead of keeping weights
   bool record_trace = false;          // keep an event log (tests check the prefetch order)
+  bool check_finite = false;          // --debug: stop at the first unit that makes NaN/Inf
   uint64_t seed = 0;                  // parameter initialisation
 };
 
@@ -95,6 +96,7 @@ class FsdpEngine final : public UnitAccess {
   void issue_reduce(int unit);
   void finish_reduce(Slot& s);
   void note(const std::string& event, int unit);
+  void check_finite(int unit, bool backward);
 
   Transformer& model_;
   Ops& ops_;
@@ -106,6 +108,7 @@ class FsdpEngine final : public UnitAccess {
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
   int steps_ = 0;
+  int micro_batch_ = 0;  // within the current step, for --debug's messages
   int64_t persistent_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<std::string> trace_;
 };

@@ -38,7 +38,6 @@ std::string resolve_device(const Options& o) {
   if (o.precision != "fp32" && o.precision != "auto")
     throw_error("--precision ", o.precision,
                 ": the CPU reference computes in fp32 only; use --precision fp32");
-  if (o.debug) throw_error("--debug is the single-GPU debug mode; it needs --device cuda");
   return d;
 }
 

@@ -47,6 +47,12 @@ int main(int argc, char** argv) {
   try {
     trainer->run();
   } catch (const std::exception& e) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) {
+      std::fprintf(stderr, "fsdptrain: error: %s\n", e.what());
+      return 1;
+    }
     // Mid-run, the other ranks may be inside a collective: abort them all.
     std::fprintf(stderr, "fsdptrain: error: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);

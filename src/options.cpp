@@ -56,7 +56,7 @@ void describe(po::options_description& d, Options& o) {
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation and data order")
     ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda")
     ("precision", po::value(&o.precision)->default_value(o.precision), "auto (fp32 on cpu, bf16 on cuda) | fp32 | bf16 | fp8")
-    ("debug", po::bool_switch(&o.debug), "single-GPU debug mode: extra checks, deterministic")
+    ("debug", po::bool_switch(&o.debug), "debug mode: stop at the first unit whose output or gradient holds NaN/Inf; on a GPU also deterministic attention and a sync after every op")
     ("shard-group-size", po::value(&o.shard_group_size)->default_value(o.shard_group_size),
      "shard within groups of K ranks, replicate across groups (0: all ranks)")
     ("reshard-after-forward", po::value(&o.reshard_after_forward)->default_value(true),

@@ -66,6 +66,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
+  eo.check_finite = o_.debug;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups->shard,
                                          engine_groups->replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.

@@ -104,6 +104,30 @@ TEST(FsdpSchedule, GradientShardsEqualTheUnshardedGradient) {
   }
 }
 
+// --debug names the first unit whose output is not finite. Every rank holds
+// the same gathered weights, so every rank throws at the same unit.
+TEST(FsdpDebug, FirstNonFiniteUnitIsNamed) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  EngineOptions eo;
+  eo.check_finite = true;
+  EngineRun run(testing::engine_test_config(), *g.shard, nullptr, g.world->rank(), g.world->size(),
+                1, 8, 1, eo);
+  run.step(0, *g.world);  // healthy weights: no complaint
+  // Poison one element of block 1 (unit 2) on the rank that owns it.
+  const UnitLayout& l = run.engine.layout(2);
+  if (g.shard->rank() == 0) run.engine.master(2).f32()[0] = std::nanf("");
+  (void)l;
+  run.engine.refresh_send_buffers();
+  try {
+    run.step(1, *g.world);
+    ADD_FAILURE() << "a NaN weight went unnoticed";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("forward of unit 'blocks.1'"), std::string::npos) << m;
+    EXPECT_NE(m.find("step 2, micro-batch 0"), std::string::npos) << m;
+  }
+}
+
 TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   const ModelConfig c = model_preset("gpt-350m");
   const MemoryPlan one = plan_memory(c, 1, DType::bf16, true, 8, 1024);
@@ -112,11 +136,12 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
   for (int n : {2, 4, 8, 32}) {
     const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
-    std::printf("[ plan ] gpt-350m, %2d ranks, bf16, B=8 T=1024 (MiB): params %.1f grads %.1f "
-                "adamw %.1f send %.1f | gather %.1f grad-buffers %.1f | activations %.1f\n",
-                n, p.master / 1048576.0, p.grads / 1048576.0, p.moments / 1048576.0,
-                p.send_copy / 1048576.0, p.gather_buffers / 1048576.0,
-                p.grad_buffers / 1048576.0, p.activations / 1048576.0);
+    std::printf(
+        "[ plan ] gpt-350m, %2d ranks, bf16, B=8 T=1024 (MiB): params %.1f grads %.1f "
+        "adamw %.1f send %.1f | gather %.1f grad-buffers %.1f | activations %.1f\n",
+        n, p.master / 1048576.0, p.grads / 1048576.0, p.moments / 1048576.0,
+        p.send_copy / 1048576.0, p.gather_buffers / 1048576.0, p.grad_buffers / 1048576.0,
+        p.activations / 1048576.0);
     const double ratio = double(p.persistent()) / double(one.persistent());
     EXPECT_NEAR(ratio * n, 1.0, 1e-3) << n << " ranks";
     // Buffers hold full units, so they do not shrink (padding to N equal

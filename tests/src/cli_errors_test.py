@@ -88,11 +88,20 @@ def check(cmd, needles, label, exact_stderr):
 for args, needles in cases:
     check([exe] + args, needles, " ".join(args), exact_stderr=True)
 
+# A run that diverges under --debug stops at the first unit that produces
+# NaN/Inf, naming it, with one error line (and no MPI abort banner on 1 rank).
+r = subprocess.run([exe, "--train-data", good, "--seq-len", "16", "--steps", "3", "--debug",
+                    "--lr", "1e30", "--grad-clip", "0", "--warmup-steps", "0"],
+                   capture_output=True, text=True, timeout=120)
+errs = [l for l in r.stderr.splitlines() if l.strip()]
+if r.returncode == 0 or len(errs) != 1 or "produced NaN or Inf" not in errs[0] or "unit '" not in errs[0]:
+    failures.append(f"--debug divergence: rc {r.returncode}, stderr {r.stderr.strip()!r}")
+
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 check([mpiexec, "--oversubscribe", "-np", "2", exe, "--train-data", "/nonexistent.h5"],
       ["/nonexistent.h5"], "mpirun -np 2 --train-data /nonexistent.h5", exact_stderr=False)
 
-total = len(cases) + 1
+total = len(cases) + 2
 for f in failures:
     print("FAIL:", f)
 print(f"{total - len(failures)} passed, {len(failures)} failed")
