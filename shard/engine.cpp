@@ -15,7 +15,8 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       replicate_(replicate && replicate->size() > 1 ? replicate : nullptr),
       shard_host_(shard_host ? *shard_host : shard),
       opt_(options),
-      ct_(ops.compute_dtype()) {
+      ct_(ops.compute_dtype()),
+      rt_(options.reduce_dtype) {
   const auto& specs = model_.units();
   const int U = int(specs.size()), rank = shard_.rank();
   units_.resize(U);
@@ -59,8 +60,8 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int64_t n = plan.slot_elems[s];
     slots_[s].full = ops_.alloc(ct_, n);
-    slots_[s].grad_full = ops_.alloc(ct_, n);
-    slots_[s].rs_out = ops_.alloc(ct_, n / shard_.size());
+    slots_[s].grad_full = ops_.alloc(rt_, n);
+    slots_[s].rs_out = ops_.alloc(rt_, n / shard_.size());
     buffer_bytes_ +=
         int64_t(slots_[s].full.bytes() + slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());
   }
@@ -151,7 +152,7 @@ void FsdpEngine::issue_reduce(int unit) {
   Slot& s = slots_[u.slot];
   note("reduce", unit);
   shard_.wait_stream(ops_.stream());  // the gradients were just computed there
-  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), ct_,
+  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), rt_,
                                    ReduceOp::sum);
   u.grad_active = false;
 }

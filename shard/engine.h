@@ -21,7 +21,10 @@ struct EngineOptions {
   bool reshard_after_forward = true;  // re-gather for backward instead of keeping weights
   bool record_trace = false;          // keep an event log (tests check the prefetch order)
   bool check_finite = false;          // --debug: stop at the first unit that makes NaN/Inf
-  uint64_t seed = 0;                  // parameter initialisation
+  // Element type of the full gradient buffers and of the reduce-scatter: f32
+  // keeps the sum over ranks exact to fp32; bf16 halves the traffic.
+  DType reduce_dtype = DType::f32;
+  uint64_t seed = 0;  // parameter initialisation
 };
 
 struct AdamWConfig {
@@ -104,7 +107,7 @@ class FsdpEngine final : public UnitAccess {
   Communicator* replicate_;
   Communicator& shard_host_;
   EngineOptions opt_;
-  DType ct_;
+  DType ct_, rt_;  // compute and reduce dtypes
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
   int steps_ = 0;

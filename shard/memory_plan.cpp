@@ -19,7 +19,7 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 }
 
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
-                       int seq_len, Recompute recompute) {
+                       int seq_len, Recompute recompute, DType reduce) {
   std::vector<UnitLayout> layouts;
   for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, shard_size));
   MemoryPlan m;
@@ -32,7 +32,8 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   const int64_t es = int64_t(dtype_size(compute));
   for (int64_t n : plan_slots(layouts, reshard).slot_elems) {
     m.gather_buffers += es * n;
-    m.grad_buffers += es * (n + n / shard_size);  // full gradients + reduce-scatter output
+    // full gradients + reduce-scatter output, in the reduce dtype
+    m.grad_buffers += int64_t(dtype_size(reduce)) * (n + n / shard_size);
   }
   m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute);
   return m;

@@ -36,6 +36,6 @@ struct MemoryPlan {
 // batch x seq_len, computing in `compute`.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
-                       Recompute recompute = Recompute::none);
+                       Recompute recompute = Recompute::none, DType reduce = DType::f32);
 
 }  // namespace fsdp

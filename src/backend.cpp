@@ -35,6 +35,9 @@ std::string resolve_device(const Options& o) {
       throw_error("--precision fp8 is not implemented yet; use --precision bf16");
     return d;
   }
+  if (o.reduce_dtype != "fp32")
+    throw_error("--reduce-dtype ", o.reduce_dtype,
+                ": the CPU reference reduces in fp32 only; use --reduce-dtype fp32");
   if (o.precision != "fp32" && o.precision != "auto")
     throw_error("--precision ", o.precision,
                 ": the CPU reference computes in fp32 only; use --precision fp32");

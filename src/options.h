@@ -31,7 +31,8 @@ struct Options {
   bool debug = false;
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
-  std::string recompute = "none";  // none | mlp | block
+  std::string recompute = "none";     // none | mlp | block
+  std::string reduce_dtype = "fp32";  // fp32 | bf16: gradient reduce-scatter
 
   int eval_every = 0;  // 0: only at the end
   int eval_batches = 8;

@@ -67,6 +67,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
   eo.check_finite = o_.debug;
+  eo.reduce_dtype = o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups->shard,
                                          engine_groups->replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
@@ -88,7 +89,8 @@ void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
   const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
-                                   o_.batch_size, o_.seq_len, parse_recompute(o_.recompute));
+                                   o_.batch_size, o_.seq_len, parse_recompute(o_.recompute),
+                                   o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s\n",

@@ -61,6 +61,8 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--stop-at-step", "1"], ["--checkpoint-dir"]),
     (base + ["--shard-group-size", "-2"], ["--shard-group-size"]),
     (base + ["--recompute", "all"], ["--recompute", "all"]),
+    (base + ["--reduce-dtype", "bf16"], ["--reduce-dtype", "bf16"]),
+    (base + ["--reduce-dtype", "fp16"], ["--reduce-dtype", "fp16"]),
 ]
 
 failures = []
