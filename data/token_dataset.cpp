@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/hdf5_lock.h"
-#include "data/h5_id.h"
+#include "common/h5_id.h"
 
 namespace fsdp {
 

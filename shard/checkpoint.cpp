@@ -179,7 +179,7 @@ void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
     write_tensors(file.get(), model, engine, ops, sel, tmp, stats);
     // Only flush reaches MPI_File_sync; close alone leaves data in caches.
     h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush", tmp);
-    file.close(tmp);
+    h5_close(file, tmp);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -220,7 +220,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model
     H5 file = open_parallel(path, world);
     meta = read_meta(file.get(), path);
     read_tensors(file.get(), model, engine, ops, Selection{true, io}, path, stats);
-    file.close(path);
+    h5_close(file, path);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -242,7 +242,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world) {
     h5_quiet();
     H5 file = open_parallel(path, world);
     meta = read_meta(file.get(), path);
-    file.close(path);
+    h5_close(file, path);
   } catch (const std::exception& e) {
     error = e.what();
   }

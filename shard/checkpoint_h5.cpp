@@ -21,11 +21,8 @@ std::string where(const std::string& path) {
 
 }  // namespace
 
-void H5::close(const std::string& what) {
-  if (id_ < 0) return;
-  const herr_t rc = close_ ? close_(id_) : 0;
-  id_ = H5I_INVALID_HID;
-  h5_check(rc, "closing", what);
+void h5_close(H5& h, const std::string& path) {
+  h5_check(h.close(), "closing", path);
 }
 
 std::string h5_reason() {
@@ -76,7 +73,7 @@ void put(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const voi
   H5 attr = h5_own(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
                    H5Aclose, "creating an attribute", path);
   h5_check(H5Awrite(attr.get(), mem_type, v), "H5Awrite", path);
-  attr.close(path);
+  h5_close(attr, path);
 }
 
 H5 open_attr(hid_t obj, const char* name, const std::string& path) {

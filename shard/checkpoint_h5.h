@@ -10,38 +10,23 @@
 #include <utility>
 #include <vector>
 
+#include "common/h5_id.h"
+
 namespace fsdp::ckpt {
 
-class H5 {
- public:
-  using Close = herr_t (*)(hid_t);
-  H5() = default;
-  H5(hid_t id, Close close) : id_(id), close_(close) {}
-  H5(const H5&) = delete;
-  H5& operator=(const H5&) = delete;
-  H5(H5&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
-  H5& operator=(H5&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  // Error paths only; the success path closes through close() to check it.
-  ~H5() {
-    if (id_ >= 0 && close_) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  // Checked close: a failed H5Fclose can mean unwritten data.
-  void close(const std::string& what);
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  Close close_ = nullptr;
-};
+// Owning ids are the project's common H5Id; close them with h5_close, which
+// checks the status.
+using H5 = H5Id;
 
 // HDF5's innermost reason for the last failure ("truncated file: eof = ...").
 std::string h5_reason();
 // Throws fsdp::Error "checkpoint 'path': what failed: reason" when rc < 0.
 void h5_check(herr_t rc, const char* what, const std::string& path);
+// Checked close: throws naming `path` when HDF5 reports a failure.
+void h5_close(H5& h, const std::string& path);
+inline void h5_close(H5&& h, const std::string& path) {
+  h5_close(h, path);
+}
 H5 h5_own(hid_t id, H5::Close close, const char* what, const std::string& path);
 
 // Turns HDF5's stderr error stack off for this process: our one-line errors

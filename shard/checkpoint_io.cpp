@@ -164,7 +164,7 @@ void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engi
           dset = h5_own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2", path);
         }
         transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), sel.write, host.data());
-        dset.close(path);
+        h5_close(dset, path);
       }
       if (!write) ops.to_device(shard, host.data());
     }

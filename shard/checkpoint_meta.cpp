@@ -79,15 +79,15 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   put_f32(model.get(), "norm_eps", c.norm_eps, path);
   put_f32(model.get(), "init_std", c.init_std, path);
   put_i64(model.get(), "tie_embeddings", c.tie_embeddings ? 1 : 0, path);
-  model.close(path);
+  h5_close(model, path);
 
   H5 optim = create_group(file, "optim", path);
-  optim.close(path);
-  create_group(file, "optim/exp_avg", path).close(path);
-  create_group(file, "optim/exp_avg_sq", path).close(path);
+  h5_close(optim, path);
+  h5_close(create_group(file, "optim/exp_avg", path), path);
+  h5_close(create_group(file, "optim/exp_avg_sq", path), path);
   H5 sampler = create_group(file, "sampler", path);
   for (const auto& [name, v] : m.sampler) put_i64(sampler.get(), name.c_str(), v, path);
-  sampler.close(path);
+  h5_close(sampler, path);
 }
 
 CheckpointMeta read_meta(hid_t file, const std::string& path) {

@@ -1,6 +1,7 @@
 // Owning HDF5 identifier: every id a function opens is closed on every path
-// out of it, including the throw paths of validation. Internal to data/ and its
-// tests; the public headers stay free of hdf5.h (and the mpi.h it pulls in).
+// out of it, including throw paths. Shared by data/ (token files) and shard/
+// (checkpoints); include it only from .cpp files, so public headers stay free
+// of hdf5.h (and the mpi.h that parallel HDF5 pulls in).
 #pragma once
 
 #include <hdf5.h>
@@ -31,6 +32,13 @@ class H5Id {
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
+  // Closes now and returns HDF5's status: a failed H5Fclose can mean
+  // unwritten data, so writers check it instead of leaving it to the destructor.
+  herr_t close() {
+    const herr_t rc = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = H5I_INVALID_HID;
+    return rc;
+  }
   void reset() {
     // A failed close in a destructor has nowhere to go; the read paths that
     // matter check their own calls.
