@@ -129,7 +129,9 @@ std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bo
     dV->set_output(true).set_uid(kdV).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
   }
   const char* what = backward ? "backward" : "forward";
-  check_fe(g->build(handle, {fe::HeurMode_t::A}), what, s);
+  // FALLBACK after A: some shapes (small head sizes, deterministic GQA
+  // backward) have no engine among the A heuristics.
+  check_fe(g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), what, s);
   int64_t ws = 0;
   check_fe(g->get_workspace_size(ws), what, s);
   return graphs.emplace(key, std::make_pair(g, ws)).first->second;

@@ -187,9 +187,13 @@ Tensor CudaOps::alloc(DType dtype, int64_t numel) {
   const size_t bytes = size_t(numel) * dtype_size(dtype);
   void* p = nullptr;
   const cudaError_t e = cudaMallocAsync(&p, bytes, impl_->stream);
-  if (e != cudaSuccess)
+  if (e != cudaSuccess) {
+    // Clear the error, or the next launch check (cudaGetLastError) would
+    // report it again as that kernel's failure.
+    cudaGetLastError();
     throw_error("cuda backend: out of device memory allocating ", bytes, " bytes (", impl_->live,
                 " bytes held): ", cudaGetErrorString(e));
+  }
   impl_->live += int64_t(bytes);
   impl_->peak = std::max(impl_->peak, impl_->live);
   return {p, dtype, numel};

@@ -152,6 +152,9 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   float* my = dg_rows + group * dim;
   for (int c = lane; c < dim; c += G) my[c] = 0.0f;
+  // Lane l clears elements l, l+G, ... but accumulates into l*VEC.. below:
+  // order the clearing before any lane's first add.
+  __syncthreads();
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
