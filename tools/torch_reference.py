@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""PyTorch reference of fsdptrain's model and training step, for parity.
+
+It loads an fsdptrain checkpoint (weights and AdamW moments), trains the same
+model on the same batches with the same optimizer, LR schedule and clipping,
+and compares its loss at every step with fsdptrain's --metrics file:
+
+    fsdptrain --train-data D.h5 --steps 60 --checkpoint-dir ck --checkpoint-every 10 \\
+              --metrics m.jsonl ...
+    python3 tools/torch_reference.py ck/step_00000010.h5 --metrics m.jsonl --steps 50
+
+On a CPU in fp32 the curves agree to ~1e-6 (the CPU reference is fp32); on a
+GPU use --device cuda --dtype bf16 (autocast), where the bar is 1%. Exit 1
+when any step differs by more than --tolerance (relative).
+
+What it mirrors, and where (keep in step with the C++):
+- model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
+  RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU,
+  final RMSNorm, tied or untied head, mean cross-entropy);
+- batches: data/permutation.cpp and data/sampler.cpp (Feistel permutation
+  per epoch keyed by seed and epoch; step s uses global positions
+  s*G .. s*G+G-1, G = global batch); single-file datasets only;
+- optimizer: shard/engine.cpp (clip to --grad-clip with norm+1e-6, AdamW with
+  decay on matrices only) and src/lr_schedule.h.
+"""
+import argparse
+import json
+import math
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+class Permutation:
+    ROUNDS = 6
+
+    def __init__(self, n, key):
+        bits = max(2, (n - 1).bit_length())
+        self.n, self.half = n, (bits + 1) // 2
+        self.mask = (1 << self.half) - 1
+        k = mix64(key)
+        self.keys = []
+        for _ in range(self.ROUNDS):
+            k = mix64(k)
+            self.keys.append(k)
+
+    def __call__(self, i):
+        while True:
+            left, right = i >> self.half, i & self.mask
+            for rk in self.keys:
+                left, right = right, left ^ (mix64(right ^ rk) & self.mask)
+            i = (left << self.half) | right
+            if i < self.n:
+                return i
+
+
+def window_of(position, windows, seed):
+    epoch = position // windows
+    return Permutation(windows, seed ^ mix64(epoch ^ 0x5EED))(position % windows)
+
+
+def lr_at(step, total, warmup, lr, min_lr):
+    if step < warmup:
+        return np.float32(lr * (step + 1) / warmup)
+    decay = max(1, total - warmup - 1)
+    progress = min(1.0, (step - warmup) / decay)
+    return np.float32(min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress)))
+
+
+def rmsnorm(x, g, eps):
+    return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype) * g
+
+
+def rope(x, theta):  # x [B, T, H, hd], rotate_half
+    T, hd = x.shape[1], x.shape[3]
+    half = hd // 2
+    inv = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / hd)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = ang.cos().to(x.dtype)[None, :, None, :]
+    sin = ang.sin().to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Model(torch.nn.Module):
+    """fsdptrain's decoder; parameter names are the checkpoint's (dots -> __)."""
+
+    def __init__(self, cfg, tensors):
+        super().__init__()
+        self.cfg = cfg
+        self.p = torch.nn.ParameterDict(
+            {k.replace(".", "__"): torch.nn.Parameter(torch.from_numpy(v.copy())) for k, v in tensors.items()})
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def forward(self, tokens, targets):
+        c = self.cfg
+        B, T = tokens.shape
+        H, Hkv, d = c["n_head"], c["n_kv_head"], c["d_model"]
+        hd, eps, theta = d // H, c["norm_eps"], c["rope_theta"]
+        x = F.embedding(tokens, self.w("embed.weight"))
+        for l in range(c["n_layer"]):
+            b = f"blocks.{l}."
+            h = rmsnorm(x, self.w(b + "attn_norm"), eps)
+            q = (h @ self.w(b + "attn.wq").t()).view(B, T, H, hd)
+            k = (h @ self.w(b + "attn.wk").t()).view(B, T, Hkv, hd)
+            v = (h @ self.w(b + "attn.wv").t()).view(B, T, Hkv, hd)
+            q = rope(rmsnorm(q, self.w(b + "attn.q_norm"), eps), theta)
+            k = rope(rmsnorm(k, self.w(b + "attn.k_norm"), eps), theta)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=True, enable_gqa=True)
+            x = x + o.transpose(1, 2).reshape(B, T, H * hd) @ self.w(b + "attn.wo").t()
+            h = rmsnorm(x, self.w(b + "mlp_norm"), eps)
+            s = F.silu(h @ self.w(b + "mlp.w1").t()) * (h @ self.w(b + "mlp.w3").t())
+            x = x + s @ self.w(b + "mlp.w2").t()
+        h = rmsnorm(x, self.w("final_norm"), eps)
+        head = self.w("embed.weight") if c["tie_embeddings"] else self.w("head.weight")
+        logits = (h @ head.t()).float()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def read_checkpoint(path):
+    with h5py.File(path, "r") as f:
+        m = f["model"]
+        cfg = {k: (v.item() if hasattr(v, "item") else v) for k, v in m.attrs.items()}
+        cfg["tie_embeddings"] = bool(cfg["tie_embeddings"])
+        names = [k for k in m.keys()]
+        model = {k: m[k][()] for k in names}
+        avg = {k: f["optim/exp_avg"][k][()] for k in names}
+        avg_sq = {k: f["optim/exp_avg_sq"][k][()] for k in names}
+        root = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        sampler = {k: int(v) for k, v in f["sampler"].attrs.items()}
+    ini = root["config"]
+    ini = ini.decode() if isinstance(ini, bytes) else ini
+    opts = dict(l.split(" = ", 1) for l in ini.splitlines() if " = " in l)
+    return cfg, model, avg, avg_sq, root, sampler, opts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoint", help="an fsdptrain checkpoint (.h5); training continues from it")
+    ap.add_argument("--metrics", required=True, help="fsdptrain's --metrics file of the same run")
+    ap.add_argument("--steps", type=int, default=50, help="steps to train and compare")
+    ap.add_argument("--train-data", help="override the data file named in the checkpoint's config")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--tolerance", type=float, default=1e-2, help="largest relative loss difference")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(a.device == "cpu")
+
+    cfg, weights, avg, avg_sq, root, sampler, opts = read_checkpoint(a.checkpoint)
+    start = int(root["step"])
+    B, T = int(opts["batch-size"]), int(opts["seq-len"])
+    G = B * int(opts["grad-accum"]) * int(root["world_size"])
+    total, warmup = int(opts["steps"]), int(opts["warmup-steps"])
+    lr, min_lr = float(opts["lr"]), float(opts["min-lr"])
+    wd, clip = float(opts["weight-decay"]), float(opts["grad-clip"])
+    betas, eps = (float(opts["beta1"]), float(opts["beta2"])), float(opts["adam-eps"])
+    data_spec = a.train_data or opts["train-data"]
+    path, _, dset = data_spec.partition(":/")
+    if "," in path or "*" in path:
+        sys.exit("torch_reference: error: multi-file datasets are not mirrored here; pass --train-data FILE.h5")
+    with h5py.File(path, "r") as f:
+        tokens = f["/" + (dset or "tokens")][()].astype(np.int64)
+    windows = (len(tokens) - 1) // T
+    seed = sampler["seed"] & M64
+
+    dev = torch.device(a.device)
+    model = Model(cfg, weights).to(dev)
+    decay = [p for n, p in model.p.items() if p.ndim >= 2]
+    no_decay = [p for n, p in model.p.items() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=betas, eps=eps, foreach=False)
+    for n, p in model.p.items():  # continue with fsdptrain's moments and step count
+        name = n.replace("__", ".")
+        opt.state[p] = {"step": torch.tensor(float(root["optimizer_steps"])),
+                        "exp_avg": torch.from_numpy(avg[name].copy()).to(dev),
+                        "exp_avg_sq": torch.from_numpy(avg_sq[name].copy()).to(dev)}
+
+    theirs = {l["step"]: l["loss"] for l in map(json.loads, open(a.metrics)) if "loss" in l}
+    worst, failures = 0.0, 0
+    for s in range(start, min(start + a.steps, total)):
+        rows = [tokens[w * T: w * T + T + 1] for w in (window_of(s * G + j, windows, seed) for j in range(G))]
+        batch = torch.from_numpy(np.stack(rows)).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = model(batch[:, :-1], batch[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        for g in opt.param_groups:
+            g["lr"] = float(lr_at(s, total, warmup, lr, min_lr))
+        opt.step()
+        ours = loss.item()
+        ref = theirs.get(s + 1)
+        diff = abs(ours - ref) / abs(ref) if ref is not None else float("nan")
+        worst = max(worst, diff) if ref is not None else worst
+        bad = ref is None or not diff <= a.tolerance
+        failures += bad
+        print(f"step {s + 1:5d} | torch {ours:.6f} | fsdptrain {ref if ref is not None else float('nan'):.6f} "
+              f"| rel. diff {diff:.2e}{'  <-- over tolerance' if bad else ''}")
+    print(f"worst relative difference {worst:.2e} over steps {start + 1}..{min(start + a.steps, total)} "
+          f"(tolerance {a.tolerance:g}, {a.dtype} on {a.device})")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
