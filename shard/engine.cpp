@@ -68,14 +68,19 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
 }
 
 FsdpEngine::~FsdpEngine() {
-  for (auto& s : slots_) {
+  // After an exception mid-step, prefetched gathers and reduce-scatters may
+  // still be writing into slot buffers: let every one finish before anything
+  // is freed (other ranks, unwinding the same way, complete them too).
+  for (auto& u : units_)
+    if (u.gather) u.gather->wait();
+  for (auto& s : slots_)
     if (s.reduce) s.reduce->wait();
+  for (auto& s : slots_) {
     ops_.free(s.full);
     ops_.free(s.grad_full);
     ops_.free(s.rs_out);
   }
   for (auto& u : units_) {
-    if (u.gather) u.gather->wait();
     if (u.send.data != u.master.data) ops_.free(u.send);
     ops_.free(u.master);
     ops_.free(u.exp_avg);

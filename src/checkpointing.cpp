@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 
+#include "comm/agree.h"
 #include "shard/checkpoint.h"
 #include "shard/checkpoint_dir.h"
 
@@ -13,7 +14,9 @@ void refuse_to_overwrite(const Options& o, MPI_Comm world) {
   int found = 0;
   int rank = 0;
   MPI_Comm_rank(world, &rank);
-  if (rank == 0) found = CheckpointDir(o.checkpoint_dir).list().empty() ? 0 : 1;
+  all_or_none(world, [&] {
+    if (rank == 0) found = CheckpointDir(o.checkpoint_dir).list().empty() ? 0 : 1;
+  });
   MPI_Bcast(&found, 1, MPI_INT, 0, world);
   if (found)
     throw_error("--checkpoint-dir '", o.checkpoint_dir,

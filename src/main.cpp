@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "comm/agree.h"
 #include "comm/runtime.h"
 #include "common/error.h"
 #include "src/options.h"
@@ -12,13 +13,16 @@
 namespace {
 
 // Set-up errors (flags, files, data) happen on every rank alike or on some;
-// the ranks agree so that exactly one line is printed, by the lowest failing
-// rank, and all exit non-zero instead of some waiting forever.
-bool agree_ok(bool ok, const std::string& message, int rank) {
-  int failed_rank = ok ? 1 << 30 : rank, first = 0;
-  MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!ok && first == rank) std::fprintf(stderr, "fsdptrain: error: %s\n", message.c_str());
-  return first == 1 << 30;
+// the ranks agree so that exactly one line is printed, by the lowest rank
+// with a real error (ranks that only saw a peer fail stay quiet), and all
+// exit non-zero instead of some waiting forever.
+bool agree_ok(bool ok, bool peer_only, const std::string& message, int rank) {
+  const int none = 1 << 30;
+  int mine[2] = {ok || peer_only ? none : rank, ok ? none : rank}, first[2] = {0, 0};
+  MPI_Allreduce(mine, first, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int printer = first[0] != none ? first[0] : first[1];
+  if (!ok && printer == rank) std::fprintf(stderr, "fsdptrain: error: %s\n", message.c_str());
+  return first[1] == none;
 }
 
 }  // namespace
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
   std::optional<fsdp::Options> options;
   std::unique_ptr<fsdp::Trainer> trainer;
   std::string message;
+  bool peer_only = false;
   try {
     options = fsdp::parse_options(argc, argv);
     if (options) {
@@ -38,10 +43,13 @@ int main(int argc, char** argv) {
       fsdp::check_launch(world);
       trainer = std::make_unique<fsdp::Trainer>(*options, world);
     }
+  } catch (const fsdp::PeerFailed& e) {
+    message = e.what();
+    peer_only = true;
   } catch (const std::exception& e) {
     message = e.what();
   }
-  if (!agree_ok(message.empty(), message, rank)) return 1;
+  if (!agree_ok(message.empty(), peer_only, message, rank)) return 1;
   if (!options) return 0;  // --help
 
   try {

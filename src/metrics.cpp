@@ -8,7 +8,7 @@
 
 namespace fsdp {
 
-MetricsLog::MetricsLog(const std::string& path) {
+void MetricsLog::open(const std::string& path) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw_error("--metrics: cannot open '", path, "' for writing: ", std::strerror(errno));

@@ -11,8 +11,10 @@ namespace fsdp {
 
 class MetricsLog {
  public:
+  MetricsLog() = default;
   // path empty: no file. Throws fsdp::Error if the file cannot be created.
-  explicit MetricsLog(const std::string& path);
+  explicit MetricsLog(const std::string& path) { open(path); }
+  void open(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;

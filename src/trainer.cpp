@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "comm/agree.h"
 #include "shard/memory_plan.h"
 #include "src/backend.h"
 #include "src/checkpointing.h"
@@ -41,14 +42,21 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     : o_(options),
       world_(world),
       lead_(world.rank == 0),
-      train_data_(open_checked(o_.train_data, "--train-data", o_)),
-      metrics_(lead_ ? o_.metrics : std::string()) {
+      train_data_(open_checked(o_.train_data, "--train-data", o_)) {
+  // Collective steps (data opening, process groups, resume) agree on errors
+  // themselves; steps that can fail on some ranks only go through
+  // all_or_none, so no rank is left waiting in a collective.
+  const MPI_Comm W = MPI_COMM_WORLD;
   if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
-  refuse_to_overwrite(o_, MPI_COMM_WORLD);
-  const std::string device = resolve_device(o_);
+  std::string device;
+  all_or_none(W, [&] {
+    if (lead_) metrics_.open(o_.metrics);
+    device = resolve_device(o_);
+  });
+  refuse_to_overwrite(o_, W);
 
   // Everything the user can get wrong is checked above; now build.
-  ops_ = make_ops(device, o_, world_);
+  all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
   groups_ = make_process_groups(Backend::mpi, o_.shard_group_size);
   // On a GPU the engine's collectives run over NCCL on device buffers; the
   // host groups above still carry the scalars (losses, norms, flags).
@@ -61,6 +69,16 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
           "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
           "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   }
+  all_or_none(W, [&] { build(*engine_groups); });
+  pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, W, lead_);
+  const size_t n = size_t(o_.batch_size) * o_.seq_len;
+  inputs_.resize(n);
+  targets_.resize(n);
+  if (lead_) print_memory_plan();
+}
+
+// The rank-local part of set-up: memory on the device, the reader thread.
+void Trainer::build(ProcessGroups& engine_groups) {
   model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len,
                                          parse_recompute(o_.recompute));
   EngineOptions eo;
@@ -68,19 +86,14 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   eo.seed = o_.seed;
   eo.check_finite = o_.debug;
   eo.reduce_dtype = o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
-  engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups->shard,
-                                         engine_groups->replicate.get(), eo, groups_.shard.get());
+  engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
+                                         engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
   loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
                                           world_.rank, world_.size, o_.seed);
   if (val_data_)
     val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size, world_.rank,
                                                 world_.size);
-  pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, MPI_COMM_WORLD, lead_);
-  const size_t n = size_t(o_.batch_size) * o_.seq_len;
-  inputs_.resize(n);
-  targets_.resize(n);
-  if (lead_) print_memory_plan();
 }
 
 Trainer::~Trainer() = default;

@@ -103,7 +103,14 @@ mpiexec = os.environ.get("MPIEXEC", "mpirun")
 check([mpiexec, "--oversubscribe", "-np", "2", exe, "--train-data", "/nonexistent.h5"],
       ["/nonexistent.h5"], "mpirun -np 2 --train-data /nonexistent.h5", exact_stderr=False)
 
-total = len(cases) + 2
+# A failure on one rank only (rank 0 opens --metrics) must not leave the other
+# ranks waiting in a collective: one error line, non-zero exit, no hang.
+check([mpiexec, "--oversubscribe", "-np", "2", exe, "--train-data", good,
+       "--metrics", "/no/such/dir/m.jsonl"],
+      ["--metrics", "/no/such/dir/m.jsonl"], "mpirun -np 2 --metrics in a missing directory",
+      exact_stderr=False)
+
+total = len(cases) + 3
 for f in failures:
     print("FAIL:", f)
 print(f"{total - len(failures)} passed, {len(failures)} failed")

@@ -1,0 +1,24 @@
+// Set-up steps that can fail on some ranks only (a file one rank opens, an
+// allocation, a device) must not leave the others waiting in the next
+// collective. all_or_none runs such a step everywhere and then agrees: the
+// ranks whose step failed rethrow their error, the others throw PeerFailed,
+// so all leave together and main prints the real error once.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+
+#include "common/error.h"
+
+namespace fsdp {
+
+class PeerFailed : public Error {
+ public:
+  PeerFailed() : Error("another rank failed during set-up") {}
+};
+
+// Collective over comm.
+void all_or_none(MPI_Comm comm, const std::function<void()>& step);
+
+}  // namespace fsdp
