@@ -161,6 +161,14 @@ double Trainer::evaluate() {
   return s / c;
 }
 
+// Model FLOPs utilisation (DESIGN.md): useful FLOPs per token (recomputation
+// excluded) times tokens/s over the dense peak of all GPUs; none on the CPU.
+double Trainer::mfu(double tokens_per_s) const {
+  if (std::string(ops_->name()) != "cuda") return std::nan("");
+  const double peak = 989e12;  // H100/H200 SXM dense bf16
+  return tokens_per_s * o_.model.flops_per_token(o_.seq_len) / (peak * world_.size);
+}
+
 void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
   const double tokens = double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
   const double tok_s = tokens / seconds;
@@ -180,7 +188,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"grad_norm", json_number(norm)},
                   {"tokens_per_s", json_number(tok_s)},
                   {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
-                  {"mfu", "null"},  // no peak is defined for the CPU reference
+                  {"mfu", json_number(mfu(tok_s))},
                   {"peak_rss_bytes_max_rank", json_number(peak)},
                   {"elapsed_s", json_number(elapsed)}});
   if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {

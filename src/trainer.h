@@ -39,6 +39,7 @@ class Trainer {
   double train_step(int step);  // returns the global mean loss
   double evaluate();
   void log_step(int step, double loss, float lr, double norm, double seconds);
+  double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);
   void print_memory_plan() const;
   bool stop_requested();
