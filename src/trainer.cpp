@@ -50,8 +50,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
   std::string device;
   all_or_none(W, [&] {
+    device = resolve_device(o_);  // a configuration error before any file is created
     if (lead_) metrics_.open(o_.metrics);
-    device = resolve_device(o_);
   });
   refuse_to_overwrite(o_, W);
 
