@@ -1,11 +1,18 @@
 #include "shard/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "shard/memory_plan.h"
 
 namespace fsdp {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
                        const EngineOptions& options, Communicator* shard_host)
@@ -110,20 +117,27 @@ void FsdpEngine::issue_gather(int unit) {
   // (for work queued so far, not for the unit about to compute).
   shard_.wait_stream(ops_.stream());
   u.gather = shard_.all_gather(u.send.data, s.full.data, size_t(u.layout.shard), ct_);
+  ++in_flight_;
 }
 
 void FsdpEngine::wait_gather(int unit) {
   Unit& u = units_[unit];
   if (u.ready) return;
   issue_gather(unit);
+  const auto t0 = std::chrono::steady_clock::now();
   u.gather->wait_on(ops_.stream());  // compute waits on an event, not the host
+  comm_wait_s_ += seconds_since(t0);
   u.gather.reset();
+  --in_flight_;
   u.ready = true;
 }
 
 void FsdpEngine::release(int unit) {
   Unit& u = units_[unit];
-  if (u.gather) u.gather->wait();  // never free a buffer a collective still writes
+  if (u.gather) {
+    u.gather->wait();  // never free a buffer a collective still writes
+    --in_flight_;
+  }
   u.gather.reset();
   u.ready = false;
   slots_[u.slot].weight_owner = -1;
@@ -131,12 +145,14 @@ void FsdpEngine::release(int unit) {
 }
 
 Tensor FsdpEngine::weight(int unit, int param) {
+  if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
   return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.sizes[param]);
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {
+  if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
   return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.sizes[param]);
@@ -157,6 +173,7 @@ void FsdpEngine::issue_reduce(int unit) {
   Slot& s = slots_[u.slot];
   note("reduce", unit);
   shard_.wait_stream(ops_.stream());  // the gradients were just computed there
+  ++in_flight_;
   s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), rt_,
                                    ReduceOp::sum);
   u.grad_active = false;
@@ -164,8 +181,11 @@ void FsdpEngine::issue_reduce(int unit) {
 
 void FsdpEngine::finish_reduce(Slot& s) {
   if (!s.reduce) return;
+  const auto t0 = std::chrono::steady_clock::now();
   s.reduce->wait_on(ops_.stream());
+  comm_wait_s_ += seconds_since(t0);
   s.reduce.reset();
+  --in_flight_;
   Unit& u = units_[s.grad_owner];
   ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
   s.grad_owner = -1;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -21,6 +22,10 @@ struct EngineOptions {
   bool reshard_after_forward = true;  // re-gather for backward instead of keeping weights
   bool record_trace = false;          // keep an event log (tests check the prefetch order)
   bool check_finite = false;          // --debug: stop at the first unit that makes NaN/Inf
+  // Drive the communicator's progress each time the model asks for a weight
+  // or gradient, i.e. between ops, so in-flight collectives advance during
+  // compute (MPI moves non-blocking collectives only inside MPI calls).
+  bool progress_between_ops = true;
   // Element type of the full gradient buffers and of the reduce-scatter: f32
   // keeps the sum over ranks exact to fp32; bf16 halves the traffic.
   DType reduce_dtype = DType::f32;
@@ -75,6 +80,9 @@ class FsdpEngine final : public UnitAccess {
   // Bytes of gather, gradient and reduce-scatter buffers.
   int64_t buffer_bytes() const { return buffer_bytes_; }
   const std::vector<std::string>& trace() const { return trace_; }
+  // Host time spent blocked on collectives since the last call (on a GPU the
+  // waits are stream dependencies, so this stays near zero).
+  double take_comm_wait_seconds() { return std::exchange(comm_wait_s_, 0.0); }
 
  private:
   struct Unit {
@@ -112,6 +120,8 @@ class FsdpEngine final : public UnitAccess {
   std::vector<Slot> slots_;
   int steps_ = 0;
   int micro_batch_ = 0;  // within the current step, for --debug's messages
+  int in_flight_ = 0;    // collectives posted and not yet waited
+  double comm_wait_s_ = 0;
   int64_t persistent_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<std::string> trace_;
 };

@@ -188,6 +188,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"grad_norm", json_number(norm)},
                   {"tokens_per_s", json_number(tok_s)},
                   {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
+                  {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},
                   {"mfu", json_number(mfu(tok_s))},
                   {"peak_rss_bytes_max_rank", json_number(peak)},
                   {"elapsed_s", json_number(elapsed)}});

@@ -31,7 +31,7 @@ train = [l for l in lines if "loss" in l]
 failures = []
 if len(train) != 300:
     failures.append(f"expected 300 step lines, got {len(train)}")
-for key in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "peak_rss_bytes_max_rank", "data_wait_s"):
+for key in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "peak_rss_bytes_max_rank", "data_wait_s", "comm_wait_s"):
     if any(key not in l for l in train):
         failures.append(f"a step line lacks {key}")
 if not val or abs(val[0] - math.log(256)) > 0.3:
