@@ -176,7 +176,12 @@ void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
                      "creating", tmp);
     write_meta(file.get(), m, tmp);
     pause_for_tests(tmp, rank_of(world));
-    write_tensors(file.get(), model, engine, ops, sel, tmp, stats);
+    Checksums sums;
+    write_tensors(file.get(), model, engine, ops, sel, tmp, stats, &sums);
+    // Only the writers hashed anything, so the sum is each tensor's checksum.
+    MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T, MPI_SUM,
+                  world);
+    put_u64s(file.get(), kChecksumAttr, sums.sums, tmp);
     // Only flush reaches MPI_File_sync; close alone leaves data in caches.
     h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush", tmp);
     h5_close(file, tmp);
@@ -204,6 +209,24 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   return path;
 }
 
+// Every replica reads its shard, so the tensors were hashed `replicas` times.
+// Files from before checksums existed have none and are not checked.
+void verify_checksums(hid_t file, Checksums& sums, int replicas, MPI_Comm world,
+                      const std::string& path) {
+  MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T, MPI_SUM,
+                world);
+  const std::vector<uint64_t> stored = get_u64s_if_present(file, kChecksumAttr, path);
+  if (stored.empty()) return;
+  if (stored.size() != sums.sums.size())
+    throw_error("checkpoint '", path, "' is damaged: it lists ", stored.size(),
+                " tensor checksums for ", sums.sums.size(), " tensors");
+  for (size_t i = 0; i < stored.size(); ++i)
+    if (stored[i] * uint64_t(replicas) != sums.sums[i])
+      throw_error("checkpoint '", path, "' is damaged: tensor ", sums.names[i],
+                  " does not match its checksum (its bytes changed after the save); use an "
+                  "earlier checkpoint with --resume PATH");
+}
+
 CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model,
                                FsdpEngine& engine, Ops& ops, MPI_Comm world,
                                const CheckpointIoOptions& io, CheckpointIoStats* stats) {
@@ -219,7 +242,9 @@ CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model
     h5_quiet();
     H5 file = open_parallel(path, world);
     meta = read_meta(file.get(), path);
-    read_tensors(file.get(), model, engine, ops, Selection{true, io}, path, stats);
+    Checksums sums;
+    read_tensors(file.get(), model, engine, ops, Selection{true, io}, path, stats, &sums);
+    verify_checksums(file.get(), sums, size_of(world) / shard_group_size(engine), world, path);
     h5_close(file, path);
   } catch (const std::exception& e) {
     error = e.what();

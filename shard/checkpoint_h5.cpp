@@ -105,6 +105,25 @@ void put_str(hid_t obj, const char* name, const std::string& v, const std::strin
   put(obj, name, type.get(), type.get(), padded.data(), path);
 }
 
+void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v,
+              const std::string& path) {
+  const hsize_t n = v.size();
+  H5 space = h5_own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", path);
+  H5 attr = h5_own(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, "creating an attribute", path);
+  h5_check(H5Awrite(attr.get(), H5T_NATIVE_UINT64, v.data()), "H5Awrite", path);
+  h5_close(attr, path);
+}
+
+std::vector<uint64_t> get_u64s_if_present(hid_t obj, const char* name, const std::string& path) {
+  if (H5Aexists(obj, name) <= 0) return {};
+  H5 attr = h5_own(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose, "H5Aopen", path);
+  H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
+  std::vector<uint64_t> v(size_t(H5Sget_simple_extent_npoints(space.get())));
+  h5_check(H5Aread(attr.get(), H5T_NATIVE_UINT64, v.data()), "H5Aread", path);
+  return v;
+}
+
 int64_t get_i64(hid_t obj, const char* name, const std::string& path) {
   H5 attr = open_attr(obj, name, path);
   int64_t v = 0;

@@ -44,6 +44,9 @@ void put_i64(hid_t obj, const char* name, int64_t v, const std::string& path);
 void put_f32(hid_t obj, const char* name, float v, const std::string& path);
 void put_str(hid_t obj, const char* name, const std::string& v, const std::string& path);
 int64_t get_i64(hid_t obj, const char* name, const std::string& path);
+// A 1-D array of u64 (the tensor checksums); get returns {} when absent.
+void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v, const std::string& path);
+std::vector<uint64_t> get_u64s_if_present(hid_t obj, const char* name, const std::string& path);
 float get_f32(hid_t obj, const char* name, const std::string& path);
 std::string get_str(hid_t obj, const char* name, const std::string& path);
 

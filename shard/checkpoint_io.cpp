@@ -7,6 +7,7 @@
 #include "shard/checkpoint_io.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/error.h"
 #include "model/params.h"
@@ -64,8 +65,17 @@ struct Transfer {
 // Moves this rank's part of parameter `param` (all of it, or nothing when
 // !active) between `host_shard` and `dset`, in the same number of
 // collective calls on every rank.
+uint64_t element_hash(uint64_t index, float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  uint64_t x = (index << 32 | bits) + 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, const UnitLayout& l,
-              int param, int rank, bool active, float* host_shard) {
+              int param, int rank, bool active, float* host_shard, uint64_t* checksum) {
   const int ranks = int(l.padded / l.shard);
   int64_t most = 0;
   for (int r = 0; r < ranks; ++r) most = std::max(most, shard_overlap(l, param, r).count);
@@ -103,6 +113,7 @@ void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, c
     else
       h5_check(H5Dread(dset, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), t.dxpl, buf), "H5Dread",
                t.path);
+    for (hsize_t k = 0; k < n; ++k) *checksum += element_hash(uint64_t(in_param + lo) + k, buf[k]);
     H5D_mpio_actual_io_mode_t mode = H5D_MPIO_NO_COLLECTIVE;
     h5_check(H5Pget_mpio_actual_io_mode(t.dxpl, &mode), "H5Pget_mpio_actual_io_mode", t.path);
     if (t.stats) {
@@ -130,7 +141,9 @@ int64_t max_elems(const Selection& sel) {
 }
 
 void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-              const Selection& sel, const std::string& path, CheckpointIoStats* stats) {
+              const Selection& sel, const std::string& path, CheckpointIoStats* stats,
+              Checksums* sums) {
+  *sums = {};
   const std::vector<UnitSpec> units = model_units(model);
   FSDP_CHECK(int(units.size()) == engine.num_units(), "model and engine disagree on units");
   H5 dxpl = make_dxpl(path);
@@ -163,7 +176,10 @@ void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engi
         } else {
           dset = h5_own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2", path);
         }
-        transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), sel.write, host.data());
+        sums->names.push_back(name);
+        sums->sums.push_back(0);
+        transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), sel.write, host.data(),
+                 &sums->sums.back());
         h5_close(dset, path);
       }
       if (!write) ops.to_device(shard, host.data());
@@ -174,13 +190,15 @@ void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engi
 }  // namespace
 
 void write_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                   const Selection& sel, const std::string& path, CheckpointIoStats* stats) {
-  move_all(true, file, model, engine, ops, sel, path, stats);
+                   const Selection& sel, const std::string& path, CheckpointIoStats* stats,
+                   Checksums* sums) {
+  move_all(true, file, model, engine, ops, sel, path, stats, sums);
 }
 
 void read_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                  const Selection& sel, const std::string& path, CheckpointIoStats* stats) {
-  move_all(false, file, model, engine, ops, sel, path, stats);
+                  const Selection& sel, const std::string& path, CheckpointIoStats* stats,
+                  Checksums* sums) {
+  move_all(false, file, model, engine, ops, sel, path, stats, sums);
 }
 
 }  // namespace fsdp::ckpt

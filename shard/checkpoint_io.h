@@ -27,11 +27,23 @@ struct Selection {
   CheckpointIoOptions io;
 };
 
+// Per-tensor checksums, in the order the tensors are moved: the wrapping sum
+// over a tensor's elements of a hash of (index, bits). A sum does not care
+// which rank moved which slice, so each rank hashes what it moved and one
+// all-reduce gives the tensor's checksum on any world size.
+struct Checksums {
+  std::vector<std::string> names;  // "model/blocks.0.attn.wq", ...
+  std::vector<uint64_t> sums;      // this rank's part until all-reduced
+};
+constexpr const char* kChecksumAttr = "tensor_checksums";
+
 // Creates every dataset and writes this rank's slices (collective).
 void write_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                   const Selection& sel, const std::string& path, CheckpointIoStats* stats);
+                   const Selection& sel, const std::string& path, CheckpointIoStats* stats,
+                   Checksums* sums);
 // Reads this rank's slices of every dataset into the engine (collective).
 void read_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                  const Selection& sel, const std::string& path, CheckpointIoStats* stats);
+                  const Selection& sel, const std::string& path, CheckpointIoStats* stats,
+                  Checksums* sums);
 
 }  // namespace fsdp::ckpt

@@ -127,6 +127,17 @@ errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
 check(len(errs) == 1 and newest in errs[0], "--resume DAMAGED: one error line naming the file")
 check(os.path.exists(os.path.join(work, "b", "step_00000005.h5")), "nothing older was deleted")
 
+# Bit rot inside a tensor (structure intact): the checksum names the tensor.
+rotten = os.path.join(work, "a", "step_00000010.h5")
+with h5py.File(rotten, "r+") as f:
+    d = f["model/blocks.0.attn.wq"]
+    v = d[0, 0]
+    d[0, 0] = v + 1.0
+r = run(1, "a", "a2.jsonl", steps=12, extra=("--resume", rotten), expect_rc=1)
+errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(len(errs) == 1 and "blocks.0.attn.wq" in errs[0] and "checksum" in errs[0],
+      "a changed tensor value is caught by its checksum, naming the tensor")
+
 print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
 for f in failures:
     print("FAIL:", f)
