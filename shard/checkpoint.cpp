@@ -4,6 +4,7 @@
 // so every rank takes the same branch and throws the same error.
 #include "shard/checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -275,7 +276,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world) {
   return meta;
 }
 
-ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world) {
+ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world,
+                            const std::vector<std::string>& skip) {
   ResumeChoice choice;
   on_root(world, [&] {
     if (resume != "auto") {
@@ -293,7 +295,9 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, M
         candidates.push_back(p);
     std::vector<std::string> skipped;
     for (const auto& p : candidates) {
-      const std::string error = probe(p, nullptr);
+      const bool known_bad = std::find(skip.begin(), skip.end(), p) != skip.end();
+      const std::string error =
+          known_bad ? "checkpoint '" + p + "' failed its checksums" : probe(p, nullptr);
       if (error.empty()) {
         choice.path = p;
         break;

@@ -104,6 +104,9 @@ struct ResumeChoice {
 // (the one `latest` names first, then step_*.h5 by step, newest first),
 // skipping damaged ones with a warning; none at all is a fresh start. A path:
 // that file, or an fsdp::Error saying why it cannot be used.
-ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world);
+// `skip`: files already found damaged while loading (a checksum mismatch),
+// passed over like files that fail the structural probe.
+ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world,
+                            const std::vector<std::string>& skip = {});
 
 }  // namespace fsdp

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "comm/agree.h"
 #include "shard/checkpoint.h"
@@ -28,7 +30,24 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
                             MPI_Comm world, bool lead) {
   RunPosition pos;
   if (o.resume.empty()) return pos;
-  const ResumeChoice choice = resolve_resume(o.resume, o.checkpoint_dir, world);
+  // Under auto, a checkpoint whose tensors fail their checksums is skipped
+  // like one that fails to open; a load rewrites all engine state, so trying
+  // the next one after a failed load is safe.
+  std::vector<std::string> damaged;
+  ResumeChoice choice;
+  CheckpointMeta meta;
+  while (true) {
+    choice = resolve_resume(o.resume, o.checkpoint_dir, world, damaged);
+    if (choice.path.empty()) break;
+    try {
+      meta = load_checkpoint(choice.path, o.model, engine, ops, world);
+      break;
+    } catch (const Error& e) {
+      if (o.resume != "auto" || std::string(e.what()).find("checksum") == std::string::npos) throw;
+      if (lead) std::printf("fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
+      damaged.push_back(choice.path);
+    }
+  }
   if (lead && !choice.warning.empty())
     std::printf("fsdptrain: warning: %s\n", choice.warning.c_str());
   if (choice.path.empty()) {
@@ -37,7 +56,6 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
                   o.checkpoint_dir.c_str());
     return pos;
   }
-  const CheckpointMeta meta = load_checkpoint(choice.path, o.model, engine, ops, world);
   std::array<int64_t, 3> values{};
   for (size_t i = 0; i < SamplerState::kNames.size(); ++i) {
     bool have = false;

@@ -138,6 +138,14 @@ errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
 check(len(errs) == 1 and "blocks.0.attn.wq" in errs[0] and "checksum" in errs[0],
       "a changed tensor value is caught by its checksum, naming the tensor")
 
+# Under --resume auto, a checksum failure falls back to the previous checkpoint.
+run(1, "rot", "rot.jsonl", steps=10, extra=("--checkpoint-every", "3", "--stop-at-step", "6"))
+with h5py.File(os.path.join(work, "rot", "step_00000006.h5"), "r+") as f:
+    f["optim/exp_avg/final_norm"][3] += 1.0
+r = run(1, "rot", "rot2.jsonl", steps=10, extra=("--resume", "auto"))
+check("checksum" in r.stdout and "at step 3" in r.stdout,
+      "--resume auto skips a checkpoint that fails its checksums and resumes from step 3")
+
 print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
 for f in failures:
     print("FAIL:", f)
