@@ -7,13 +7,6 @@
 
 namespace fsdp {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   FSDP_CHECK(n >= 1 && n <= (uint64_t{1} << 62), "permutation size ", n);
   // Both halves need at least one bit, so even n = 1 gets a 4-element domain.

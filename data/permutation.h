@@ -8,10 +8,9 @@
 #include <array>
 #include <cstdint>
 
-namespace fsdp {
+#include "common/mix64.h"
 
-// The splitmix64 finaliser: a cheap, well-mixed 64-bit hash.
-uint64_t mix64(uint64_t x);
+namespace fsdp {
 
 class Permutation {
  public:

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/mix64.h"
+
 namespace fsdp {
 
 int64_t ParamSpec::numel() const {
@@ -55,13 +57,6 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
@@ -82,11 +77,11 @@ void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t 
   }
   // Counter-based normal samples: a hash of (seed, name, element) feeds one
   // Box-Muller draw per element. No sequential RNG state, so slices are free.
-  const uint64_t key = splitmix64(seed ^ fnv1a(p.name));
+  const uint64_t key = mix64(seed ^ fnv1a(p.name));
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t e = uint64_t(begin + i);
-    const double u1 = uniform(splitmix64(key ^ (2 * e)));
-    const double u2 = uniform(splitmix64(key ^ (2 * e + 1)));
+    const double u1 = uniform(mix64(key ^ (2 * e)));
+    const double u2 = uniform(mix64(key ^ (2 * e + 1)));
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
     out[i] = float(z * p.std);
   }

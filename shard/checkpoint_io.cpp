@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/mix64.h"
 #include "model/params.h"
 #include "shard/checkpoint_h5.h"
 
@@ -68,10 +69,7 @@ struct Transfer {
 uint64_t element_hash(uint64_t index, float value) {
   uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof bits);
-  uint64_t x = (index << 32 | bits) + 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return mix64(index << 32 | bits);
 }
 
 void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, const UnitLayout& l,
