@@ -141,7 +141,8 @@ def read_checkpoint(path):
         model = {k: m[k][()] for k in names}
         avg = {k: f["optim/exp_avg"][k][()] for k in names}
         avg_sq = {k: f["optim/exp_avg_sq"][k][()] for k in names}
-        root = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        scalar = lambda v: v.item() if getattr(v, "size", 1) == 1 and hasattr(v, "item") else v
+        root = {k: scalar(v) for k, v in f.attrs.items()}  # tensor_checksums is an array
         sampler = {k: int(v) for k, v in f["sampler"].attrs.items()}
     ini = root["config"]
     ini = ini.decode() if isinstance(ini, bytes) else ini
