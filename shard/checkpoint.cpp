@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "comm/mpi_check.h"
@@ -212,8 +213,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
 
 // Every replica reads its shard, so the tensors were hashed `replicas` times.
 // Files from before checksums existed have none and are not checked.
-void verify_checksums(hid_t file, Checksums& sums, int replicas, MPI_Comm world,
-                      const std::string& path) {
+static void verify_checksums(hid_t file, Checksums& sums, int replicas, MPI_Comm world,
+                             const std::string& path) {
   MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T, MPI_SUM,
                 world);
   const std::vector<uint64_t> stored = get_u64s_if_present(file, kChecksumAttr, path);
@@ -228,14 +229,14 @@ void verify_checksums(hid_t file, Checksums& sums, int replicas, MPI_Comm world,
                   "earlier checkpoint with --resume PATH");
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model,
-                               FsdpEngine& engine, Ops& ops, MPI_Comm world,
-                               const CheckpointIoOptions& io, CheckpointIoStats* stats) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Probes `path` on rank 0 (against `model` when given), opens it on every
+// rank, reads the metadata, then runs `more` on the open file; errors from any
+// rank reach every rank.
+static CheckpointMeta read_file(const std::string& path, const ModelConfig* model, MPI_Comm world,
+                                const std::function<void(hid_t)>& more) {
   on_root(world, [&] {
-    if (std::string error = probe(path, &model); !error.empty()) throw Error(advise(error));
+    if (std::string error = probe(path, model); !error.empty()) throw Error(advise(error));
   });
-  if (stats) *stats = {};
   CheckpointMeta meta;
   std::string error;
   try {
@@ -243,14 +244,25 @@ CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model
     h5_quiet();
     H5 file = open_parallel(path, world);
     meta = read_meta(file.get(), path);
-    Checksums sums;
-    read_tensors(file.get(), model, engine, ops, Selection{true, io}, path, stats, &sums);
-    verify_checksums(file.get(), sums, size_of(world) / shard_group_size(engine), world, path);
+    more(file.get());
     h5_close(file, path);
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree(world, error);
+  return meta;
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model,
+                               FsdpEngine& engine, Ops& ops, MPI_Comm world,
+                               const CheckpointIoOptions& io, CheckpointIoStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (stats) *stats = {};
+  const CheckpointMeta meta = read_file(path, &model, world, [&](hid_t file) {
+    Checksums sums;
+    read_tensors(file, model, engine, ops, Selection{true, io}, path, stats, &sums);
+    verify_checksums(file, sums, size_of(world) / shard_group_size(engine), world, path);
+  });
   engine.set_optimizer_steps(meta.optimizer_steps);
   engine.refresh_send_buffers();
   if (stats) stats->seconds = seconds_since(t0);
@@ -258,22 +270,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world) {
-  on_root(world, [&] {
-    if (std::string error = probe(path, nullptr); !error.empty()) throw Error(advise(error));
-  });
-  CheckpointMeta meta;
-  std::string error;
-  try {
-    Hdf5Lock lock;
-    h5_quiet();
-    H5 file = open_parallel(path, world);
-    meta = read_meta(file.get(), path);
-    h5_close(file, path);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree(world, error);
-  return meta;
+  return read_file(path, nullptr, world, [](hid_t) {});
 }
 
 ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world,
