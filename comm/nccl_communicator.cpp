@@ -1,13 +1,20 @@
 #include "comm/nccl_communicator.h"
 
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 
-#include "comm/cuda_check.h"
+#include "comm/agree.h"
 #include "comm/mpi_check.h"
+#include "comm/nccl_check.h"
 #include "comm/nccl_watchdog.h"
+
+// Enqueues an NCCL call on this communicator, settling ncclInProgress.
+#define NCCL_CALL(call) settle(comm_, (call), #call, __FILE__, __LINE__)
 
 namespace fsdp {
 namespace {
@@ -63,58 +70,113 @@ class NcclWork final : public Work {
 
 NcclOptions NcclOptions::from_env() {
   NcclOptions o;
-  if (const char* v = std::getenv("FSDP_NCCL_TIMEOUT_S"); v && *v) {
+  auto seconds = [](const char* name, double& into) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return;
     char* end = nullptr;
     errno = 0;
     double t = std::strtod(v, &end);
-    if (errno != 0 || *end != '\0' || !(t > 0))
-      throw_error("FSDP_NCCL_TIMEOUT_S=", v, " is not a positive number of seconds");
-    o.timeout_s = t;
-  }
+    if (errno != 0 || *end != '\0' || !(t > 0) || !std::isfinite(t))
+      throw_error(name, "=", v, " is not a positive number of seconds");
+    into = t;
+  };
+  seconds("FSDP_NCCL_TIMEOUT_S", o.timeout_s);
+  seconds("FSDP_NCCL_INIT_TIMEOUT_S", o.init_timeout_s);
   return o;
 }
 
+namespace {
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+}  // namespace
+
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : options_(options) {
+  check_mpi(MPI_Comm_dup(comm, &mpi_comm_), "MPI_Comm_dup");
   try {
-    check_mpi(MPI_Comm_dup(comm, &mpi_comm_), "MPI_Comm_dup");
     check_mpi(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(mpi_comm_, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(mpi_comm_, &size_), "MPI_Comm_size");
     check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
-    FSDP_CUDA_CHECK(cudaGetDevice(&device_));
-
-    // Rank 0's failure travels with the id, so the others throw too instead
-    // of hanging in ncclCommInitRankConfig.
-    struct {
-      ncclUniqueId id;
-      int ok;
-    } boot{};
-    ncclResult_t id_result = ncclSuccess;
-    if (rank_ == 0) {
-      id_result = ncclGetUniqueId(&boot.id);
-      boot.ok = id_result == ncclSuccess;
-    }
-    check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
-    if (rank_ == 0) check_nccl(id_result, "ncclGetUniqueId");
-    if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
-
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    ncclComm_t created = nullptr;
-    check_nccl(ncclCommInitRankConfig(&created, size_, boot.id, rank_, &config),
-               "ncclCommInitRankConfig");
-    comm_ = created;
-
-    FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
-    FSDP_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
-    FSDP_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
-    watchdog_ = std::make_unique<NcclWatchdog>(comm_, device_, world_rank_, options_.timeout_s,
-                                               options_.poll_interval_s);
+    all_or_none(mpi_comm_, [&] {
+      FSDP_CUDA_CHECK(cudaGetDevice(&device_));
+      // Rank 0's failure travels with the id, so the others throw too instead
+      // of waiting in ncclCommInitRankConfig.
+      struct {
+        ncclUniqueId id;
+        int ok;
+      } boot{};
+      ncclResult_t id_result = ncclSuccess;
+      if (rank_ == 0) {
+        id_result = ncclGetUniqueId(&boot.id);
+        boot.ok = id_result == ncclSuccess;
+      }
+      check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
+      if (rank_ == 0) FSDP_NCCL_CHECK(id_result, nullptr);
+      if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
+      ncclConfig_t config = nonblocking_config();
+      const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, boot.id, rank_, &config);
+      settle(comm_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
+      finish_setup();
+    });
   } catch (...) {
     release(/*abort=*/true);
     throw;
   }
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
+                                   const NcclOptions& options)
+    : options_(options), mpi_comm_(mpi_comm), comm_(comm) {
+  try {
+    check_mpi(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(mpi_comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(mpi_comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
+    all_or_none(mpi_comm_, [&] {
+      FSDP_CUDA_CHECK(cudaGetDevice(&device_));
+      settle(comm_, started, "ncclCommSplit", __FILE__, __LINE__);
+      finish_setup();
+    });
+  } catch (...) {
+    release(/*abort=*/true);
+    throw;
+  }
+}
+
+void NcclCommunicator::finish_setup() {
+  FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
+  FSDP_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)), "barrier scratch");
+  FSDP_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
+  watchdog_ = std::make_unique<NcclWatchdog>(comm_, device_, world_rank_, options_.timeout_s,
+                                             options_.poll_interval_s);
+}
+
+void NcclCommunicator::settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file,
+                              int line) {
+  if (r == ncclInProgress && comm != nullptr) {
+    // Set-up gets its own (shorter) limit; a collective that is merely being
+    // enqueued gets the watchdog's.
+    const bool setup = watchdog_ == nullptr;
+    const double limit = setup ? options_.init_timeout_s : options_.timeout_s;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      check_nccl(ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", file, line, comm);
+      if (r != ncclInProgress) break;
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > limit)
+        throw_error(call_name(call), " on rank ", world_rank_, " (rank ", rank_, " of a group of ",
+                    size_, ") did not finish within ", limit, " s at ", source_path(file), ":",
+                    line, ": a peer failed or cannot be reached; ",
+                    setup ? "FSDP_NCCL_INIT_TIMEOUT_S" : "FSDP_NCCL_TIMEOUT_S", " sets the limit");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  check_nccl(r, call, file, line, comm);
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -129,12 +191,25 @@ void NcclCommunicator::release(bool abort) noexcept {
                  world_rank_, what);
   };
   if (comm_) {
+    if (!abort) {
+      // Non-blocking: finalize must settle before destroy; if it cannot
+      // (a peer is gone), abort instead of waiting forever.
+      ncclResult_t r = ncclCommFinalize(comm_);
+      const auto start = std::chrono::steady_clock::now();
+      while (r == ncclInProgress && std::chrono::steady_clock::now() - start <
+                                        std::chrono::duration<double>(options_.init_timeout_s)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+      }
+      if (r != ncclSuccess) {
+        report("ncclCommFinalize", r == ncclInProgress ? "timed out" : ncclGetErrorString(r));
+        abort = true;
+      }
+    }
     if (abort) {
       ncclCommAbort(comm_);
     } else {
-      ncclResult_t r = ncclCommFinalize(comm_);
-      if (r != ncclSuccess) report("ncclCommFinalize", ncclGetErrorString(r));
-      r = ncclCommDestroy(comm_);
+      ncclResult_t r = ncclCommDestroy(comm_);
       if (r != ncclSuccess) report("ncclCommDestroy", ncclGetErrorString(r));
     }
     comm_ = nullptr;
@@ -159,7 +234,7 @@ WorkHandle NcclCommunicator::finish(const char* name) {
 
 WorkHandle NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   ncclDataType_t t = nccl_type(dtype);
-  if (count > 0) FSDP_NCCL_CHECK(ncclAllGather(send, recv, count, t, comm_, stream_), comm_);
+  if (count > 0) NCCL_CALL(ncclAllGather(send, recv, count, t, comm_, stream_));
   return finish("all_gather");
 }
 
@@ -167,14 +242,14 @@ WorkHandle NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t
                                             ReduceOp op) {
   ncclDataType_t t = nccl_type(dtype);
   ncclRedOp_t o = nccl_op(op, dtype);
-  if (count > 0) FSDP_NCCL_CHECK(ncclReduceScatter(send, recv, count, t, o, comm_, stream_), comm_);
+  if (count > 0) NCCL_CALL(ncclReduceScatter(send, recv, count, t, o, comm_, stream_));
   return finish("reduce_scatter");
 }
 
 WorkHandle NcclCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   ncclDataType_t t = nccl_type(dtype);
   ncclRedOp_t o = nccl_op(op, dtype);
-  if (count > 0) FSDP_NCCL_CHECK(ncclAllReduce(buf, buf, count, t, o, comm_, stream_), comm_);
+  if (count > 0) NCCL_CALL(ncclAllReduce(buf, buf, count, t, o, comm_, stream_));
   return finish("all_reduce");
 }
 
@@ -182,14 +257,13 @@ WorkHandle NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int
   ncclDataType_t t = nccl_type(dtype);
   if (root < 0 || root >= size_)
     throw_error("broadcast root ", root, " is not a rank of a group of ", size_);
-  if (count > 0) FSDP_NCCL_CHECK(ncclBroadcast(buf, buf, count, t, root, comm_, stream_), comm_);
+  if (count > 0) NCCL_CALL(ncclBroadcast(buf, buf, count, t, root, comm_, stream_));
   return finish("broadcast");
 }
 
 WorkHandle NcclCommunicator::barrier() {
-  FSDP_NCCL_CHECK(
-      ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
-      comm_);
+  NCCL_CALL(
+      ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
   return finish("barrier");
 }
 
@@ -197,14 +271,14 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
   MPI_Comm sub = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
-  std::unique_ptr<Communicator> result;
-  try {
-    result = std::make_unique<NcclCommunicator>(sub, options_);
-  } catch (...) {
-    MPI_Comm_free(&sub);
-    throw;
-  }
-  MPI_Comm_free(&sub);
+  ncclComm_t child = nullptr;
+  ncclConfig_t config = nonblocking_config();
+  const ncclResult_t started = ncclCommSplit(comm_, color, key, &child, &config);
+  // The child owns `sub` from here and settles `started` inside its
+  // agreement with its peers, so an immediate failure on one rank stops all.
+  std::unique_ptr<Communicator> result(new NcclCommunicator(child, started, sub, options_));
+  // A non-blocking parent is usable again once its own state has settled.
+  settle(comm_, ncclInProgress, "ncclCommSplit", __FILE__, __LINE__);
   return result;
 }
 

@@ -23,19 +23,27 @@ struct NcclOptions {
   // A collective outstanding longer than this aborts the job (see
   // nccl_watchdog.h). Default 600 s, or FSDP_NCCL_TIMEOUT_S.
   double timeout_s = 600;
+  // Communicator set-up (init, split) that has not finished after this stops
+  // every rank of the group with an error. Default 120 s, or
+  // FSDP_NCCL_INIT_TIMEOUT_S.
+  double init_timeout_s = 120;
   double poll_interval_s = 0.1;
 
-  // Throws fsdp::Error when FSDP_NCCL_TIMEOUT_S is set but not a positive number.
+  // Throws fsdp::Error when FSDP_NCCL_TIMEOUT_S or FSDP_NCCL_INIT_TIMEOUT_S is
+  // set but not a positive number.
   static NcclOptions from_env();
 };
 
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `comm`. Rank 0 makes the NCCL unique id and broadcasts it
-  // over (a duplicate of) `comm`, which is kept for split(). The communicator
-  // is blocking (ncclConfig blocking = 1): every NCCL call returns once the
-  // collective is enqueued, so no ncclInProgress polling is needed; hangs on
-  // the GPU are the watchdog's business. The CUDA device must already be
+  // over (a duplicate of) `comm`. The communicator is non-blocking
+  // (ncclConfig blocking = 0) so that set-up can time out: a rank whose peer
+  // failed or never arrives stops after options.timeout_s instead of hanging,
+  // and all ranks agree on the outcome before any returns, so one rank's
+  // failure stops every rank with its message. Calls that return
+  // ncclInProgress are settled before the next (see settle()). Hangs after
+  // set-up are the watchdog's business. The CUDA device must already be
   // current (select_device); the communicator stays bound to it.
   explicit NcclCommunicator(MPI_Comm comm, const NcclOptions& options = NcclOptions::from_env());
   // ncclCommFinalize then ncclCommDestroy (every rank must get here), or
@@ -55,6 +63,8 @@ class NcclCommunicator final : public Communicator {
   WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override;
   // An all-reduce of one float on the comm stream: a device-side barrier.
   WorkHandle barrier() override;
+  // ncclCommSplit of this communicator (no new unique id, shared resources
+  // where NCCL can), with the same timeout and agreement as the constructor.
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   // The comm stream waits for everything queued so far on `producer`.
@@ -67,6 +77,17 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
 
  private:
+  // A child of split(): `comm` is being created by ncclCommSplit, which
+  // returned `started`; `mpi_comm` (owned from now on) holds the same ranks,
+  // for agreement and later splits.
+  NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
+                   const NcclOptions& options);
+  // Buffers, streams, the watchdog: everything after the ncclComm_t exists.
+  void finish_setup();
+  // A non-blocking communicator may return ncclInProgress from any call; the
+  // next call may only follow once ncclCommGetAsyncError says it settled.
+  // Polls up to the timeout, then throws naming the call and its site.
+  void settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file, int line);
   // Records completion of what was just enqueued and hands it to the watchdog.
   WorkHandle finish(const char* name);
   void release(bool abort) noexcept;

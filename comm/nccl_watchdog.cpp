@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "comm/cuda_check.h"
+#include "comm/nccl_check.h"
 
 namespace fsdp {
 

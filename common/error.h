@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "common/source_site.h"
+
 namespace fsdp {
 
 class Error : public std::runtime_error {
@@ -26,9 +28,9 @@ template <typename... Parts>
 }  // namespace fsdp
 
 // Internal invariants (programming errors, not user errors).
-#define FSDP_CHECK(cond, ...)                                                           \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      ::fsdp::throw_error("internal check failed: " #cond " at " __FILE__ ":", __LINE__, \
-                          " " __VA_OPT__(, ) __VA_ARGS__);                              \
+#define FSDP_CHECK(cond, ...)                                                                    \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      ::fsdp::throw_error("internal check failed: " #cond " at ", ::fsdp::source_path(__FILE__), \
+                          ":", __LINE__, " " __VA_OPT__(, ) __VA_ARGS__);                        \
   } while (0)

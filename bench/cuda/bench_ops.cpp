@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/cuda_check.h"
+#include "common/cuda_check.h"
 #include "model/cuda/cuda_ops.h"
 #include "model/transformer.h"
 #include "tests/model/cuda/device_weights.h"

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/cuda/lib_check.h"
+#include "common/cuda_lib_check.h"
 
 namespace fsdp::cuda {
 namespace {

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/cuda_check.h"
+#include "common/cuda_check.h"
 #include "model/cuda/attention.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"

@@ -7,13 +7,9 @@
 
 #include <cstdint>
 
-#include "comm/cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace fsdp::cuda {
-
-// Kernels are launched, then the launch checked at once: a bad configuration
-// is reported here, naming the kernel, not at some later call.
-#define FSDP_LAUNCH_CHECK(name) ::fsdp::check_cuda(cudaGetLastError(), name)
 
 constexpr int kVec = 8;  // bf16 elements in one 16-byte access
 

@@ -3,7 +3,7 @@
 #include <map>
 #include <tuple>
 
-#include "model/cuda/lib_check.h"
+#include "common/cuda_lib_check.h"
 
 namespace fsdp::cuda {
 namespace {

@@ -244,14 +244,17 @@ TEST(NcclCommunicator, OutstandingCollectivesWaitInReverse) {
 
 TEST(NcclCommunicator, ProcessGroupsOnNccl) {
   SKIP_WITHOUT_GPU();
+  int p = 1, me = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
   ProcessGroups g = make_process_groups(Backend::nccl, 0);
-  EXPECT_STREQ(g.world->backend_name(), "nccl");
-  EXPECT_EQ(g.shard->size(), g.world->size());
+  EXPECT_EQ(g.world, nullptr) << "the NCCL world is released once split";
+  EXPECT_STREQ(g.shard->backend_name(), "nccl");
+  EXPECT_EQ(g.shard->size(), p);
   EXPECT_EQ(g.replicate->size(), 1);
   DeviceBuffer one(DType::f32, 1);
-  one.upload({float(g.world->rank() + 1)});
+  one.upload({float(me + 1)});
   g.shard->all_reduce(one.get(), 1, DType::f32, ReduceOp::sum)->wait();
-  const int p = g.world->size();
   EXPECT_EQ(one.download()[0], float(p * (p + 1) / 2));
 }
 
@@ -274,6 +277,15 @@ TEST(NcclOptions, TimeoutFromTheEnvironment) {
   EXPECT_THROW(NcclOptions::from_env(), Error);
   setenv("FSDP_NCCL_TIMEOUT_S", "-1", 1);
   EXPECT_THROW(NcclOptions::from_env(), Error);
+  setenv("FSDP_NCCL_TIMEOUT_S", "inf", 1);
+  EXPECT_THROW(NcclOptions::from_env(), Error);
+  unsetenv("FSDP_NCCL_TIMEOUT_S");
+  setenv("FSDP_NCCL_INIT_TIMEOUT_S", "30", 1);
+  EXPECT_EQ(NcclOptions::from_env().init_timeout_s, 30);
+  setenv("FSDP_NCCL_INIT_TIMEOUT_S", "0", 1);
+  EXPECT_THROW(NcclOptions::from_env(), Error);
+  unsetenv("FSDP_NCCL_INIT_TIMEOUT_S");
+  EXPECT_EQ(NcclOptions::from_env().init_timeout_s, 120);
   if (old)
     setenv("FSDP_NCCL_TIMEOUT_S", saved.c_str(), 1);
   else
