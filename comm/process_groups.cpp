@@ -2,6 +2,7 @@
 
 #include "comm/mpi_check.h"
 #include "comm/mpi_communicator.h"
+#include "comm/staged_communicator.h"
 #include "common/error.h"
 
 #ifdef FSDP_HAVE_NCCL
@@ -11,7 +12,7 @@
 namespace fsdp {
 
 const char* backend_name(Backend b) {
-  return b == Backend::mpi ? "mpi" : "nccl";
+  return b == Backend::mpi ? "mpi" : b == Backend::nccl ? "nccl" : "staged";
 }
 
 std::unique_ptr<Communicator> make_communicator(Backend backend, MPI_Comm comm) {
@@ -26,26 +27,49 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, MPI_Comm comm) 
           "this fsdptrain was built without CUDA (FSDP_CUDA=OFF), so it has no NCCL "
           "communicator: use --device cpu or rebuild with nvcc available");
 #endif
+    case Backend::staged:
+#ifdef FSDP_HAVE_NCCL
+      return std::make_unique<StagedCommunicator>(comm, make_cuda_stager());
+#else
+      throw_error(
+          "this fsdptrain was built without CUDA (FSDP_CUDA=OFF), so it has no staged device "
+          "communicator: use --device cpu or rebuild with nvcc available");
+#endif
   }
   throw_error("unknown communication backend ", int(backend));
 }
 
-ProcessGroups make_process_groups(Backend backend, int shard_group_size, MPI_Comm world) {
-  int rank = 0, size = 1;
-  check_mpi(MPI_Comm_rank(world, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(world, &size), "MPI_Comm_size");
+namespace {
+// The shard group size for a --shard-group-size value, checked the same way on
+// every rank before any communication.
+int shard_size(int shard_group_size, int world_size) {
   if (shard_group_size < 0)
     throw_error("--shard-group-size ", shard_group_size,
-                " must be 0 (the whole world) or a positive divisor of the world size ", size);
-  const int k = shard_group_size == 0 ? size : shard_group_size;
-  if (size % k != 0)
-    throw_error("--shard-group-size ", k, " does not divide the world size ", size);
+                " must be 0 (the whole world) or a positive divisor of the world size ",
+                world_size);
+  const int k = shard_group_size == 0 ? world_size : shard_group_size;
+  if (world_size % k != 0)
+    throw_error("--shard-group-size ", k, " does not divide the world size ", world_size);
+  return k;
+}
+}  // namespace
 
+ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, int shard_group_size) {
+  const int rank = world->rank(), k = shard_size(shard_group_size, world->size());
   ProcessGroups g;
   g.shard_group_size = k;
-  g.world = make_communicator(backend, world);
-  g.shard = g.world->split(rank / k, rank);
-  g.replicate = g.world->split(rank % k, rank);
+  g.shard = world->split(rank / k, rank);
+  g.replicate = world->split(rank % k, rank);
+  g.world = std::move(world);
+  return g;
+}
+
+ProcessGroups make_process_groups(Backend backend, int shard_group_size, MPI_Comm world) {
+  int size = 1;
+  check_mpi(MPI_Comm_size(world, &size), "MPI_Comm_size");
+  shard_size(shard_group_size, size);  // before any communicator exists
+  ProcessGroups g = make_process_groups(make_communicator(backend, world), shard_group_size);
+  if (backend == Backend::nccl) g.world.reset();
   return g;
 }
 

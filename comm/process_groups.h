@@ -15,8 +15,10 @@
 namespace fsdp {
 
 enum class Backend : uint8_t {
-  mpi,   // host buffers, MPI non-blocking collectives (CPU reference path)
-  nccl,  // device buffers, NCCL on its own stream; needs a build with FSDP_CUDA
+  mpi,     // host buffers, MPI non-blocking collectives (CPU reference path)
+  nccl,    // device buffers, NCCL on its own stream; needs a build with FSDP_CUDA
+  staged,  // device buffers through host memory over MPI: several ranks on one
+           // GPU, a test mode (comm/staged_communicator.h); needs FSDP_CUDA
 };
 
 const char* backend_name(Backend b);
@@ -26,6 +28,9 @@ const char* backend_name(Backend b);
 std::unique_ptr<Communicator> make_communicator(Backend backend, MPI_Comm comm);
 
 struct ProcessGroups {
+  // world is null on NCCL: a world communicator would hold GPU memory and
+  // proxy threads that nothing uses (the engine needs shard and replicate;
+  // scalars travel on host groups), so it is released once they are split.
   std::unique_ptr<Communicator> world, shard, replicate;
   int shard_group_size = 1;
 };
@@ -35,5 +40,8 @@ struct ProcessGroups {
 // negative or does not divide the world size. Collective over `world`.
 ProcessGroups make_process_groups(Backend backend, int shard_group_size,
                                   MPI_Comm world = MPI_COMM_WORLD);
+// The same groups split from a given world communicator (tests pass a
+// StagedCommunicator over host buffers).
+ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, int shard_group_size);
 
 }  // namespace fsdp

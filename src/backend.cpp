@@ -1,5 +1,6 @@
 #include "src/backend.h"
 
+#include "comm/staged_communicator.h"
 #include "common/error.h"
 #include "model/cpu/cpu_ops.h"
 #ifdef FSDP_HAVE_CUDA_OPS
@@ -48,7 +49,7 @@ std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const
   if (device == "cpu") return std::make_unique<CpuOps>();
 #ifdef FSDP_HAVE_CUDA_OPS
   CudaOpsOptions co;
-  co.device = select_device(world);
+  co.device = select_device(world, o.device_comm == "staged");
   co.deterministic = o.debug;
   co.sync_each_op = o.debug;
   return std::make_unique<CudaOps>(co);
@@ -57,6 +58,19 @@ std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const
   (void)world;
   throw_error("--device ", device, ": not available in this build");
 #endif
+}
+
+ProcessGroups make_engine_groups(const std::string& device, const Options& o) {
+  const bool staged = o.device_comm == "staged";
+  if (device == "cpu")
+    return staged ? make_process_groups(std::make_unique<StagedCommunicator>(
+                                            MPI_COMM_WORLD, std::make_shared<HostStager>()),
+                                        o.shard_group_size)
+                  : make_process_groups(Backend::mpi, o.shard_group_size);
+#ifdef FSDP_HAVE_CUDA_OPS
+  check_devices_distinct(staged);
+#endif
+  return make_process_groups(staged ? Backend::staged : Backend::nccl, o.shard_group_size);
 }
 
 }  // namespace fsdp

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/process_groups.h"
 #include "comm/runtime.h"
 #include "model/ops.h"
 #include "src/options.h"
@@ -14,7 +15,11 @@ namespace fsdp {
 // "cpu" or "cuda"; throws fsdp::Error for a combination this build or
 // machine cannot run.
 std::string resolve_device(const Options& o);
-// For cuda, also makes the node-local GPU (by local rank) current.
+// For cuda, also makes this rank's GPU current (comm/device.h).
 std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const WorldInfo& world);
+// The process groups the engine's collectives run on: NCCL (cuda) or MPI
+// (cpu), or with --device-comm staged MPI through host staging. On cuda, first
+// refuses two ranks on one GPU unless staged. Collective over MPI_COMM_WORLD.
+ProcessGroups make_engine_groups(const std::string& device, const Options& o);
 
 }  // namespace fsdp

@@ -65,6 +65,9 @@ void describe(po::options_description& d, Options& o) {
      "activation recomputation in backward: none | mlp | block (less memory, more compute)")
     ("reduce-dtype", po::value(&o.reduce_dtype)->default_value(o.reduce_dtype),
      "element type of gradient reduce-scatters: fp32 | bf16 (bf16 needs --device cuda)")
+    ("device-comm", po::value(&o.device_comm)->default_value(o.device_comm),
+     "auto (NCCL on cuda, MPI on cpu) | staged: a TEST MODE that runs the engine's collectives "
+     "through host memory over MPI, so several ranks can share one GPU (slow)")
     ("eval-every", po::value(&o.eval_every)->default_value(o.eval_every), "validate every N steps (0: at the end only)")
     ("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches), "validation micro-batches per rank")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every), "print a line every N steps")
@@ -116,6 +119,8 @@ void validate(const Options& o) {
   parse_recompute(o.recompute);  // throws naming --recompute
   check(o.reduce_dtype == "fp32" || o.reduce_dtype == "bf16", "--reduce-dtype", o.reduce_dtype,
         "choose fp32 or bf16");
+  check(o.device_comm == "auto" || o.device_comm == "staged", "--device-comm", o.device_comm,
+        "choose auto or staged");
   check(o.shard_group_size >= 0, "--shard-group-size", str(o.shard_group_size), "must be >= 0");
   check(o.eval_every >= 0, "--eval-every", str(o.eval_every), "must be >= 0");
   check(o.eval_batches >= 1, "--eval-batches", str(o.eval_batches), "must be at least 1");
@@ -184,6 +189,7 @@ std::string options_to_ini(const Options& o) {
   kv("reshard-after-forward", o.reshard_after_forward ? "true" : "false");
   kv("recompute", o.recompute);
   kv("reduce-dtype", o.reduce_dtype);
+  kv("device-comm", o.device_comm);
   kv("eval-every", o.eval_every);
   kv("eval-batches", o.eval_batches);
   kv("log-every", o.log_every);

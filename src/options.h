@@ -33,6 +33,7 @@ struct Options {
   bool reshard_after_forward = true;
   std::string recompute = "none";     // none | mlp | block
   std::string reduce_dtype = "fp32";  // fp32 | bf16: gradient reduce-scatter
+  std::string device_comm = "auto";   // auto (NCCL on cuda, MPI on cpu) | staged (test mode)
 
   int eval_every = 0;  // 0: only at the end
   int eval_batches = 8;

@@ -58,17 +58,18 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
   groups_ = make_process_groups(Backend::mpi, o_.shard_group_size);
-  // On a GPU the engine's collectives run over NCCL on device buffers; the
-  // host groups above still carry the scalars (losses, norms, flags).
+  // The engine's collectives run on device buffers over NCCL on a GPU (or
+  // staged, --device-comm); the host groups above carry the scalars (losses,
+  // norms, flags) either way.
   ProcessGroups* engine_groups = &groups_;
-  if (device == "cuda") {
-    device_groups_ = make_process_groups(Backend::nccl, o_.shard_group_size);
+  if (device == "cuda" || o_.device_comm == "staged") {
+    device_groups_ = make_engine_groups(device, o_);
     engine_groups = &*device_groups_;
-    if (lead_)
-      std::printf(
-          "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
-          "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   }
+  if (device == "cuda" && lead_)
+    std::printf(
+        "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
+        "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   all_or_none(W, [&] { build(*engine_groups); });
   pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, W, lead_);
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
@@ -106,9 +107,12 @@ void Trainer::print_memory_plan() const {
                                    o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
-  std::printf("fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s\n",
-              world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
-              dtype_name(ops_->compute_dtype()));
+  std::printf(
+      "fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s, "
+      "collectives %s\n",
+      world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
+      dtype_name(ops_->compute_dtype()),
+      device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
   std::printf(
       "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
       "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "

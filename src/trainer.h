@@ -53,7 +53,7 @@ class Trainer {
   std::optional<TokenStream> val_data_;
   std::unique_ptr<Ops> ops_;
   ProcessGroups groups_;                        // MPI, host memory
-  std::optional<ProcessGroups> device_groups_;  // NCCL, when computing on a GPU
+  std::optional<ProcessGroups> device_groups_;  // NCCL on a GPU, or --device-comm staged
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<FsdpEngine> engine_;
   std::unique_ptr<BatchLoader> loader_;

@@ -2,6 +2,8 @@
 """`mpirun -np N fsdptrain --device cpu` on the built-in example gives the loss
 curve of one rank: the same global batch of 12 sequences, split 12x1, 6x2,
 4x3, 3x4 over ranks, and 3x4 in two shard groups of 2 (hybrid sharding).
+`--device-comm staged` (the several-ranks-on-one-GPU test mode; here its host
+stager) runs the same engine over the staging communicator and must agree too.
 
 Tolerance 1e-5 relative per step (fp32, a different summation order); lr
 1e-3 keeps Adam from amplifying that rounding (see tests/shard/engine_harness.h)."""
@@ -39,7 +41,8 @@ ref_loss, ref_val, _ = run(1)
 failures, passed = [], 0
 for ranks, extra in [(2, ()), (3, ()), (4, ()), (4, ("--shard-group-size", "2")),
                      (2, ("--reshard-after-forward", "false")), (3, ("--recompute", "block")),
-                     (1, ("--recompute", "mlp"))]:
+                     (1, ("--recompute", "mlp")), (2, ("--device-comm", "staged")),
+                     (4, ("--device-comm", "staged", "--shard-group-size", "2"))]:
     loss, val, name = run(ranks, extra)
     worst = max(abs(a - b) / b for a, b in zip(loss, ref_loss))
     worst_val = max(abs(a - b) / b for a, b in zip(val, ref_val))
