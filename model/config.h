@@ -24,6 +24,13 @@ struct ModelConfig {
   int head_dim() const { return d_model / n_head; }
   int q_dim() const { return n_head * head_dim(); }
   int kv_dim() const { return n_kv_head * head_dim(); }
+  // The vocabulary rounded up to a multiple of 128: the rows of the embedding
+  // (and untied head) as stored, and the columns of the logits, so every GEMM
+  // operand stays 16-byte aligned and tile-shaped whatever --vocab-size is
+  // (50257 included). The extra rows are zero and get no gradient; the loss
+  // ignores their columns; checkpoints and exports hold only vocab_size rows.
+  static constexpr int kVocabAlign = 128;
+  int padded_vocab() const { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
 
   // Throws fsdp::Error naming the first inconsistent field.
   void validate() const;

@@ -80,11 +80,13 @@ class Ops {
   // y = a + b (y may alias a or b).
   virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
 
-  // Fused softmax cross-entropy over logits[n, V]: losses[i] = -log p[i, targets[i]].
+  // Fused softmax cross-entropy over logits[n, Vp] whose first V columns are
+  // the vocabulary; columns [V, Vp) are padding (ModelConfig::padded_vocab)
+  // that take no part in the softmax. losses[i] = -log p[i, targets[i]].
   // With grad_scale != 0 the logits are overwritten in place by
-  // grad_scale * (p - onehot(target)), so no second [n, V] buffer ever exists.
-  // Targets < 0 are ignored (loss 0, gradient 0).
-  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+  // grad_scale * (p - onehot(target)), and the padding by 0, so no second
+  // [n, Vp] buffer ever exists. Targets < 0 are ignored (loss 0, gradient 0).
+  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                              float grad_scale) = 0;
 
   // ---- optimizer and engine -------------------------------------------------

@@ -12,15 +12,18 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+int64_t ParamSpec::stored_numel() const {
+  return shape.empty() ? 1 : numel() / shape[0] * (shape[0] + pad_rows);
+}
+
 int64_t UnitSpec::numel() const {
-  int64_t n = 0;
-  for (const auto& p : params) n += p.numel();
-  return n;
+  return params.empty() ? 0 : offset_of(int(params.size()) - 1) + params.back().stored_numel();
 }
 
 int64_t UnitSpec::offset_of(int param) const {
   int64_t off = 0;
-  for (int i = 0; i < param; ++i) off += params[i].numel();
+  for (int i = 0; i < param; ++i)
+    off = (off + params[i].stored_numel() + kParamAlign - 1) / kParamAlign * kParamAlign;
   return off;
 }
 
@@ -37,8 +40,15 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
     return ParamSpec{std::move(name), {n}, Init::ones, 0.0f};
   };
 
+  const int64_t pad_rows = c.padded_vocab() - c.vocab_size;
+  auto vocab_matrix = [&](std::string name) {
+    ParamSpec p = matrix(std::move(name), c.vocab_size, d, std);
+    p.pad_rows = pad_rows;
+    return p;
+  };
+
   std::vector<UnitSpec> units;
-  units.push_back({"embed", {matrix("embed.weight", c.vocab_size, d, std)}});
+  units.push_back({"embed", {vocab_matrix("embed.weight")}});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     units.push_back({"blocks." + std::to_string(l),
@@ -50,7 +60,7 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
                       matrix(b + "mlp.w3", ff, d, std), matrix(b + "mlp.w2", d, ff, out_std)}});
   }
   UnitSpec head{"head", {gain("final_norm", d)}};
-  if (!c.tie_embeddings) head.params.push_back(matrix("head.weight", c.vocab_size, d, std));
+  if (!c.tie_embeddings) head.params.push_back(vocab_matrix("head.weight"));
   units.push_back(std::move(head));
   return units;
 }

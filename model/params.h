@@ -13,13 +13,23 @@ namespace fsdp {
 
 enum class Init { normal, ones };
 
+// Each parameter starts at a multiple of this many elements of its flat unit
+// (128 bytes in bf16), so every weight handed to a GEMM is 16-byte aligned
+// whatever the shapes before it.
+constexpr int64_t kParamAlign = 64;
+
 struct ParamSpec {
   std::string name;  // e.g. "blocks.3.attn.wq" (the checkpoint's dataset name)
+  // The logical shape: what checkpoints, exports and the optimizer see.
   std::vector<int64_t> shape;
   Init init = Init::normal;
   float std = 0.0f;
+  // Zero rows stored after the logical ones (the padded vocabulary of the
+  // embedding and untied head); never initialised, updated or saved.
+  int64_t pad_rows = 0;
 
-  int64_t numel() const;
+  int64_t numel() const;         // logical elements
+  int64_t stored_numel() const;  // with the padding rows: what the model computes on
   // AdamW decays matrices only (embeddings and linear weights), not gains.
   bool decay() const { return shape.size() >= 2; }
 };
@@ -27,6 +37,8 @@ struct ParamSpec {
 struct UnitSpec {
   std::string name;
   std::vector<ParamSpec> params;
+  // Elements of the flat unit: every parameter's stored_numel at its aligned
+  // offset, gaps included (they stay zero).
   int64_t numel() const;
   int64_t offset_of(int param) const;  // element offset of a parameter in the flat unit
 };

@@ -47,7 +47,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   }
   hf_ = alloc(ct, N_ * d);
   rstdf_ = alloc(f32, N_);
-  logits_ = alloc(ct, N_ * cfg_.vocab_size);
+  logits_ = alloc(ct, N_ * cfg_.padded_vocab());
   losses_ = alloc(f32, N_);
 
   dres_ = alloc(ct, N_ * d);
@@ -105,7 +105,7 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
                                                        : attn + mlp;
   const int64_t io = 4 * 2 * N;                                          // tokens, targets
   const int64_t stream = es * (L + 1) * N * d;                           // residual stream
-  const int64_t head = es * N * (d + c.vocab_size) + 4 * N * 2;          // hf, logits; rstd, losses
+  const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   return io + stream + blocks + head + scratch;
 }
@@ -227,19 +227,20 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 }
 
 void Transformer::head_forward(UnitAccess& w, bool training) {
-  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, V = cfg_.vocab_size;
+  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model;
+  const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
   Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
   ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), M, d, cfg_.norm_eps);
-  ops_.linear(logits_, hf_, wout, M, V, d);
-  ops_.cross_entropy(losses_, logits_, targets_, M, V, training ? loss_scale_ : 0.0f);
+  ops_.linear(logits_, hf_, wout, M, Vp, d);  // padding columns: zero rows of wout
+  ops_.cross_entropy(losses_, logits_, targets_, M, V, Vp, training ? loss_scale_ : 0.0f);
 }
 
 // The logits buffer already holds dL/dlogits from the training forward.
 void Transformer::head_backward(UnitAccess& w) {
-  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, V = cfg_.vocab_size;
+  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, Vp = cfg_.padded_vocab();
   Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
   Tensor dwout = cfg_.tie_embeddings ? w.grad(0, 0) : w.grad(u, 1);
-  ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, V, d, false);
+  ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, Vp, d, false);
   ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M, d,
                         false);
 }

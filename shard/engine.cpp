@@ -148,14 +148,14 @@ Tensor FsdpEngine::weight(int unit, int param) {
   if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
-  return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.sizes[param]);
+  return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.stored[param]);
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {
   if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
-  return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.sizes[param]);
+  return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.stored[param]);
 }
 
 void FsdpEngine::begin_grads(int unit) {

@@ -6,11 +6,12 @@ namespace fsdp {
 
 UnitLayout make_layout(const UnitSpec& unit, int ranks) {
   UnitLayout l;
-  for (const auto& p : unit.params) {
-    l.offsets.push_back(l.numel);
-    l.sizes.push_back(p.numel());
-    l.numel += p.numel();
+  for (int p = 0; p < int(unit.params.size()); ++p) {
+    l.offsets.push_back(unit.offset_of(p));
+    l.sizes.push_back(unit.params[p].numel());
+    l.stored.push_back(unit.params[p].stored_numel());
   }
+  l.numel = unit.numel();
   const int64_t per_rank = (l.numel + ranks - 1) / ranks;
   l.shard = (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign;
   l.padded = l.shard * ranks;

@@ -14,11 +14,12 @@ namespace fsdp {
 constexpr int64_t kShardAlign = 32;
 
 struct UnitLayout {
-  int64_t numel = 0;             // real elements
+  int64_t numel = 0;             // the flat unit (UnitSpec::numel, alignment gaps included)
   int64_t padded = 0;            // shard * ranks
   int64_t shard = 0;             // elements per rank
-  std::vector<int64_t> offsets;  // each parameter's start in the flat unit
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> offsets;  // each parameter's start in the flat unit (aligned)
+  std::vector<int64_t> sizes;    // logical elements: what is initialised, updated, saved
+  std::vector<int64_t> stored;   // with padding rows: what the model sees
 };
 
 UnitLayout make_layout(const UnitSpec& unit, int ranks);

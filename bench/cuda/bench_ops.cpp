@@ -73,7 +73,7 @@ void bench_linear(CudaOps& ops, const ModelConfig& c, int M) {
                           {"wk/wv (kv x d)", c.kv_dim(), c.d_model},
                           {"w1/w3 (ff x d)", c.d_ff, c.d_model},
                           {"w2 (d x ff)", c.d_model, c.d_ff},
-                          {"head (vocab x d)", c.vocab_size, c.d_model}};
+                          {"head (padded vocab x d)", c.padded_vocab(), c.d_model}};
   std::printf("linear, M = %d rows (bf16 in/out, fp32 accumulate):\n", M);
   for (const Shape& s : shapes) {
     Tensor x = random_bf16(ops, int64_t(M) * s.K, rng),

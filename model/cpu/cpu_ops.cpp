@@ -358,15 +358,17 @@ void CpuOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) yo[i] = ai[i] + bi[i];
 }
 
-void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                            float grad_scale) {
+  FSDP_CHECK(V > 0 && Vp >= V, "vocab ", V, " padded to ", Vp);
   float* lo = f32(losses, n, "cross_entropy losses");
-  float* x = f32(logits, int64_t(n) * V, "cross_entropy logits");
+  float* x = f32(logits, int64_t(n) * Vp, "cross_entropy logits");
   const int32_t* tg = i32(targets, n, "cross_entropy targets");
   for (int i = 0; i < n; ++i) {
-    float* row = x + int64_t(i) * V;
+    float* row = x + int64_t(i) * Vp;
     const int t = tg[i];
     FSDP_CHECK(t < V, "target ", t, " outside vocab ", V);
+    if (grad_scale != 0.0f) std::fill(row + V, row + Vp, 0.0f);  // padding: no gradient
     if (t < 0) {
       lo[i] = 0.0f;
       if (grad_scale != 0.0f) std::fill(row, row + V, 0.0f);

@@ -361,12 +361,12 @@ void CudaOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   after("add");
 }
 
-void CudaOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+void CudaOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                             float grad_scale) {
-  FSDP_CHECK(V > 0, "vocab ", V);
+  FSDP_CHECK(V > 0 && Vp >= V, "vocab ", V, " padded to ", Vp);
   cuda::cross_entropy(
-      f32(losses, n, "cross_entropy losses"), bf(logits, int64_t(n) * V, "cross_entropy logits"),
-      i32(targets, n, "cross_entropy targets"), n, V, grad_scale, impl_->err, impl_->stream);
+      f32(losses, n, "cross_entropy losses"), bf(logits, int64_t(n) * Vp, "cross_entropy logits"),
+      i32(targets, n, "cross_entropy targets"), n, V, Vp, grad_scale, impl_->err, impl_->stream);
   after("cross_entropy");
 }
 

@@ -80,7 +80,7 @@ class CudaOps final : public Ops {
 
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 
-  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V,
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                      float grad_scale) override;
 
   void cast(Tensor dst, Tensor src) override;

@@ -53,7 +53,8 @@ void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf
                      cudaStream_t stream);
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 
-void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V,
+// Rows of Vp logits, the first V real (see Ops::cross_entropy).
+void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
                    float grad_scale, int* err, cudaStream_t stream);
 
 // ---- optimizer and engine (optim_kernels.cu) ---------------------------------

@@ -31,7 +31,7 @@ class FullWeights final : public UnitAccess {
  private:
   Tensor view(std::vector<std::vector<float>>& v, int unit, int param) {
     const auto& u = units_[unit];
-    return {v[unit].data() + u.offset_of(param), DType::f32, u.params[param].numel()};
+    return {v[unit].data() + u.offset_of(param), DType::f32, u.params[param].stored_numel()};
   }
   std::vector<UnitSpec> units_;
   std::vector<std::vector<float>> w_, g_;

@@ -32,7 +32,8 @@ TEST(ModelConfig, ParamCountMatchesUnits) {
       ModelConfig c = model_preset(name);
       c.tie_embeddings = tied;
       int64_t n = 0;
-      for (const auto& u : model_units(c)) n += u.numel();
+      for (const auto& u : model_units(c))
+        for (const auto& p : u.params) n += p.numel();
       EXPECT_EQ(n, c.num_params()) << name;
       EXPECT_EQ(int(model_units(c).size()), c.n_layer + 2);
     }

@@ -121,5 +121,36 @@ TEST(FsdpEquivalence, UnevenPaddingIsExercised) {
   EXPECT_GT(padded_units, 0);
 }
 
+// Every parameter starts kParamAlign-aligned in its unit, and the vocabulary
+// rows past vocab_size (61 -> 128 here) are stored but stay exactly zero
+// through training: never initialised, no gradient, no update, no decay.
+TEST(FsdpEquivalence, AlignedParametersAndPaddedVocabularyRowsStayZero) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  ModelConfig c = testing::engine_test_config();
+  c.tie_embeddings = false;  // both the embedding and the head are padded
+  ASSERT_NE(c.padded_vocab(), c.vocab_size);
+  EngineRun run(c, *g.shard, nullptr, g.world->rank(), g.world->size(), kB, kT, kAccum);
+  for (int s = 0; s < 4; ++s) run.step(s, *g.world, 1e-2f);
+  const auto units = model_units(c);
+  for (int u = 0; u < run.engine.num_units(); ++u) {
+    const UnitLayout& l = run.engine.layout(u);
+    const std::vector<float> w = run.full_master(u, *g.shard);
+    int64_t covered = 0;
+    for (size_t p = 0; p < units[size_t(u)].params.size(); ++p) {
+      const ParamSpec& spec = units[size_t(u)].params[p];
+      EXPECT_EQ(l.offsets[p] % kParamAlign, 0) << spec.name;
+      covered += l.sizes[p];
+      int64_t moved = 0;
+      for (int64_t i = 0; i < l.sizes[p]; ++i) moved += w[size_t(l.offsets[p] + i)] != 0.0f;
+      EXPECT_GT(moved, l.sizes[p] / 2) << spec.name << " is not real weights";
+      for (int64_t i = l.sizes[p]; i < l.stored[p]; ++i)
+        ASSERT_EQ(w[size_t(l.offsets[p] + i)], 0.0f) << spec.name << " padding element " << i;
+      if (spec.name == "embed.weight" || spec.name == "head.weight")
+        EXPECT_EQ(l.stored[p], int64_t(c.padded_vocab()) * c.d_model) << spec.name;
+    }
+    EXPECT_LE(covered, l.numel);
+  }
+}
+
 }  // namespace
 }  // namespace fsdp

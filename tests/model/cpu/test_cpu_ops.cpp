@@ -521,7 +521,7 @@ TEST_F(CpuOpsTest, CrossEntropy) {
   // grad_scale 0: losses only, logits untouched.
   const std::vector<float> l0 = snapshot(logits);
   poison(losses);
-  ops_.cross_entropy(losses, logits, tg, n, V, 0.0f);
+  ops_.cross_entropy(losses, logits, tg, n, V, V, 0.0f);
   expect_close("cross_entropy loss", losses.f(), want);
   EXPECT_EQ(snapshot(logits), l0);
 
@@ -529,12 +529,12 @@ TEST_F(CpuOpsTest, CrossEntropy) {
   Buf grad(ops_, DType::f32, n * V);
   ops_.copy(grad, logits);
   poison(losses);
-  ops_.cross_entropy(losses, grad, tg, n, V, gs);
+  ops_.cross_entropy(losses, grad, tg, n, V, V, gs);
   expect_close("cross_entropy loss (fused)", losses.f(), want);
   for (int j = 0; j < V; ++j) EXPECT_EQ(grad[1 * V + j], 0.0f) << "ignored row has a gradient";
   Buf scratch(ops_, DType::f32, n);
   auto loss = [&] {
-    ops_.cross_entropy(scratch, logits, tg, n, V, 0.0f);
+    ops_.cross_entropy(scratch, logits, tg, n, V, V, 0.0f);
     double s = 0.0;
     for (int i = 0; i < n; ++i) s += gs * double(scratch[i]);
     return s;
@@ -546,14 +546,38 @@ TEST_F(CpuOpsTest, CrossEntropy) {
   Buf bl(ops_, DType::f32, 3), one(ops_, DType::f32, 1), t1(ops_, DType::i32, 1);
   std::memcpy(bl.f(), big, sizeof big);
   t1.i()[0] = 1;
-  ops_.cross_entropy(one, bl, t1, 1, 3, 1.0f);
+  ops_.cross_entropy(one, bl, t1, 1, 3, 3, 1.0f);
   EXPECT_FLOAT_EQ(one[0], 1000.0f);
   EXPECT_FLOAT_EQ(bl[0], 1.0f);
   EXPECT_FLOAT_EQ(bl[1], -1.0f);
   EXPECT_EQ(bl[2], 0.0f);
 
   tg.i()[0] = V;
-  EXPECT_THROW(ops_.cross_entropy(losses, logits, tg, n, V, 0.0f), Error);
+  EXPECT_THROW(ops_.cross_entropy(losses, logits, tg, n, V, V, 0.0f), Error);
+}
+
+// Rows of Vp logits whose last Vp - V columns are vocabulary padding: the loss
+// and the real columns' gradient are those of the unpadded rows, whatever the
+// padding holds (here logits larger than any real one), and the padding's
+// gradient is zero, so the padded embedding rows never move.
+TEST_F(CpuOpsTest, CrossEntropyIgnoresVocabularyPadding) {
+  const int n = 5, V = 11, Vp = 16;
+  const float gs = 0.5f;
+  Buf plain(ops_, DType::f32, n * V), padded(ops_, DType::f32, n * Vp);
+  Buf lp(ops_, DType::f32, n), lq(ops_, DType::f32, n), tg(ops_, DType::i32, n);
+  fill(plain, -3.0f, 3.0f);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < Vp; ++j) padded[i * Vp + j] = j < V ? plain[i * V + j] : 50.0f + j;
+  const int32_t targets[n] = {0, 10, -1, 3, 7};
+  std::memcpy(tg.i(), targets, sizeof targets);
+  ops_.cross_entropy(lp, plain, tg, n, V, V, gs);
+  ops_.cross_entropy(lq, padded, tg, n, V, Vp, gs);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(lq[i], lp[i]) << "row " << i;
+    for (int j = 0; j < V; ++j) EXPECT_EQ(padded[i * Vp + j], plain[i * V + j]) << i << "," << j;
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(padded[i * Vp + j], 0.0f) << "padding " << i << "," << j;
+  }
+  EXPECT_THROW(ops_.cross_entropy(lq, padded, tg, n, V, V - 1, gs), Error);
 }
 
 // ---- optimizer and engine -----------------------------------------------------------

@@ -48,7 +48,7 @@ class DeviceWeights final : public UnitAccess {
  private:
   Tensor view(const std::vector<Tensor>& v, int unit, int param) const {
     const UnitSpec& u = units_[unit];
-    return v[unit].slice(u.offset_of(param), u.params[param].numel());
+    return v[unit].slice(u.offset_of(param), u.params[param].stored_numel());
   }
   Ops& ops_;
   std::vector<UnitSpec> units_;

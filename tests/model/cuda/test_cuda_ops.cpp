@@ -20,6 +20,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "tests/model/cuda/cuda_test_util.h"
@@ -270,20 +271,23 @@ TEST_F(CudaOpsTest, SwigluAndAdd) {
 }
 
 TEST_F(CudaOpsTest, CrossEntropy) {
-  for (int V : {50304, 1003}) {
+  // (V, Vp): unpadded, and a vocabulary padded as ModelConfig::padded_vocab
+  // pads it (50257 -> 50304), whose padding columns must not count.
+  for (auto [V, Vp] : {std::pair{50304, 50304}, std::pair{1003, 1003}, std::pair{50257, 50304},
+                       std::pair{1003, 1024}}) {
     const int n = 37;
     std::uniform_int_distribution<int> pick(0, V - 1);
     std::vector<int32_t> tg(n);
     for (auto& t : tg) t = pick(rng_);
     tg[3] = -1;  // ignored
     tg[20] = -100;
-    const auto logits = rnd(int64_t(n) * V, -6.0f, 6.0f);
+    const auto logits = rnd(int64_t(n) * Vp, -6.0f, 6.0f);
     for (float scale : {0.0f, 1.0f / 64}) {
       Tensor cl = c_->make(F32, logits), gl = g_->make(BF, logits);
       Tensor closs = c_->make(F32, n), gloss = g_->make(F32, n);
       poison(*gpu_, gloss);
-      cpu_.cross_entropy(closs, cl, c_->tokens(tg), n, V, scale);
-      gpu_->cross_entropy(gloss, gl, g_->tokens(tg), n, V, scale);
+      cpu_.cross_entropy(closs, cl, c_->tokens(tg), n, V, Vp, scale);
+      gpu_->cross_entropy(gloss, gl, g_->tokens(tg), n, V, Vp, scale);
       const auto gls = gpu_out(gloss);
       expect_rel("cross_entropy losses (f32)", gls, cpu_out(closs), kF32);
       EXPECT_EQ(gls[3], 0.0f);
