@@ -12,7 +12,12 @@ SwiGLU, final RMSNorm, cross-entropy.
 
 Timing covers forward+backward (what bench_cuda_ops times) and a full step with
 fused AdamW, under bf16 autocast; MFU uses DESIGN.md's 6N + 12 L d T FLOPs per
-token against 989 TFLOP/s.
+token against 989 TFLOP/s. The full step ends with one line in the format
+run_gpu_checks.sh collects (system torch_eager or torch_compile; peak_gib is
+torch.cuda.max_memory_allocated over the timed steps, without the CUDA context
+and the caching allocator's slack that nvidia-smi would count):
+
+  RESULT system=torch_eager model=gpt-350m precision=bf16 micro_batch=8 seq=1024 tokens_per_s=... mfu=0.41 peak_gib=... device=NVIDIA H100 80GB HBM3
 """
 import argparse
 import math
@@ -22,9 +27,11 @@ import time
 
 PRESETS = {  # vocab, layers, d_model, heads, kv_heads, d_ff, max_seq
     "tiny": (256, 2, 64, 4, 2, 192, 64),
+    "gpt-125m": (50304, 12, 768, 12, 4, 2048, 1024),
     "gpt-350m": (50304, 24, 1024, 16, 4, 2816, 1024),
     "gpt-760m": (50304, 24, 1536, 16, 4, 4096, 1024),
-}
+    "gpt-1.3b": (50304, 24, 2048, 16, 4, 5632, 1024),
+}  # model/config.cpp's presets (d_ff = swiglu_width(d, 256))
 PEAK_TFLOPS = 989.0
 
 
@@ -37,7 +44,7 @@ def build(torch, cfg):
     V, L, d, H, Hkv, ff, T = cfg
     hd = d // H
     rng = np.random.default_rng(0)
-    mat = lambda r, c: (rng.standard_normal((r, c)) * 0.02).astype(np.float32)
+    mat = lambda r, c: rng.standard_normal((r, c), dtype=np.float32) * np.float32(0.02)  # float32: 1.3b in seconds
     ones = lambda n: np.ones(n, np.float32)
     t = {"embed.weight": mat(V, d), "final_norm": ones(d)}
     for l in range(L):
@@ -77,6 +84,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--device", default="cuda", help="cuda (the comparison), or cpu for a smoke run")
+    ap.add_argument("--result-device", help="device name for the RESULT line (default: torch's name "
+                    "for the GPU)")
     ap.add_argument("--init", help="PREFIX written by bench_cuda_ops --export-init: load its weights "
                     "and batch and print the loss")
     a = ap.parse_args()
@@ -123,10 +132,16 @@ def main():
         sync()
         ms = (time.perf_counter() - t0) / a.steps * 1e3
         tok_s = B * T / (ms * 1e-3)
+        mfu = flops_tok * tok_s / (PEAK_TFLOPS * 1e12)
+        peak_gib = torch.cuda.max_memory_allocated() / 2**30 if dev == "cuda" else float("nan")
         print(f"torch {name} {a.model} B={B} T={T} compile={a.compile}: {ms:.2f} ms, {tok_s:.0f} tokens/s, "
-              f"MFU {100 * flops_tok * tok_s / (PEAK_TFLOPS * 1e12):.1f}%, "
-              f"peak memory {torch.cuda.max_memory_allocated() / 2**30 if dev == 'cuda' else float('nan'):.2f} GiB")
+              f"MFU {100 * mfu:.1f}%, peak memory {peak_gib:.2f} GiB", flush=True)
         model.zero_grad(set_to_none=True)
+    # The full step (with the optimizer) is what fsdptrain's tokens_per_s measures.
+    name = a.result_device or (torch.cuda.get_device_name() if dev == "cuda" else "cpu")
+    print(f"RESULT system=torch_{'compile' if a.compile else 'eager'} model={a.model} precision=bf16 "
+          f"micro_batch={B} seq={T} tokens_per_s={tok_s:.0f} mfu={mfu:.3g} peak_gib={peak_gib:.4g} "
+          f"device={name}", flush=True)
 
 
 if __name__ == "__main__":
