@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "model/tensor.h"
 
@@ -30,6 +32,13 @@ class Ops {
   virtual void* stream() { return nullptr; }
   // Element type of activations and gathered weights on this backend.
   virtual DType compute_dtype() const = 0;
+  // What this backend runs on and what it chose so far (device, library
+  // versions, kernels/engines picked per shape), one line each, for the log
+  // of a run; empty for the CPU reference.
+  virtual std::vector<std::string> runtime_report() const { return {}; }
+  // High-water mark of device memory allocated through alloc(), in bytes; 0
+  // for host backends (the process's peak RSS tells their story).
+  virtual int64_t peak_device_bytes() const { return 0; }
 
   // ---- memory ---------------------------------------------------------------
   virtual Tensor alloc(DType dtype, int64_t numel) = 0;

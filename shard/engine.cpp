@@ -247,6 +247,13 @@ void FsdpEngine::check_finite(int unit, bool backward) {
               "; lower --lr, check the data, or look at that unit's inputs");
 }
 
+void FsdpEngine::discard_gradients() {
+  for (auto& s : slots_) finish_reduce(s);
+  for (auto& u : units_) ops_.zero(u.grad);
+  micro_batch_ = 0;
+  comm_wait_s_ = 0;
+}
+
 double FsdpEngine::step(const AdamWConfig& c, float lr) {
   if (replicate_) {
     replicate_->wait_stream(ops_.stream());

@@ -57,6 +57,10 @@ class FsdpEngine final : public UnitAccess {
   // After the last micro-batch of a step: all-reduce across replicas, global
   // norm, clip, AdamW, zero the gradients. Returns the norm before clipping.
   double step(const AdamWConfig& config, float lr);
+  // Drops the gradients of the micro-batches since the last step, as if they
+  // had never run: after a warm-up pass whose only purpose was to build
+  // plans and connections.
+  void discard_gradients();
 
   Tensor weight(int unit, int param) override;
   Tensor grad(int unit, int param) override;

@@ -182,8 +182,8 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
   }
   const double avg = steps_timed_ ? step_seconds_total_ / steps_timed_ : seconds;
   // The highest per-rank peak: the number that decides whether a run fits.
-  float peak = float(peak_rss_bytes());
-  groups_.world->all_reduce(&peak, 1, DType::f32, ReduceOp::max)->wait();
+  float peak[2] = {float(peak_rss_bytes()), float(ops_->peak_device_bytes())};
+  groups_.world->all_reduce(peak, 2, DType::f32, ReduceOp::max)->wait();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   metrics_.write({{"step", std::to_string(step + 1)},
@@ -194,7 +194,8 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
                   {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},
                   {"mfu", json_number(mfu(tok_s))},
-                  {"peak_rss_bytes_max_rank", json_number(peak)},
+                  {"peak_rss_bytes_max_rank", json_number(peak[0])},
+                  {"peak_device_bytes_max_rank", json_number(peak[1])},
                   {"elapsed_s", json_number(elapsed)}});
   if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {
     std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
@@ -218,6 +219,31 @@ void Trainer::save() {
     std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
 }
 
+// One forward+backward on the shapes of a real step, gradients then dropped:
+// cuDNN graphs, cuBLASLt plans and NCCL connections are built here, so a
+// configuration the GPU libraries cannot run stops before step 1, and step 1's
+// time is a step's. Tokens 0 are valid for any vocabulary. On the CPU it
+// costs one micro-batch and exercises the same path.
+void Trainer::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fill(inputs_.begin(), inputs_.end(), 0);
+  std::fill(targets_.begin(), targets_.end(), 0);
+  model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
+  engine_->forward_backward();
+  engine_->discard_gradients();
+  if (val_batches_) {
+    model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
+    engine_->forward_only();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!lead_) return;
+  std::printf("fsdptrain: warm-up (one forward+backward, discarded) took %.2f s\n", seconds);
+  for (const std::string& line : ops_->runtime_report())
+    std::printf("fsdptrain: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 TrainSummary Trainer::run() {
   TrainSummary summary;
   AdamWConfig adam{o_.beta1, o_.beta2, o_.adam_eps, o_.weight_decay, o_.grad_clip};
@@ -233,6 +259,7 @@ TrainSummary Trainer::run() {
     if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
   };
 
+  warm_up();
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
   for (int step = int(pos_.step); step < o_.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();

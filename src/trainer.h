@@ -36,6 +36,7 @@ class Trainer {
   FsdpEngine& engine() { return *engine_; }
 
  private:
+  void warm_up();
   double train_step(int step);  // returns the global mean loss
   double evaluate();
   void log_step(int step, double loss, float lr, double norm, double seconds);

@@ -173,7 +173,7 @@ void bench_step(CudaOps& ops, const ModelConfig& c, int B, int T, int steps,
   std::printf(
       "train step (fwd+bwd, no optimizer) %s B=%d T=%d: %.2f ms, %.0f tokens/s, MFU %.1f%%, "
       "peak memory %.2f GiB\n",
-      c.name.c_str(), B, T, ms, tok_s, 100 * mfu, double(ops.peak_bytes()) / (1 << 30));
+      c.name.c_str(), B, T, ms, tok_s, 100 * mfu, double(ops.peak_device_bytes()) / (1 << 30));
 }
 
 int run(int argc, char** argv) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <map>
+#include <sstream>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -67,35 +69,8 @@ float scale_of(const AttentionShape& s) {
   return float(1.0 / std::sqrt(double(s.hd)));
 }
 
-}  // namespace
-
-struct Attention::Impl {
-  cudnnHandle_t handle = nullptr;
-  bool deterministic = false;
-  // Key: B, T, H, Hkv, hd, backward.
-  std::map<std::tuple<int, int, int, int, int, bool>, std::pair<GraphPtr, int64_t>> graphs;
-
-  std::pair<GraphPtr, int64_t>& graph(const AttentionShape& s, bool backward);
-  void run(const AttentionShape& s, bool backward, std::unordered_map<int64_t, void*>& pack,
-           Scratch& scratch);
-};
-
-Attention::Attention(cudaStream_t stream, bool deterministic) : impl_(std::make_unique<Impl>()) {
-  impl_->deterministic = deterministic;
-  FSDP_CUDNN_CHECK(cudnnCreate(&impl_->handle));
-  FSDP_CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
-}
-
-Attention::~Attention() {
-  impl_->graphs.clear();  // plans go before the handle they were built on
-  cudnnDestroy(impl_->handle);
-}
-
-std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bool backward) {
-  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, backward);
-  auto it = graphs.find(key);
-  if (it != graphs.end()) return it->second;
-
+// The SDPA graph of one shape and direction, not yet built.
+GraphPtr describe_graph(const AttentionShape& s, bool backward, bool deterministic) {
   GraphPtr g = new_graph();
   auto Q = g->tensor(tensor("Q", kQ, s, s.H));
   auto K = g->tensor(tensor("K", kK, s, s.Hkv));
@@ -128,13 +103,73 @@ std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bo
     dK->set_output(true).set_uid(kdK).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
     dV->set_output(true).set_uid(kdV).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
   }
+  return g;
+}
+
+}  // namespace
+
+struct Attention::Impl {
+  cudnnHandle_t handle = nullptr;
+  bool deterministic = false, allow_fallback = false;
+  std::vector<std::string> engines;  // one line per built graph, for the log
+  // Key: B, T, H, Hkv, hd, backward.
+  std::map<std::tuple<int, int, int, int, int, bool>, std::pair<GraphPtr, int64_t>> graphs;
+
+  std::pair<GraphPtr, int64_t>& graph(const AttentionShape& s, bool backward);
+  void run(const AttentionShape& s, bool backward, std::unordered_map<int64_t, void*>& pack,
+           Scratch& scratch);
+};
+
+Attention::Attention(cudaStream_t stream, bool deterministic, bool allow_fallback)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->deterministic = deterministic;
+  impl_->allow_fallback = allow_fallback;
+  FSDP_CUDNN_CHECK(cudnnCreate(&impl_->handle));
+  FSDP_CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
+}
+
+Attention::~Attention() {
+  impl_->graphs.clear();  // plans go before the handle they were built on
+  cudnnDestroy(impl_->handle);
+}
+
+std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bool backward) {
+  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, backward);
+  auto it = graphs.find(key);
+  if (it != graphs.end()) return it->second;
+
   const char* what = backward ? "backward" : "forward";
-  // FALLBACK after A: some shapes (small head sizes, deterministic GQA
-  // backward) have no engine among the A heuristics.
-  check_fe(g->build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), what, s);
+  // Heuristic A names the fast fused (flash) engines. Some shapes (unusual
+  // head sizes, deterministic GQA backward) have none, and cuDNN's FALLBACK
+  // engine runs them many times slower: a training run that silently lands
+  // there is a performance bug, so only --debug accepts it.
+  GraphPtr g = describe_graph(s, backward, deterministic);
+  bool fallback = false;
+  if (fe::error_t e = g->build(handle, {fe::HeurMode_t::A}); e.is_bad()) {
+    if (!allow_fallback)
+      throw_error("cuDNN has no fast fused-attention engine for the ", what, " pass (B=", s.B,
+                  " T=", s.T, " heads=", s.H, " kv_heads=", s.Hkv, " head_dim=", s.hd,
+                  "): ", e.get_message(),
+                  "; its FALLBACK engine is much slower, so it runs only under --debug. "
+                  "head_dim 64 or 128 with T a multiple of 64 is supported everywhere");
+    g = describe_graph(s, backward, deterministic);  // a failed build leaves no usable graph
+    check_fe(g->build(handle, {fe::HeurMode_t::FALLBACK}), what, s);
+    fallback = true;
+  }
   int64_t ws = 0;
   check_fe(g->get_workspace_size(ws), what, s);
+  std::string plan;
+  if (g->get_plan_name(plan).is_bad()) plan = "(unnamed)";
+  std::ostringstream line;
+  line << "cuDNN SDPA " << what << " B=" << s.B << " T=" << s.T << " heads=" << s.H << "/" << s.Hkv
+       << " head_dim=" << s.hd << ": " << plan << (fallback ? " [FALLBACK]" : "") << ", workspace "
+       << ws << " B";
+  engines.push_back(line.str());
   return graphs.emplace(key, std::make_pair(g, ws)).first->second;
+}
+
+const std::vector<std::string>& Attention::engines() const {
+  return impl_->engines;
 }
 
 void Attention::Impl::run(const AttentionShape& s, bool backward,

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "model/cuda/kernels.h"
 
@@ -16,7 +18,9 @@ struct AttentionShape {
 
 class Attention {
  public:
-  Attention(cudaStream_t stream, bool deterministic);
+  // allow_fallback (--debug): accept cuDNN's slow FALLBACK engine for shapes
+  // the fast ones do not cover, instead of stopping with an error.
+  Attention(cudaStream_t stream, bool deterministic, bool allow_fallback);
   ~Attention();
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
@@ -27,6 +31,9 @@ class Attention {
   void backward(const AttentionShape& s, void* dq, void* dk, void* dv, const void* dout,
                 const void* out, const float* lse, const void* q, const void* k, const void* v,
                 Scratch& scratch);
+
+  // One line per graph built so far: shape, cuDNN engine (plan) name, workspace.
+  const std::vector<std::string>& engines() const;
 
  private:
   struct Impl;

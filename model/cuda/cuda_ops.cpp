@@ -6,10 +6,12 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <sstream>
+#include <string>
 #include <tuple>
 #include <vector>
 
-#include "common/cuda_check.h"
+#include "common/cuda_lib_check.h"
 #include "model/cuda/attention.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
@@ -146,7 +148,28 @@ CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()
   FSDP_CUDA_CHECK(cudaMemsetAsync(m.err, 0, sizeof(int), m.stream));
   FSDP_CUDA_CHECK(cudaMallocHost(&m.host_words, 2 * sizeof(double)));
   m.gemm = std::make_unique<cuda::Gemm>(options.gemm_workspace_bytes, m.stream);
-  m.attention = std::make_unique<cuda::Attention>(m.stream, options.deterministic);
+  m.attention = std::make_unique<cuda::Attention>(m.stream, options.deterministic,
+                                                  options.allow_slow_attention);
+}
+
+std::vector<std::string> CudaOps::runtime_report() const {
+  const Impl& m = *impl_;
+  cudaDeviceProp prop{};
+  FSDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, m.device));
+  int driver = 0, runtime = 0;
+  FSDP_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  FSDP_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  const size_t cublas = cublasLtGetVersion(), cudnn = cudnnGetVersion();
+  std::ostringstream os;
+  os << "GPU " << m.device << ": " << prop.name << " (sm_" << prop.major << prop.minor << ", "
+     << prop.multiProcessorCount << " SMs, " << (prop.totalGlobalMem >> 20) << " MiB), driver "
+     << driver / 1000 << "." << driver % 1000 / 10 << ", CUDA runtime " << runtime / 1000 << "."
+     << runtime % 1000 / 10 << ", cuBLASLt " << cublas / 10000 << "." << cublas / 100 % 100 << "."
+     << cublas % 100 << ", cuDNN " << cudnn / 10000 << "." << cudnn / 100 % 100 << "."
+     << cudnn % 100;
+  std::vector<std::string> lines = {os.str()};
+  for (const std::string& e : m.attention->engines()) lines.push_back(e);
+  return lines;
 }
 
 CudaOps::~CudaOps() {
@@ -171,7 +194,7 @@ void CudaOps::synchronize() {
   impl_->sync("synchronize");
 }
 
-int64_t CudaOps::peak_bytes() const {
+int64_t CudaOps::peak_device_bytes() const {
   return impl_->peak;
 }
 

@@ -27,6 +27,9 @@ struct CudaOpsOptions {
   // failure names the op that caused it instead of a later one.
   bool deterministic = false;
   bool sync_each_op = false;
+  // --debug: accept cuDNN's slow FALLBACK attention engine for shapes the
+  // fast ones do not cover (otherwise that is an error; see attention.cpp).
+  bool allow_slow_attention = false;
   size_t gemm_workspace_bytes = size_t(32) << 20;
 };
 
@@ -43,10 +46,13 @@ class CudaOps final : public Ops {
   // (an out-of-vocabulary token or target) as fsdp::Error.
   void synchronize();
   // High-water mark of device memory held through alloc(), in bytes.
-  int64_t peak_bytes() const;
+  int64_t peak_device_bytes() const override;
 
   const char* name() const override { return "cuda"; }
   DType compute_dtype() const override { return DType::bf16; }
+  // GPU, driver, runtime, cuBLASLt and cuDNN versions, then every cuDNN
+  // attention engine built so far.
+  std::vector<std::string> runtime_report() const override;
 
   Tensor alloc(DType dtype, int64_t numel) override;
   void free(Tensor t) override;

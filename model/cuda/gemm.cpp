@@ -1,7 +1,10 @@
 #include "model/cuda/gemm.h"
 
 #include <map>
+#include <sstream>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "common/cuda_lib_check.h"
 
@@ -28,11 +31,25 @@ struct Key {
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
+// The heuristic's candidates, best first. An algorithm the heuristic offers
+// can still be refused at launch (workspace, alignment corner cases); the
+// next one is tried and the one that ran is kept.
+constexpr int kCandidates = 8;
+
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  size_t chosen = 0;
 };
+
+std::string describe(const Key& k) {
+  std::ostringstream os;
+  os << "gemm m=" << k.m << " n=" << k.n << " k=" << k.k << (k.ta ? " A^T" : "")
+     << (k.tb ? " B^T" : "") << (k.d_f32 ? " f32 out" : " bf16 out") << ", alignments " << k.align_a
+     << "/" << k.align_b << "/" << k.align_d << " bytes";
+  return os.str();
+}
 
 }  // namespace
 
@@ -43,7 +60,7 @@ struct Gemm::Impl {
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;
 
-  const Plan& plan(const Key& key);
+  Plan& plan(const Key& key);
 };
 
 Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
@@ -65,7 +82,7 @@ Gemm::~Gemm() {
   cublasLtDestroy(impl_->handle);
 }
 
-const Plan& Gemm::Impl::plan(const Key& key) {
+Plan& Gemm::Impl::plan(const Key& key) {
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   Plan p;
@@ -96,17 +113,15 @@ const Plan& Gemm::Impl::plan(const Key& key) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
   for (const auto& [attr, v] : aligns)
     FSDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref,
+                                                           kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  FSDP_CUBLAS_CHECK(st);
-  if (found == 0)
-    throw_error("cuBLASLt has no bf16 algorithm for m=", key.m, " n=", key.n, " k=", key.k,
-                key.ta ? " A^T" : "", key.tb ? " B^T" : "", " (alignments ", key.align_a, "/",
-                key.align_b, "/", key.align_d, " bytes)");
-  p.algo = result.algo;
+  FSDP_CUBLAS_CHECK(st, describe(key));
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algos.push_back(results[i].algo);
+  if (p.algos.empty()) throw_error("cuBLASLt has no bf16 algorithm for ", describe(key));
   return plans.emplace(key, p).first->second;
 }
 
@@ -121,11 +136,21 @@ void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A
   }
   const Key key{trans_a, trans_b,         d_f32,           beta != 0.0f,   m, n, k, lda, ldb,
                 ldd,     alignment_of(A), alignment_of(B), alignment_of(D)};
-  const Plan& p = impl_->plan(key);
+  Plan& p = impl_->plan(key);
   const float alpha = 1.0f;
-  FSDP_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.d, D,
-                                   p.d, &p.algo, impl_->workspace, impl_->workspace_bytes,
-                                   impl_->stream));
+  for (;;) {
+    const cublasStatus_t st =
+        cublasLtMatmul(impl_->handle, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d,
+                       &p.algos[p.chosen], impl_->workspace, impl_->workspace_bytes, impl_->stream);
+    // Refusals are reported before anything is enqueued, so retrying is safe.
+    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
+    if (!refused || p.chosen + 1 == p.algos.size()) {
+      FSDP_CUBLAS_CHECK(st, describe(key) + ", candidate " + std::to_string(p.chosen + 1) + " of " +
+                                std::to_string(p.algos.size()));
+      return;
+    }
+    ++p.chosen;
+  }
 }
 
 }  // namespace fsdp::cuda

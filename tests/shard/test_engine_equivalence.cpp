@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <vector>
 
 #include "comm/process_groups.h"
 #include "tests/shard/engine_harness.h"
@@ -102,6 +103,26 @@ TEST(FsdpEquivalence, ReshardAfterForwardChangesNothing) {
     b.step(s, *g.world);
   }
   // Same collectives on the same data: bit for bit.
+  EXPECT_EQ(a.losses, b.losses);
+  for (int u = 0; u < a.engine.num_units(); ++u)
+    EXPECT_EQ(a.full_master(u, *g.shard), b.full_master(u, *g.shard)) << "unit " << u;
+}
+
+// The trainer's warm-up: a forward+backward whose gradients are discarded
+// leaves no trace, bit for bit.
+TEST(FsdpEquivalence, DiscardedWarmUpChangesNothing) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig c = testing::engine_test_config();
+  EngineRun a(c, *g.shard, nullptr, g.world->rank(), g.world->size(), kB, kT, kAccum);
+  EngineRun b(c, *g.shard, nullptr, g.world->rank(), g.world->size(), kB, kT, kAccum);
+  std::vector<int32_t> zeros(size_t(kB) * kT, 0), ones(zeros.size(), 1);
+  b.model.set_batch(zeros.data(), ones.data(), 0.5f);
+  b.engine.forward_backward();
+  b.engine.discard_gradients();
+  for (int s = 0; s < 3; ++s) {
+    a.step(s, *g.world);
+    b.step(s, *g.world);
+  }
   EXPECT_EQ(a.losses, b.losses);
   for (int u = 0; u < a.engine.num_units(); ++u)
     EXPECT_EQ(a.full_master(u, *g.shard), b.full_master(u, *g.shard)) << "unit " << u;
