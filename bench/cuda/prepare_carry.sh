@@ -1,12 +1,85 @@
 #!/usr/bin/env bash
-# Run HERE (the build machine) before a GPU session: copies what the GPU
-# machine lacks into .gpu_carry/ (git-ignored), to be named in the device
-# tool's `carry`: the cudnn-frontend headers and GoogleTest's source.
+# prepare_carry.sh - run HERE (the build machine) before a GPU session.
+#
+# The GPU machine has the driver, nvcc and PyTorch with the nvidia-* wheels but
+# no Open MPI, HDF5, Boost or GoogleTest and no network, so nothing is built
+# there. This builds everything here and puts into .gpu_carry/ (git-ignored):
+#   fsdp-bundle.tar.xz  fsdptrain, the GPU test and benchmark programs, mpirun,
+#                       and every library they need except CUDA's
+#                       (../shared/gpu-node/make_bundle.sh; env.sh inside)
+#   example/            kjv_train.h5, kjv_val.h5 (byte tokens, vocab 256)
+#   BUILD_INFO.txt      which tree the programs were built from
+# then, in the GPU session:
+#   run(command="bash bench/cuda/run_gpu_checks.sh", carry=[".gpu_carry"], timeout_s=600)
+#
+# Incremental: the build is ninja's; the bundle is remade only when a program
+# in it is newer than the archive (xz -9e is most of a fresh run's time).
+# Knobs: BUILD_DIR (default ./build-gpu-bundle; never ./build, which another
+# build may be using), GPU_NODE_DIR (default ../shared/gpu-node), FORCE=1.
 set -euo pipefail
-cd "$(git rev-parse --show-toplevel)"
-grep -qx '/.gpu_carry/' .git/info/exclude 2>/dev/null || echo '/.gpu_carry/' >> .git/info/exclude
-rm -rf .gpu_carry && mkdir -p .gpu_carry
-fe=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'] + '/include')")
-cp -r "$fe" .gpu_carry/cudnn_frontend_include
-cp -r /usr/src/googletest .gpu_carry/googletest
-du -sh .gpu_carry
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${BUILD_DIR:-$root/build-gpu-bundle}
+node=${GPU_NODE_DIR:-$root/../shared/gpu-node}
+carry=$root/.gpu_carry
+limit_mib=64   # the device tool carries at most 64 MiB: working tree + carry
+
+say() { echo "prepare_carry: $*"; }
+[ -x "$node/make_bundle.sh" ] || { say "error: no $node/make_bundle.sh (set GPU_NODE_DIR)"; exit 1; }
+command -v patchelf >/dev/null || {
+  say "installing patchelf (make_bundle.sh sets \$ORIGIN rpaths with it)"
+  apt-get install -y -q patchelf >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q patchelf >/dev/null; }
+}
+
+# ---- 1. build (tools/build.sh: set-up check + incremental ninja build) ---------------
+BUILD_DIR=$build bash tools/build.sh
+bins=(
+  "$build/tests/model/cuda/test_cuda_ops"
+  "$build/tests/model/cuda/test_cuda_model"
+  "$build/tests/comm/comm_nccl_communicator_test"
+  "$build/bench/cuda/bench_cuda_ops"
+)
+for b in "$build/src/fsdptrain" "${bins[@]}"; do
+  [ -x "$b" ] || { say "error: $b was not built (is nvcc there? the GPU programs need FSDP_CUDA)"; exit 1; }
+done
+
+# ---- 2. example data -------------------------------------------------------------------
+bash tools/make_example.sh "$build/example"
+
+# ---- 3. the bundle ---------------------------------------------------------------------
+bundle=$build/gpu-bundle/fsdp-bundle
+newer=$(find "$build/src/fsdptrain" "${bins[@]}" "$node/make_bundle.sh" "$node/env.sh" \
+        -newer "$bundle.tar.xz" 2>/dev/null | head -1 || true)
+if [ -n "${FORCE:-}" ] || [ ! -f "$bundle.tar.xz" ] || [ -n "$newer" ]; then
+  say "bundling (xz -9e: a few minutes on 2 cores)"
+  EXTRA_BINS="${bins[*]}" bash "$node/make_bundle.sh" "$build/src/fsdptrain" "$bundle"
+else
+  say "bundle $bundle.tar.xz is newer than its programs: kept"
+fi
+
+# ---- 4. .gpu_carry -----------------------------------------------------------------------
+grep -qx '/.gpu_carry/' .gitignore 2>/dev/null || grep -qx '/.gpu_carry/' .git/info/exclude 2>/dev/null ||
+  echo '/.gpu_carry/' >> .git/info/exclude
+rm -rf "$carry" && mkdir -p "$carry/example"
+cp "$bundle.tar.xz" "$carry/fsdp-bundle.tar.xz"
+cp "$build/example/kjv_train.h5" "$build/example/kjv_val.h5" "$carry/example/"
+{
+  echo "built $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release; echo "$PRETTY_NAME")) into $build"
+  echo "HEAD $(git rev-parse HEAD) $(git log -1 --format=%s | head -c 100)"
+  # the programs come from the working tree, which may differ from HEAD
+  dirty=$(git status --short --untracked-files=normal -- . ':!.gpu_carry' | wc -l)
+  echo "working tree: $dirty changed/untracked path(s); diff vs HEAD sha256 $(git diff HEAD | sha256sum | cut -c1-16)"
+  git status --short | head -40
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+  echo "programs (sha256):"
+  (cd "$build" && sha256sum src/fsdptrain "${bins[@]#"$build"/}" | sed 's/^/  /')
+} > "$carry/BUILD_INFO.txt"
+
+# ---- 5. size: the tree travels too, under the same 64 MiB -------------------------------
+carry_kib=$(du -sk "$carry" | cut -f1)
+tree_kib=$(git ls-files -z -co --exclude-standard | xargs -0 du -skc 2>/dev/null | tail -1 | cut -f1)
+total_mib=$(( (carry_kib + tree_kib + 1023) / 1024 ))
+du -sh "$carry"/* "$carry/example"/* | sed 's/^/  /'
+say ".gpu_carry $(du -sh "$carry" | cut -f1), working tree $((tree_kib / 1024)) MiB: ${total_mib} MiB of the tool's ${limit_mib}"
+if [ "$total_mib" -ge "$limit_mib" ]; then say "error: too big to carry"; exit 1; fi
+say "ready: run(command=\"bash bench/cuda/run_gpu_checks.sh\", carry=[\".gpu_carry\"], timeout_s=600)"
