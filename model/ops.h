@@ -14,6 +14,7 @@
 //    synchronise.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -39,6 +40,23 @@ class Ops {
   // High-water mark of device memory allocated through alloc(), in bytes; 0
   // for host backends (the process's peak RSS tells their story).
   virtual int64_t peak_device_bytes() const { return 0; }
+
+  // ---- timing -----------------------------------------------------------------
+  // Timestamps in stream order, for metrics that must time what the device
+  // does, not when the host enqueued it (step time; compute stalled waiting
+  // for a collective). mark() records one after all work enqueued so far and
+  // returns its id; seconds(a, b) waits for mark b and returns the time from a
+  // to b; ids stay valid until clear_marks(). The CPU computes synchronously,
+  // so there a mark is simply the host clock.
+  virtual int mark() {
+    host_marks_.push_back(std::chrono::steady_clock::now());
+    return int(host_marks_.size()) - 1;
+  }
+  virtual double seconds(int a, int b) {
+    return std::chrono::duration<double>(host_marks_.at(size_t(b)) - host_marks_.at(size_t(a)))
+        .count();
+  }
+  virtual void clear_marks() { host_marks_.clear(); }
 
   // ---- memory ---------------------------------------------------------------
   virtual Tensor alloc(DType dtype, int64_t numel) = 0;
@@ -110,6 +128,9 @@ class Ops {
   virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr,
                      float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                      int step) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;
 };
 
 // True when every element of t is finite. Copies t to the host: for --debug,

@@ -1,18 +1,11 @@
 #include "shard/engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "shard/memory_plan.h"
 
 namespace fsdp {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Communicator* replicate,
                        const EngineOptions& options, Communicator* shard_host)
@@ -124,9 +117,7 @@ void FsdpEngine::wait_gather(int unit) {
   Unit& u = units_[unit];
   if (u.ready) return;
   issue_gather(unit);
-  const auto t0 = std::chrono::steady_clock::now();
-  u.gather->wait_on(ops_.stream());  // compute waits on an event, not the host
-  comm_wait_s_ += seconds_since(t0);
+  timed_wait(*u.gather);
   u.gather.reset();
   --in_flight_;
   u.ready = true;
@@ -179,11 +170,25 @@ void FsdpEngine::issue_reduce(int unit) {
   u.grad_active = false;
 }
 
+// Marks on the compute stream either side of the dependency: on a GPU the
+// span is the time compute stood still waiting for the collective (the wait
+// itself is an event, not a host block); on the CPU it is the host's wait.
+void FsdpEngine::timed_wait(Work& w) {
+  const int before = ops_.mark();
+  w.wait_on(ops_.stream());
+  wait_spans_.emplace_back(before, ops_.mark());
+}
+
+double FsdpEngine::take_comm_wait_seconds() {
+  double s = 0;
+  for (auto [a, b] : wait_spans_) s += ops_.seconds(a, b);
+  wait_spans_.clear();
+  return s;
+}
+
 void FsdpEngine::finish_reduce(Slot& s) {
   if (!s.reduce) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  s.reduce->wait_on(ops_.stream());
-  comm_wait_s_ += seconds_since(t0);
+  timed_wait(*s.reduce);
   s.reduce.reset();
   --in_flight_;
   Unit& u = units_[s.grad_owner];
@@ -251,7 +256,7 @@ void FsdpEngine::discard_gradients() {
   for (auto& s : slots_) finish_reduce(s);
   for (auto& u : units_) ops_.zero(u.grad);
   micro_batch_ = 0;
-  comm_wait_s_ = 0;
+  wait_spans_.clear();
 }
 
 double FsdpEngine::step(const AdamWConfig& c, float lr) {

@@ -84,9 +84,11 @@ class FsdpEngine final : public UnitAccess {
   // Bytes of gather, gradient and reduce-scatter buffers.
   int64_t buffer_bytes() const { return buffer_bytes_; }
   const std::vector<std::string>& trace() const { return trace_; }
-  // Host time spent blocked on collectives since the last call (on a GPU the
-  // waits are stream dependencies, so this stays near zero).
-  double take_comm_wait_seconds() { return std::exchange(comm_wait_s_, 0.0); }
+  // Time compute stood waiting for collectives since the last call (or
+  // discard_timing): stream time on a GPU, host time on the CPU. Reads marks
+  // of ops (Ops::mark), so call it before ops.clear_marks().
+  double take_comm_wait_seconds();
+  void discard_timing() { wait_spans_.clear(); }
 
  private:
   struct Unit {
@@ -110,6 +112,7 @@ class FsdpEngine final : public UnitAccess {
   void begin_grads(int unit);
   void issue_reduce(int unit);
   void finish_reduce(Slot& s);
+  void timed_wait(Work& w);
   void note(const std::string& event, int unit);
   void check_finite(int unit, bool backward);
 
@@ -123,9 +126,9 @@ class FsdpEngine final : public UnitAccess {
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
   int steps_ = 0;
-  int micro_batch_ = 0;  // within the current step, for --debug's messages
-  int in_flight_ = 0;    // collectives posted and not yet waited
-  double comm_wait_s_ = 0;
+  int micro_batch_ = 0;                          // within the current step, for --debug's messages
+  int in_flight_ = 0;                            // collectives posted and not yet waited
+  std::vector<std::pair<int, int>> wait_spans_;  // Ops marks around each wait
   int64_t persistent_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<std::string> trace_;
 };

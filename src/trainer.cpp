@@ -262,11 +262,16 @@ TrainSummary Trainer::run() {
   warm_up();
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
   for (int step = int(pos_.step); step < o_.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
+    // Step time between marks on the compute stream: on a GPU what the device
+    // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
+    // evaluation or the previous step are dropped first.
+    engine_->discard_timing();
+    ops_->clear_marks();
+    const int t0 = ops_->mark();
     const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
     const double loss = train_step(step);
     const double norm = engine_->step(adam, lr);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = ops_->seconds(t0, ops_->mark());
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;
     summary.train_loss.push_back(loss);

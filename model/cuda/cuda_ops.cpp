@@ -66,6 +66,8 @@ struct CudaOps::Impl final : cuda::Scratch {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   std::map<std::tuple<int, int, float>, float*> rope_tables;  // (T, head_dim, theta)
+  std::vector<cudaEvent_t> marks;  // timing events; the first `marks_used` are live
+  size_t marks_used = 0;
   int64_t live = 0, peak = 0;
 
   void* get(size_t bytes) override {
@@ -152,6 +154,31 @@ CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()
                                                   options.allow_slow_attention);
 }
 
+int CudaOps::mark() {
+  Impl& m = *impl_;
+  if (m.marks_used == m.marks.size()) {
+    cudaEvent_t e = nullptr;
+    FSDP_CUDA_CHECK(cudaEventCreate(&e), "timing event");
+    m.marks.push_back(e);
+  }
+  FSDP_CUDA_CHECK(cudaEventRecord(m.marks[m.marks_used], m.stream));
+  return int(m.marks_used++);
+}
+
+double CudaOps::seconds(int a, int b) {
+  Impl& m = *impl_;
+  FSDP_CHECK(a >= 0 && b >= 0 && size_t(a) < m.marks_used && size_t(b) < m.marks_used,
+             "timing marks ", a, ", ", b, " of ", m.marks_used);
+  FSDP_CUDA_CHECK(cudaEventSynchronize(m.marks[size_t(b)]));
+  float ms = 0;
+  FSDP_CUDA_CHECK(cudaEventElapsedTime(&ms, m.marks[size_t(a)], m.marks[size_t(b)]));
+  return double(ms) / 1e3;
+}
+
+void CudaOps::clear_marks() {
+  impl_->marks_used = 0;
+}
+
 std::vector<std::string> CudaOps::runtime_report() const {
   const Impl& m = *impl_;
   cudaDeviceProp prop{};
@@ -178,6 +205,7 @@ CudaOps::~CudaOps() {
   cudaStreamSynchronize(m.stream);
   m.attention.reset();
   m.gemm.reset();
+  for (cudaEvent_t e : m.marks) cudaEventDestroy(e);
   for (auto& [key, p] : m.rope_tables) cudaFreeAsync(p, m.stream);
   if (m.scratch) cudaFreeAsync(m.scratch, m.stream);
   cudaStreamSynchronize(m.stream);

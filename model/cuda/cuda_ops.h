@@ -47,6 +47,10 @@ class CudaOps final : public Ops {
   void synchronize();
   // High-water mark of device memory held through alloc(), in bytes.
   int64_t peak_device_bytes() const override;
+  // CUDA events on stream(), from a pool reused after clear_marks().
+  int mark() override;
+  double seconds(int a, int b) override;
+  void clear_marks() override;
 
   const char* name() const override { return "cuda"; }
   DType compute_dtype() const override { return DType::bf16; }
