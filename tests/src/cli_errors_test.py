@@ -63,6 +63,7 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--recompute", "all"], ["--recompute", "all"]),
     (base + ["--reduce-dtype", "bf16"], ["--reduce-dtype", "bf16"]),
     (base + ["--reduce-dtype", "fp16"], ["--reduce-dtype", "fp16"]),
+    (base + ["--device-comm", "nvlink"], ["--device-comm", "nvlink"]),
 ]
 
 failures = []
