@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <thread>
 
 #include "comm/agree.h"
@@ -95,41 +96,34 @@ ncclConfig_t nonblocking_config() {
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : options_(options) {
   check_mpi(MPI_Comm_dup(comm, &mpi_comm_), "MPI_Comm_dup");
-  try {
-    check_mpi(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check_mpi(MPI_Comm_rank(mpi_comm_, &rank_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(mpi_comm_, &size_), "MPI_Comm_size");
-    check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
-    all_or_none(mpi_comm_, [&] {
-      FSDP_CUDA_CHECK(cudaGetDevice(&device_));
-      // Rank 0's failure travels with the id, so the others throw too instead
-      // of waiting in ncclCommInitRankConfig.
-      struct {
-        ncclUniqueId id;
-        int ok;
-      } boot{};
-      ncclResult_t id_result = ncclSuccess;
-      if (rank_ == 0) {
-        id_result = ncclGetUniqueId(&boot.id);
-        boot.ok = id_result == ncclSuccess;
-      }
-      check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
-      if (rank_ == 0) FSDP_NCCL_CHECK(id_result, nullptr);
-      if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
-      ncclConfig_t config = nonblocking_config();
-      const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, boot.id, rank_, &config);
-      settle(comm_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
-      finish_setup();
-    });
-  } catch (...) {
-    release(/*abort=*/true);
-    throw;
-  }
+  set_up([&] {
+    // Rank 0's failure travels with the id, so the others throw too instead
+    // of waiting in ncclCommInitRankConfig.
+    struct {
+      ncclUniqueId id;
+      int ok;
+    } boot{};
+    ncclResult_t id_result = ncclSuccess;
+    if (rank_ == 0) {
+      id_result = ncclGetUniqueId(&boot.id);
+      boot.ok = id_result == ncclSuccess;
+    }
+    check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
+    if (rank_ == 0) FSDP_NCCL_CHECK(id_result, nullptr);
+    if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
+    ncclConfig_t config = nonblocking_config();
+    const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, boot.id, rank_, &config);
+    settle(comm_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
+  });
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
                                    const NcclOptions& options)
     : options_(options), mpi_comm_(mpi_comm), comm_(comm) {
+  set_up([&] { settle(comm_, started, "ncclCommSplit", __FILE__, __LINE__); });
+}
+
+void NcclCommunicator::set_up(const std::function<void()>& create) {
   try {
     check_mpi(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check_mpi(MPI_Comm_rank(mpi_comm_, &rank_), "MPI_Comm_rank");
@@ -137,7 +131,7 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Co
     check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
     all_or_none(mpi_comm_, [&] {
       FSDP_CUDA_CHECK(cudaGetDevice(&device_));
-      settle(comm_, started, "ncclCommSplit", __FILE__, __LINE__);
+      create();
       finish_setup();
     });
   } catch (...) {

@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -82,6 +83,10 @@ class NcclCommunicator final : public Communicator {
   // for agreement and later splits.
   NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
                    const NcclOptions& options);
+  // Takes mpi_comm_ (already owned) as the group, runs `create` (which makes
+  // comm_) and finish_setup() on every rank and agrees on the outcome; on
+  // failure releases everything and rethrows.
+  void set_up(const std::function<void()>& create);
   // Buffers, streams, the watchdog: everything after the ncclComm_t exists.
   void finish_setup();
   // A non-blocking communicator may return ncclInProgress from any call; the

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -109,6 +110,13 @@ void check_everything(Communicator& c, size_t n) {
   check_all_reduce<T>(c, n, ReduceOp::sum);
   check_all_reduce<T>(c, n, ReduceOp::max);
   check_broadcast<T>(c, n);
+}
+
+// Test names for (dtype, count) parameters: "f32_1000003".
+inline std::string dtype_count_name(
+    const ::testing::TestParamInfo<std::tuple<DType, size_t>>& info) {
+  return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+         std::to_string(std::get<1>(info.param));
 }
 
 }  // namespace fsdp::testing

@@ -34,10 +34,7 @@ INSTANTIATE_TEST_SUITE_P(Counts, MpiCollectives,
                          ::testing::Combine(::testing::Values(DType::f32, DType::i32),
                                             ::testing::Values(size_t(0), size_t(1), size_t(7),
                                                               size_t(1000003))),
-                         [](const auto& info) {
-                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         dtype_count_name);
 
 // Counts above the per-call limit go out as several MPI calls (for counts
 // above INT_MAX); a tiny limit exercises that path on small buffers.

@@ -57,10 +57,7 @@ INSTANTIATE_TEST_SUITE_P(Counts, StagedCollectives,
                          ::testing::Combine(::testing::Values(DType::f32, DType::i32),
                                             ::testing::Values(size_t(0), size_t(1), size_t(7),
                                                               size_t(100003))),
-                         [](const auto& info) {
-                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         dtype_count_name);
 
 uint16_t bf16(float f) {  // exact for the small integers used here
   uint32_t u;
