@@ -1,11 +1,16 @@
-// Single-GPU benchmark of the CUDA backend at gpt-350m shapes: bf16 GEMM
-// throughput per projection, cuDNN attention forward/backward, and a full
-// training step (forward + backward, no optimizer, no communication) through
-// the Transformer, with tokens/s and MFU by DESIGN.md's formula.
+// Single-GPU benchmark of the CUDA backend: every case of the op table
+// (tests/model/cuda/op_cases.h, the cases the parity suite test_cuda_ops
+// checks) timed with CUDA events, forward and backward where a case has both;
+// the same ops at the model's shapes (every projection's GEMM, attention, the
+// fused cross-entropy, the optimizer ops on one block); and a full training
+// step (forward + backward, no optimizer, no communication) through the
+// Transformer, with tokens/s and MFU by DESIGN.md's formula.
 //
 //   bench_cuda_ops [--model gpt-350m] [--batch 8] [--seq 1024] [--steps 10]
-//                  [--export-init PREFIX]
+//                  [--cases all|table|model|none] [--export-init PREFIX]
 //
+// --cases picks the op cases timed before the step (default all): the parity
+// table's small shapes, the model's shapes, or none.
 // --export-init writes the initial weights (PREFIX.weights.bin, f32, in
 // model_units() order, with a PREFIX.manifest.txt of "name numel shape...")
 // and the benchmark's first batch (PREFIX.tokens.bin, int32 [batch, seq+1]),
@@ -25,6 +30,7 @@
 #include "model/cuda/cuda_ops.h"
 #include "model/transformer.h"
 #include "tests/model/cuda/device_weights.h"
+#include "tests/model/cuda/op_cases.h"
 #include "tests/model/full_weights.h"
 
 namespace fsdp {
@@ -52,64 +58,42 @@ double time_ms(CudaOps& ops, int iters, F f) {
   return ms / iters;
 }
 
-Tensor random_bf16(CudaOps& ops, int64_t n, std::mt19937& rng) {
-  std::vector<float> h(static_cast<size_t>(n));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (auto& x : h) x = d(rng);
-  Tensor f = ops.alloc(DType::f32, n), t = ops.alloc(DType::bf16, n);
-  ops.to_device(f, h.data());
-  ops.cast(t, f);
-  ops.free(f);
-  return t;
+// "  12.345 ms  456.7 TFLOP/s" (or GB/s): the rate the case's stated work gives.
+std::string timing(double ms, double flops, double bytes) {
+  char buf[96];
+  if (flops > 0)
+    std::snprintf(buf, sizeof buf, "%9.4f ms %7.1f TFLOP/s", ms, flops / ms * 1e-9);
+  else if (bytes > 0)
+    std::snprintf(buf, sizeof buf, "%9.4f ms %7.1f GB/s   ", ms, bytes / ms * 1e-6);
+  else
+    std::snprintf(buf, sizeof buf, "%9.4f ms                ", ms);
+  return buf;
 }
 
-void bench_linear(CudaOps& ops, const ModelConfig& c, int M) {
-  std::mt19937 rng(1);
-  struct Shape {
-    const char* name;
-    int N, K;
-  };
-  const Shape shapes[] = {{"wq/wo (d x d)", c.d_model, c.d_model},
-                          {"wk/wv (kv x d)", c.kv_dim(), c.d_model},
-                          {"w1/w3 (ff x d)", c.d_ff, c.d_model},
-                          {"w2 (d x ff)", c.d_model, c.d_ff},
-                          {"head (padded vocab x d)", c.padded_vocab(), c.d_model}};
-  std::printf("linear, M = %d rows (bf16 in/out, fp32 accumulate):\n", M);
-  for (const Shape& s : shapes) {
-    Tensor x = random_bf16(ops, int64_t(M) * s.K, rng),
-           w = random_bf16(ops, int64_t(s.N) * s.K, rng);
-    Tensor y = ops.alloc(DType::bf16, int64_t(M) * s.N),
-           dx = ops.alloc(DType::bf16, int64_t(M) * s.K);
-    Tensor dw = ops.alloc(DType::bf16, int64_t(s.N) * s.K);
-    ops.zero(dw);
-    const double flops = 2.0 * M * s.N * s.K;
-    const double f = time_ms(ops, 20, [&] { ops.linear(y, x, w, M, s.N, s.K); });
-    const double b =
-        time_ms(ops, 20, [&] { ops.linear_backward(dx, dw, y, x, w, M, s.N, s.K, false); });
-    std::printf("  %-18s N=%5d K=%5d  fwd %7.3f ms %6.1f TFLOP/s   bwd %7.3f ms %6.1f TFLOP/s\n",
-                s.name, s.N, s.K, f, flops / f * 1e-9, b, 2 * flops / b * 1e-9);
-    for (Tensor t : {x, w, y, dx, dw}) ops.free(t);
+// One line per case: op, shape, variant, then forward and (where the case has
+// one) backward time and rate. Each case's tensors are freed before the next.
+// fresh_limit bounds the host's random-number work for big inputs (they repeat).
+void bench_cases(CudaOps& ops, const char* title, const std::vector<test::OpCase>& cases, int iters,
+                 int64_t fresh_limit) {
+  std::printf("%s:\n", title);
+  for (const test::OpCase& c : cases) {
+    std::string line;
+    try {
+      test::Pool pool(ops);
+      test::Env env(ops, pool, 1, /*reference=*/false, fresh_limit);
+      const test::Bound b = c.bind(env);
+      line = "  fwd " + timing(time_ms(ops, iters, b.fwd), c.fwd_flops, c.fwd_bytes);
+      // Forward ran first (warm-up included), so backward reads real results.
+      if (b.bwd) line += "  bwd " + timing(time_ms(ops, iters, b.bwd), c.bwd_flops, c.bwd_bytes);
+    } catch (const Error& e) {
+      // A shape the backend refuses (cuDNN attention without a fast engine,
+      // which only --debug accepts) costs its line, not the benchmark.
+      line = std::string("  not timed: ") + e.what();
+    }
+    std::printf("  %-13s %-40s %-44s%s\n", c.op.c_str(), c.shape.c_str(), c.variant.c_str(),
+                line.c_str());
+    std::fflush(stdout);
   }
-}
-
-void bench_attention(CudaOps& ops, const ModelConfig& c, int B, int T) {
-  std::mt19937 rng(2);
-  const int H = c.n_head, Hkv = c.n_kv_head, hd = c.head_dim();
-  const int64_t nq = int64_t(B) * T * H * hd, nkv = int64_t(B) * T * Hkv * hd;
-  Tensor q = random_bf16(ops, nq, rng), k = random_bf16(ops, nkv, rng),
-         v = random_bf16(ops, nkv, rng);
-  Tensor o = ops.alloc(DType::bf16, nq), lse = ops.alloc(DType::f32, int64_t(B) * H * T);
-  Tensor dq = ops.alloc(DType::bf16, nq), dk = ops.alloc(DType::bf16, nkv),
-         dv = ops.alloc(DType::bf16, nkv);
-  // Causal: half of the T x T scores; forward 2 matmuls, backward 5.
-  const double fwd_flops = 4.0 * B * H * double(T) * T * hd / 2;
-  const double f = time_ms(ops, 20, [&] { ops.attention(o, lse, q, k, v, B, T, H, Hkv, hd); });
-  const double b = time_ms(
-      ops, 20, [&] { ops.attention_backward(dq, dk, dv, o, o, lse, q, k, v, B, T, H, Hkv, hd); });
-  std::printf(
-      "attention B=%d T=%d H=%d Hkv=%d hd=%d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n",
-      B, T, H, Hkv, hd, f, fwd_flops / f * 1e-9, b, 2.5 * fwd_flops / b * 1e-9);
-  for (Tensor t : {q, k, v, o, lse, dq, dk, dv}) ops.free(t);
 }
 
 void write_file(const std::string& path, const void* p, size_t bytes) {
@@ -177,7 +161,7 @@ void bench_step(CudaOps& ops, const ModelConfig& c, int B, int T, int steps,
 }
 
 int run(int argc, char** argv) {
-  std::string model = "gpt-350m", export_prefix;
+  std::string model = "gpt-350m", export_prefix, cases = "all";
   int B = 8, T = 1024, steps = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -195,9 +179,13 @@ int run(int argc, char** argv) {
       steps = std::stoi(next());
     else if (a == "--export-init")
       export_prefix = next();
+    else if (a == "--cases")
+      cases = next();
     else
       throw_error("unknown option ", a);
   }
+  if (cases != "all" && cases != "table" && cases != "model" && cases != "none")
+    throw_error("--cases takes all, table, model or none, not ", cases);
   if (cuda_device_count() == 0) {
     std::printf("bench_cuda_ops: no CUDA device, nothing to measure\n");
     return 0;
@@ -207,8 +195,12 @@ int run(int argc, char** argv) {
   cudaDeviceProp prop{};
   FSDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  bench_linear(ops, c, B * T);
-  bench_attention(ops, c, B, T);
+  if (cases == "all" || cases == "table")
+    bench_cases(ops, "op table (the parity suite's cases)", test::op_cases(), 20, 0);
+  if (cases == "all" || cases == "model")
+    bench_cases(ops,
+                (c.name + " shapes, B=" + std::to_string(B) + " T=" + std::to_string(T)).c_str(),
+                test::model_op_cases(c, B, T), 20, int64_t(1) << 22);
   bench_step(ops, c, B, T, steps, export_prefix);
   return 0;
 }

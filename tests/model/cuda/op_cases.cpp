@@ -1,0 +1,558 @@
+// The op table (see op_cases.h): one builder per op, then the list of cases.
+// A builder's bind lambda must draw its random inputs in a fixed order and
+// never branch on the backend, so both backends see the same inputs.
+#include "tests/model/cuda/op_cases.h"
+
+#include <cctype>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "model/params.h"
+
+namespace fsdp::test {
+namespace {
+
+constexpr DType BF = DType::bf16, F32 = DType::f32;
+constexpr float kTheta = 10000.0f;  // RoPE base
+
+template <typename... A>
+std::string fmt(const char* f, A... a) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
+
+// Compare t with the reference's tensor at the same place.
+Check vs_ref(std::string what, Tensor t, Tol tol) {
+  Check c;
+  c.what = std::move(what);
+  c.t = t;
+  c.tol = tol;
+  return c;
+}
+// Compare t with known host values (the reference is not consulted).
+Check vs_host(std::string what, Tensor t, Tol tol, std::vector<float> want) {
+  Check c = vs_ref(std::move(what), t, tol);
+  c.want = std::move(want);
+  return c;
+}
+
+// ---- embedding --------------------------------------------------------------
+// few_tokens: only 10 distinct ids (0, 7, ..., 63), so the backward's
+// scatter-add has many rows colliding on one dwte row.
+OpCase embedding_case(int V, int n, int C, DType dwt, bool few_tokens) {
+  FSDP_CHECK(!few_tokens || V > 63);
+  OpCase c;
+  c.op = "embedding";
+  c.shape = fmt("V=%d n=%d C=%d", V, n, C);
+  c.variant = std::string("dwte ") + dtype_name(dwt) + (few_tokens ? ", 10 distinct tokens" : "");
+  c.dtypes = std::string("wte,out,dout bf16; tokens i32; dwte ") + dtype_name(dwt);
+  c.fwd_bytes = 2.0 * n * C * 2 + 4.0 * n;  // read n rows, write them, read the ids
+  c.bwd_bytes = 2.0 * n * C + 2.0 * n * C * double(dtype_size(dwt)) + 4.0 * n;
+  c.bind = [=](Env& e) {
+    std::uniform_int_distribution<int> pick(0, few_tokens ? 9 : V - 1);
+    std::vector<int32_t> tok(static_cast<size_t>(n));
+    for (auto& t : tok) t = few_tokens ? pick(e.rng) * 7 : pick(e.rng);
+    const auto w = e.rnd(int64_t(V) * C), d = e.rnd(int64_t(n) * C), dw0 = e.rnd(int64_t(V) * C);
+    Tensor tt = e.tokens(tok), wt = e.in(BF, w), out = e.out(BF, int64_t(n) * C);
+    Tensor dout = e.in(BF, d), dw = e.in(dwt, dw0);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.embedding(out, tt, wt, n, C); };
+    b.fwd_checks = {vs_ref("embedding out (a gather is exact)", out, kBitwise)};
+    b.bwd = [=, &o] { o.embedding_backward(dw, dout, tt, n, C); };
+    b.bwd_checks = {dwt == BF ? vs_ref("embedding dwte (bf16, +=)", dw, kRound)
+                              : vs_ref("embedding dwte (f32, +=)", dw, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
+// ---- rmsnorm ----------------------------------------------------------------
+enum class RmsDx { set, accumulate, alias_dy };
+
+OpCase rmsnorm_case(int rows, int dim, RmsDx mode) {
+  const int64_t n = int64_t(rows) * dim;
+  const bool acc = mode == RmsDx::accumulate;
+  OpCase c;
+  c.op = "rmsnorm";
+  c.shape = fmt("rows=%d dim=%d", rows, dim);
+  c.variant = mode == RmsDx::set          ? "dx set, dg bf16"
+              : mode == RmsDx::accumulate ? "dx accumulated, dg bf16"
+                                          : "dx aliasing dy, dg f32";
+  c.dtypes =
+      mode == RmsDx::alias_dy ? "x,g,y,dy,dx bf16; rstd,dg f32" : "x,g,y,dy,dx,dg bf16; rstd f32";
+  c.fwd_bytes = 2.0 * n * 2 + 2.0 * dim + 4.0 * rows;
+  c.bwd_bytes = (acc ? 4.0 : 3.0) * n * 2 + 4.0 * rows + 2.0 * dim;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n, -2.0f, 2.0f), g = e.rnd(dim, 0.5f, 1.5f), dy = e.rnd(n);
+    const auto dx0 = e.rnd(n), dg0 = e.rnd(dim);
+    Tensor xt = e.in(BF, x), gt = e.in(BF, g), y = e.out(BF, n), r = e.out(F32, rows);
+    Tensor dyt = e.in(BF, dy);
+    Tensor dg = e.in(mode == RmsDx::alias_dy ? F32 : BF, dg0);
+    Tensor dx = mode == RmsDx::alias_dy ? dyt : acc ? e.in(BF, dx0) : e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.rmsnorm(y, r, xt, gt, rows, dim, 1e-5f); };
+    b.fwd_checks = {vs_ref("rmsnorm y", y, kRound), vs_ref("rmsnorm rstd (f32)", r, kF32)};
+    // Backward from the reference's rstd on both sides, so only backward is judged.
+    b.from_ref = {r};
+    b.bwd = [=, &o] { o.rmsnorm_backward(dx, dg, dyt, xt, gt, r, rows, dim, acc); };
+    if (mode == RmsDx::alias_dy)
+      b.bwd_checks = {vs_ref("rmsnorm dx aliasing dy", dx, kRound),
+                      vs_ref("rmsnorm dg (f32, +=)", dg, kF32Sum)};
+    else
+      b.bwd_checks = {vs_ref(acc ? "rmsnorm dx (+=)" : "rmsnorm dx", dx, kRound),
+                      vs_ref("rmsnorm dg (bf16, +=)", dg, kRound)};
+    return b;
+  };
+  return c;
+}
+
+// ---- linear -----------------------------------------------------------------
+enum class LinDx { set, accumulate, skipped };
+
+OpCase linear_case(int M, int N, int K, LinDx mode, DType dwt) {
+  const bool acc = mode == LinDx::accumulate;
+  OpCase c;
+  c.op = "linear";
+  c.shape = fmt("M=%d N=%d K=%d", M, N, K);
+  c.variant = std::string(mode == LinDx::set          ? "dx set"
+                          : mode == LinDx::accumulate ? "dx accumulated"
+                                                      : "dx skipped") +
+              ", dw " + dtype_name(dwt);
+  c.dtypes = std::string("x,w,y,dy,dx bf16; dw ") + dtype_name(dwt);
+  c.fwd_flops = 2.0 * M * N * K;
+  c.bwd_flops = (mode == LinDx::skipped ? 1 : 2) * c.fwd_flops;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(int64_t(M) * K), w = e.rnd(int64_t(N) * K), dy = e.rnd(int64_t(M) * N);
+    const auto dx0 = e.rnd(int64_t(M) * K), dw0 = e.rnd(int64_t(N) * K);
+    Tensor xt = e.in(BF, x), wt = e.in(BF, w), y = e.out(BF, int64_t(M) * N);
+    Tensor dyt = e.in(BF, dy), dw = e.in(dwt, dw0);
+    // An empty dx (numel 0) asks linear_backward to skip the input gradient.
+    Tensor dx = mode == LinDx::skipped ? Tensor{nullptr, e.dt(BF), 0}
+                : acc                  ? e.in(BF, dx0)
+                                       : e.out(BF, int64_t(M) * K);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.linear(y, xt, wt, M, N, K); };
+    b.fwd_checks = {vs_ref("linear y", y, kGemm)};
+    b.bwd = [=, &o] { o.linear_backward(dx, dw, dyt, xt, wt, M, N, K, acc); };
+    if (mode == LinDx::skipped) {
+      b.bwd_checks = {vs_ref("linear dw, dx skipped", dw, kGemm)};
+    } else {
+      b.bwd_checks = {
+          vs_ref(acc ? "linear dx (+=)" : "linear dx", dx, kGemm),
+          vs_ref(dwt == BF ? "linear dw (bf16, +=)" : "linear dw (f32, +=)", dw, kGemm)};
+    }
+    return b;
+  };
+  return c;
+}
+
+// A weight that is a slice at an odd offset of a flat unit (only 2-byte
+// aligned), as the FSDP engine's flat parameter buffers can hand out.
+OpCase linear_misaligned_case(int M, int N, int K) {
+  OpCase c;
+  c.op = "linear";
+  c.shape = fmt("M=%d N=%d K=%d", M, N, K);
+  c.variant = "weight at an odd element offset";
+  c.dtypes = "x,w,y bf16";
+  c.fwd_flops = 2.0 * M * N * K;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(int64_t(M) * K), flat = e.rnd(1 + int64_t(N) * K);
+    Tensor xt = e.in(BF, x), ft = e.in(BF, flat), y = e.out(BF, int64_t(M) * N);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.linear(y, xt, ft.slice(1, int64_t(N) * K), M, N, K); };
+    b.fwd_checks = {vs_ref("linear y, misaligned weight", y, kGemm)};
+    return b;
+  };
+  return c;
+}
+
+// ---- rope -------------------------------------------------------------------
+OpCase rope_case(int B, int T, int H, int hd) {
+  const int64_t n = int64_t(B) * T * H * hd;
+  OpCase c;
+  c.op = "rope";
+  c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
+  c.variant = "in place";
+  c.dtypes = "x bf16";
+  c.fwd_bytes = c.bwd_bytes = 2.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n);
+    Tensor xt = e.in(BF, x);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.rope(xt, B, T, H, hd, kTheta); };
+    b.fwd_checks = {vs_ref("rope", xt, kRound)};
+    // Backward runs on forward's output: the inverse rotation must give x back.
+    b.bwd = [=, &o] { o.rope_backward(xt, B, T, H, hd, kTheta); };
+    b.bwd_checks = {vs_host("rope then rope_backward", xt, kRound, x),
+                    vs_ref("rope_backward", xt, kRound)};
+    return b;
+  };
+  return c;
+}
+
+// ---- attention --------------------------------------------------------------
+OpCase attention_case(int B, int T, int H, int Hkv, int hd) {
+  const int64_t nq = int64_t(B) * T * H * hd, nkv = int64_t(B) * T * Hkv * hd;
+  const int64_t nl = int64_t(B) * H * T;
+  OpCase c;
+  c.op = "attention";
+  c.shape = fmt("B=%d T=%d heads=%d kv_heads=%d head_dim=%d", B, T, H, Hkv, hd);
+  c.variant = "causal";
+  c.dtypes = "q,k,v,out,dout,dq,dk,dv bf16; lse f32";
+  // Causal: half of the T x T scores; forward 2 matmuls, backward 5.
+  c.fwd_flops = 4.0 * B * H * double(T) * T * hd / 2;
+  c.bwd_flops = 2.5 * c.fwd_flops;
+  c.bind = [=](Env& e) {
+    const auto q = e.rnd(nq, -2.0f, 2.0f), k = e.rnd(nkv, -2.0f, 2.0f), v = e.rnd(nkv);
+    const auto dout = e.rnd(nq);
+    Tensor qt = e.in(BF, q), kt = e.in(BF, k), vt = e.in(BF, v);
+    Tensor out = e.out(BF, nq), lse = e.out(F32, nl);
+    Tensor dot = e.in(BF, dout), dq = e.out(BF, nq), dk = e.out(BF, nkv), dv = e.out(BF, nkv);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.attention(out, lse, qt, kt, vt, B, T, H, Hkv, hd); };
+    b.fwd_checks = {vs_ref("attention out", out, kAttn), vs_ref("attention lse (f32)", lse, kF32)};
+    // Backward from the same forward on both sides: the device's bf16 out and
+    // its lse, given to the reference as well.
+    b.from_dev = {out, lse};
+    b.bwd = [=, &o] {
+      o.attention_backward(dq, dk, dv, dot, out, lse, qt, kt, vt, B, T, H, Hkv, hd);
+    };
+    b.bwd_checks = {vs_ref("attention dq", dq, kAttn), vs_ref("attention dk", dk, kAttn),
+                    vs_ref("attention dv", dv, kAttn)};
+    return b;
+  };
+  return c;
+}
+
+// ---- swiglu and add -----------------------------------------------------------
+OpCase swiglu_case(int64_t n) {
+  OpCase c;
+  c.op = "swiglu";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "s = silu(a) * b";
+  c.dtypes = "a,b,s,ds,da,db bf16";
+  c.fwd_bytes = 3.0 * n * 2;
+  c.bwd_bytes = 5.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
+    Tensor at = e.in(BF, a), bt = e.in(BF, bv), s = e.out(BF, n);
+    Tensor dst = e.in(BF, ds), da = e.out(BF, n), db = e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.swiglu(s, at, bt, n); };
+    b.fwd_checks = {vs_ref("swiglu", s, kRound)};
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n); };
+    b.bwd_checks = {vs_ref("swiglu da", da, kRound), vs_ref("swiglu db", db, kRound)};
+    return b;
+  };
+  return c;
+}
+
+// misaligned: operands at an odd element offset take the unvectorised path;
+// otherwise in place (y aliases a), as the model's residual adds call it.
+OpCase add_case(int64_t n, bool misaligned) {
+  const int64_t m = misaligned ? n - 1 : n;
+  OpCase c;
+  c.op = "add";
+  c.shape = fmt("n=%lld", (long long)m);
+  c.variant = misaligned ? "operands at an odd element offset" : "in place, y aliases a";
+  c.dtypes = "a,b,y bf16";
+  c.fwd_bytes = 3.0 * m * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n);
+    Tensor at = e.in(BF, a), bt = e.in(BF, bv);
+    Ops& o = e.ops;
+    Bound b;
+    if (misaligned) {
+      Tensor y = e.out(BF, n).slice(1, m);
+      b.fwd = [=, &o] { o.add(y, at.slice(1, m), bt.slice(1, m), m); };
+      b.fwd_checks = {vs_ref("add (misaligned)", y, kRound)};
+    } else {
+      b.fwd = [=, &o] { o.add(at, at, bt, n); };
+      b.fwd_checks = {vs_ref("add (in place)", at, kRound)};
+    }
+    return b;
+  };
+  return c;
+}
+
+// ---- cross-entropy ------------------------------------------------------------
+// Targets are random in [0, V); with n > 20, rows 3 and 20 are ignored
+// (targets -1 and -100) and must give loss 0 exactly. grad_scale 0 asks for
+// losses only: the logits must come back untouched.
+OpCase cross_entropy_case(int n, int V, int Vp, float grad_scale) {
+  OpCase c;
+  c.op = "cross_entropy";
+  c.shape = fmt("n=%d V=%d Vp=%d", n, V, Vp);
+  c.variant =
+      grad_scale == 0.0f ? "losses only" : fmt("losses and dlogits in place, scale %g", grad_scale);
+  c.dtypes = "logits bf16; targets i32; losses f32";
+  // Read the logits once, and write the gradient over them when asked.
+  c.fwd_bytes = (grad_scale == 0.0f ? 1.0 : 2.0) * double(n) * Vp * 2 + 8.0 * n;
+  c.bind = [=](Env& e) {
+    std::uniform_int_distribution<int> pick(0, V - 1);
+    std::vector<int32_t> tg(static_cast<size_t>(n));
+    for (auto& t : tg) t = pick(e.rng);
+    const bool ignored = n > 20;
+    if (ignored) {
+      tg[3] = -1;
+      tg[20] = -100;
+    }
+    const auto logits = e.rnd(int64_t(n) * Vp, -6.0f, 6.0f);
+    Tensor lt = e.in(BF, logits), loss = e.out(F32, n), tt = e.tokens(tg);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.cross_entropy(loss, lt, tt, n, V, Vp, grad_scale); };
+    b.fwd_checks = {vs_ref("cross_entropy losses (f32)", loss, kF32)};
+    if (ignored) {
+      b.fwd_checks.push_back(vs_host("loss of ignored target -1", loss.slice(3, 1), kBitwise, {0}));
+      b.fwd_checks.push_back(
+          vs_host("loss of ignored target -100", loss.slice(20, 1), kBitwise, {0}));
+    }
+    if (grad_scale == 0.0f)
+      b.fwd_checks.push_back(vs_host("logits untouched (no gradient)", lt, kBitwise, logits));
+    else
+      b.fwd_checks.push_back(vs_ref("cross_entropy dlogits (in place)", lt, kRound));
+    return b;
+  };
+  return c;
+}
+
+// ---- optimizer and engine -------------------------------------------------------
+// Values scaled by 1.0001 so most are not bf16-representable.
+std::vector<float> not_bf16(std::vector<float> v) {
+  for (auto& x : v) x *= 1.0001f;
+  return v;
+}
+
+OpCase cast_case(int64_t n) {
+  OpCase c;
+  c.op = "cast";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "f32 to bf16 and back";
+  c.dtypes = "f32 -> bf16 -> f32";
+  c.fwd_bytes = 2.0 * n * (4 + 2);
+  c.bind = [=](Env& e) {
+    const auto xf = not_bf16(e.rnd(n, -3.0f, 3.0f));
+    std::vector<float> want(xf.size());
+    for (size_t i = 0; i < xf.size(); ++i) want[i] = round_bf16(xf[i]);
+    Tensor f = e.in(F32, xf), h = e.out(BF, n), back = e.out(F32, n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] {
+      o.cast(h, f);
+      o.cast(back, h);
+    };
+    // The round trip must be exactly round-to-nearest-even to bf16.
+    b.fwd_checks = {vs_host("cast f32 -> bf16 -> f32", back, kBitwise, std::move(want))};
+    return b;
+  };
+  return c;
+}
+
+OpCase accumulate_case(int64_t n, DType src) {
+  OpCase c;
+  c.op = "accumulate";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = std::string("src ") + dtype_name(src) + ", scale 0.5";
+  c.dtypes = std::string("dst f32, src ") + dtype_name(src);
+  c.fwd_bytes = double(n) * (8 + double(dtype_size(src)));
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n, -3.0f, 3.0f), acc0 = e.rnd(n);
+    Tensor d = e.in(F32, acc0), s = e.in(src, x);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.accumulate(d, s, 0.5f); };
+    b.fwd_checks = {vs_ref(std::string("accumulate (src ") + dtype_name(src) + ")", d, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
+OpCase sum_squares_case(int64_t n) {
+  OpCase c;
+  c.op = "sum_squares";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "result on the host";
+  c.dtypes = "x f32; result double";
+  c.fwd_bytes = 4.0 * n;
+  c.bind = [=](Env& e) {
+    const auto xf = not_bf16(e.rnd(n, -3.0f, 3.0f));
+    Tensor x = e.in(F32, xf);
+    auto result = std::make_shared<double>(std::numeric_limits<double>::quiet_NaN());
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { *result = o.sum_squares(x); };
+    Check ck;
+    ck.what = "sum_squares";
+    ck.tol = kSumSq;
+    ck.scalar = [result] { return *result; };
+    b.fwd_checks = {ck};
+    return b;
+  };
+  return c;
+}
+
+OpCase adamw_case(int64_t n) {
+  constexpr int kSteps = 3;  // bias correction differs per step
+  OpCase c;
+  c.op = "adamw";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "3 steps, weight decay 0.1, grad scale 0.7";
+  c.dtypes = "param,grad,exp_avg,exp_avg_sq f32";
+  c.fwd_bytes = kSteps * 7.0 * n * 4;  // read 4 tensors, write 3, per step
+  c.bind = [=](Env& e) {
+    const auto p = e.rnd(n), g = e.rnd(n), m = e.rnd(n, -0.1f, 0.1f), v = e.rnd(n, 0.0f, 0.01f);
+    Tensor pt = e.in(F32, p), gt = e.in(F32, g), mt = e.in(F32, m), vt = e.in(F32, v);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] {
+      for (int step = 1; step <= kSteps; ++step)
+        o.adamw(pt, gt, mt, vt, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+    };
+    b.fwd_checks = {vs_ref("adamw param", pt, kF32Exact), vs_ref("adamw exp_avg", mt, kF32Exact),
+                    vs_ref("adamw exp_avg_sq", vt, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<float> Env::rnd(int64_t n, float lo, float hi) {
+  const int64_t fresh = fresh_limit > 0 && fresh_limit < n ? fresh_limit : n;
+  std::vector<float> v = random_bf16(rng, fresh, lo, hi);
+  v.resize(size_t(n));
+  for (int64_t i = fresh; i < n; ++i) v[size_t(i)] = v[size_t(i - fresh)];
+  return v;
+}
+
+Tensor Env::out(DType d, int64_t n) {
+  Tensor t = pool.make(dt(d), n);
+  poison(ops, t);
+  return t;
+}
+
+void run_parity(
+    const Bound& r, const Bound& d, Ops& ref, Ops& dev,
+    const std::function<void(const std::vector<Check>&, const std::vector<Check>&)>& compare) {
+  FSDP_CHECK(r.fwd && d.fwd && bool(r.bwd) == bool(d.bwd) &&
+                 r.from_ref.size() == d.from_ref.size() && r.from_dev.size() == d.from_dev.size(),
+             "the case bound different calls on the two backends");
+  r.fwd();
+  d.fwd();
+  compare(r.fwd_checks, d.fwd_checks);
+  if (!d.bwd) return;
+  for (size_t i = 0; i < d.from_ref.size(); ++i)
+    upload(dev, d.from_ref[i], download(ref, r.from_ref[i]));
+  for (size_t i = 0; i < d.from_dev.size(); ++i)
+    upload(ref, r.from_dev[i], download(dev, d.from_dev[i]));
+  r.bwd();
+  d.bwd();
+  compare(r.bwd_checks, d.bwd_checks);
+}
+
+std::string OpCase::name() const {
+  std::string s;
+  for (char ch : op + " " + shape + " " + variant) {
+    if (ch == '=') continue;  // "M=256" -> "M256"
+    if (std::isalnum(static_cast<unsigned char>(ch)))
+      s += ch;
+    else if (!s.empty() && s.back() != '_')
+      s += '_';
+  }
+  while (!s.empty() && s.back() == '_') s.pop_back();
+  return s;
+}
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> t;
+  // C = 36: the unvectorised path.
+  for (int C : {64, 1024, 36})
+    for (DType dwt : {BF, F32}) t.push_back(embedding_case(97, 300, C, dwt, true));
+
+  // dim 40 and 16: not multiples of the vector width.
+  for (auto [rows, dim] :
+       {std::pair{300, 64}, std::pair{64, 1024}, std::pair{1000, 16}, std::pair{50, 40}})
+    for (RmsDx m : {RmsDx::set, RmsDx::accumulate, RmsDx::alias_dy})
+      t.push_back(rmsnorm_case(rows, dim, m));
+
+  struct Mnk {
+    int M, N, K;
+  };
+  // 100x72x40: no dimension a multiple of 64; 512x1024x2816: a w2-like shape.
+  for (Mnk s : {Mnk{256, 192, 128}, Mnk{100, 72, 40}, Mnk{512, 1024, 2816}}) {
+    for (LinDx m : {LinDx::set, LinDx::accumulate})
+      for (DType dwt : {BF, F32}) t.push_back(linear_case(s.M, s.N, s.K, m, dwt));
+    t.push_back(linear_case(s.M, s.N, s.K, LinDx::skipped, BF));
+  }
+  t.push_back(linear_misaligned_case(64, 48, 32));
+
+  // head_dim 12: the unvectorised path.
+  for (int hd : {64, 16, 12}) t.push_back(rope_case(2, 40, 3, hd));
+
+  // Grouped (4:2, 8:2) and plain (4:4) heads; head_dim 64, 16, 128.
+  t.push_back(attention_case(2, 128, 4, 2, 64));
+  t.push_back(attention_case(1, 64, 4, 4, 16));
+  t.push_back(attention_case(2, 96, 8, 2, 128));
+
+  // n = 1003: a tail that is not a multiple of the vector width.
+  for (int64_t n : {int64_t(4096), int64_t(1003)}) {
+    t.push_back(swiglu_case(n));
+    t.push_back(add_case(n, false));
+    t.push_back(add_case(n, true));
+  }
+
+  // (V, Vp): unpadded, and a vocabulary padded as ModelConfig::padded_vocab
+  // pads it (50257 -> 50304), whose padding columns must not count.
+  for (auto [V, Vp] : {std::pair{50304, 50304}, std::pair{1003, 1003}, std::pair{50257, 50304},
+                       std::pair{1003, 1024}})
+    for (float scale : {0.0f, 1.0f / 64}) t.push_back(cross_entropy_case(37, V, Vp, scale));
+
+  // n = 100003: odd, so every vectorised kernel has a tail.
+  const int64_t n = 100003;
+  t.push_back(cast_case(n));
+  for (DType src : {BF, F32}) t.push_back(accumulate_case(n, src));
+  t.push_back(sum_squares_case(n));
+  t.push_back(adamw_case(n));
+  return t;
+}
+
+std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
+  const int M = B * T, d = c.d_model;
+  std::vector<OpCase> t;
+  t.push_back(embedding_case(c.vocab_size, M, d, BF, false));
+  t.push_back(rmsnorm_case(M, d, RmsDx::set));
+  struct Proj {
+    const char* name;
+    int N, K;
+  };
+  for (Proj p :
+       {Proj{"wq/wo", c.q_dim(), d}, Proj{"wk/wv", c.kv_dim(), d}, Proj{"w1/w3", c.d_ff, d},
+        Proj{"w2", d, c.d_ff}, Proj{"head (padded vocab)", c.padded_vocab(), d}}) {
+    t.push_back(linear_case(M, p.N, p.K, LinDx::set, BF));
+    t.back().variant = std::string(p.name) + ", " + t.back().variant;
+  }
+  t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
+  t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
+  t.push_back(swiglu_case(int64_t(M) * c.d_ff));
+  t.push_back(add_case(int64_t(M) * d, false));
+  t.push_back(cross_entropy_case(M, c.vocab_size, c.padded_vocab(), 1.0f / float(M)));
+  // The optimizer and engine ops on one transformer block's parameters.
+  const int64_t block = model_units(c).at(1).numel();
+  t.push_back(cast_case(block));
+  t.push_back(accumulate_case(block, BF));
+  t.push_back(sum_squares_case(block));
+  t.push_back(adamw_case(block));
+  return t;
+}
+
+}  // namespace fsdp::test
