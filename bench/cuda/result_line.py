@@ -8,10 +8,11 @@
 mfu are medians over the steps after the first --skip (warm-up: the first
 steps pay cuDNN plan builds, allocations and lazy module loads). mfu is the
 metrics' own (DESIGN.md's 6N + 12 L d T FLOPs/token over 989 TFLOP/s per GPU),
-a fraction. peak_gib: a device-memory peak from the metrics if fsdptrain ever
-writes one (any numeric field whose name has "peak" and one of
-device/gpu/cuda/hbm, in bytes), else --peak-gib (run_gpu_checks.sh polls
-nvidia-smi's memory.used, which includes the CUDA context), else nan.
+a fraction. peak_gib: the device-memory peak from the metrics
+(peak_device_bytes_max_rank, or any positive field whose name has "peak"
+and one of device/gpu/cuda/hbm, in bytes), else --peak-gib
+(run_gpu_checks.sh polls nvidia-smi's memory.used, which also counts the
+CUDA context and allocator slack), else nan.
 
   result_line.py m.jsonl --model gpt-350m --micro-batch 8 --seq 1024 \\
       --peak-gib 21.3 --device "NVIDIA H100 80GB HBM3"
@@ -45,8 +46,8 @@ def result_line(path, system, model, precision, micro_batch, seq, device, peak_g
         return None, (f"{path}: {len(tok)} steps with tokens_per_s after skipping {skip} "
                       f"(of {len(recs)}); need {min_steps}")
     mfus = [float(r["mfu"]) for r in use if r.get("mfu") is not None]
-    peaks = [float(v) for r in recs for k, v in r.items()
-             if DEVICE_PEAK.search(k) and isinstance(v, (int, float))]
+    peaks = [float(v) for r in recs for k, v in r.items()  # 0 or null: not measured (the CPU)
+             if DEVICE_PEAK.search(k) and isinstance(v, (int, float)) and v > 0]
     peak = max(peaks) / 2**30 if peaks else peak_gib
     line = (f"RESULT system={system} model={model} precision={precision} micro_batch={micro_batch} "
             f"seq={seq} tokens_per_s={statistics.median(tok):.0f} "

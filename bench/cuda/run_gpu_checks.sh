@@ -22,7 +22,7 @@
 #   summary.txt   the check lines and the final summary (also on stdout)
 #   results.txt   RESULT lines of the speed checks (also on stdout)
 #   header.log    GPU, driver, library versions, commits, environment
-#   kernels.txt   per-kernel GPU time of a few gpt-350m steps (check h1)
+#   kernels.txt   per-kernel GPU time of a few gpt-350m steps (check h2)
 #   logs.tar.gz   every check's log, the commands run, the metrics files;
 #                 refreshed after every check, so a killed run still returns it
 #
@@ -269,7 +269,7 @@ g_fsdp() {  # MODEL MICRO_BATCH
   line=$(python3 "$ROOT/bench/cuda/result_line.py" "$m" --system fsdptrain --model "$1" --precision "$PRECISION" \
     --micro-batch "$2" --seq "$SPEED_SEQ" --peak-gib "$peak" --device "$GPU_NAME") || { note "no RESULT"; return 1; }
   echo "$line"; echo "$line" >> "$OUT/results.txt"
-  note "$(sed -E 's/.*(tokens_per_s=[^ ]+ mfu=[^ ]+ peak_gib=[^ ]+).*/\1/' <<< "$line")"
+  note "$(sed -E 's/.*(tokens_per_s=[^ ]+ mfu=[^ ]+ peak_gib=[^ ]+).*/\1/' <<< "$line") (nvidia-smi: $peak GiB)"
   return 78
 }
 g_torch() {  # MODEL MICRO_BATCH eager|compile
@@ -284,7 +284,30 @@ g_torch() {  # MODEL MICRO_BATCH eager|compile
   return 78
 }
 
-# h: where the time goes: per-kernel GPU time of a few gpt-350m steps. nsys if
+# h: where the time goes. h1: bench_cuda_ops times each projection's GEMM,
+#    attention and a forward+backward at gpt-350m shapes, and exports its
+#    weights and first batch, on which PyTorch's loss must agree within 1%.
+chk_h1() {
+  local out=$RUNS/bench_ops.txt rc
+  x "$BUNDLE/bin/bench_cuda_ops" --model "$PROF_MODEL" --batch "$PROF_BATCH" --seq "$SPEED_SEQ" --steps 10 \
+    --export-init "$RUNS/init" 2>&1 | tee "$out"; rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { note "bench_cuda_ops exited $rc"; return 1; }
+  grep -q "no CUDA device" "$out" && { note "no CUDA device"; return 77; }
+  note "$(grep -m1 '^train step' "$out" | sed -E 's/.*: //' | head -c 120)"
+  have_torch || { note "no torch: first-batch loss not compared"; return 78; }
+  local ours theirs
+  ours=$(sed -n 's/^first batch mean loss \([0-9.]*\).*/\1/p' "$out" | head -1)
+  x py "$ROOT/bench/cuda/torch_reference.py" --init "$RUNS/init" --model "$PROF_MODEL" --batch "$PROF_BATCH" \
+    --seq "$SPEED_SEQ" --steps 2 --device "$TORCH_DEV" 2>&1 | tee "$RUNS/bench_ops_torch.txt"
+  theirs=$(sed -n 's/^torch first batch mean loss \([0-9.]*\).*/\1/p' "$RUNS/bench_ops_torch.txt" | head -1)
+  rm -f "$RUNS"/init.*   # 1.3 GB of weights
+  python3 -c 'import sys; a, b = map(float, sys.argv[1:]); d = abs(a - b) / abs(b); print(f"first-batch loss {a:.5f} vs torch {b:.5f}: rel {d:.2e}"); sys.exit(d > 1e-2)' \
+    "${ours:-nan}" "${theirs:-nan}" > "$RUNS/bench_ops_cmp.txt" 2>&1
+  rc=$?; cat "$RUNS/bench_ops_cmp.txt"; note "$(tail -1 "$RUNS/bench_ops_cmp.txt")"
+  return $rc
+}
+
+# h2: per-kernel GPU time of a few gpt-350m steps. nsys if
 #    it works here (it was not on the image's PATH when last looked at), else
 #    Nsight Compute timing each kernel (serialised: kernel totals, not overlap)
 find_ncu() {
@@ -296,7 +319,7 @@ find_nsys() {
   ls /opt/nvidia/nsight-systems*/bin/nsys /usr/local/cuda/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys \
     2>/dev/null | head -1
 }
-chk_h1() {
+chk_h2() {
   local args="--device $DEV --model $PROF_MODEL --train-data $DATA --seq-len $SPEED_SEQ --batch-size $PROF_BATCH --warmup-steps 1 --log-every 1"
   local nsys; nsys=$(find_nsys)
   if [ -n "$nsys" ]; then
@@ -366,8 +389,9 @@ add_g() { gi=$((gi + 1)); CHECKS+=("g$gi|$1|$2|$3|$3"); }
 # (what the speed work needs next), the compiled baseline, then the rest
 first=${SPEED_RUNS%% *}; rest=${SPEED_RUNS#"$first"}
 for r in $SPEED_RUNS; do add_g 25 120 "g_fsdp ${r%%:*} ${r##*:}"; done
+CHECKS+=("h1|30|120|chk_h1|bench_cuda_ops $PROF_MODEL: GEMM, attention, fwd+bwd timings; first-batch loss vs PyTorch (1%)")
 add_g 30 150 "g_torch ${first%%:*} ${first##*:} eager"
-CHECKS+=("h1|90|200|chk_h1|per-kernel GPU time of 2 $PROF_MODEL steps (nsys, else ncu)")
+CHECKS+=("h2|90|200|chk_h2|per-kernel GPU time of 2 $PROF_MODEL steps (nsys, else ncu)")
 add_g 90 240 "g_torch ${first%%:*} ${first##*:} compile"
 for r in $rest; do add_g 30 150 "g_torch ${r%%:*} ${r##*:} eager"; done
 for r in $rest; do add_g 90 240 "g_torch ${r%%:*} ${r##*:} compile"; done
@@ -455,7 +479,7 @@ source "$BUNDLE/env.sh" 2> "$LOGS/env.log"
 export _FSDP_ORIG_LD_LIBRARY_PATH=${_FSDP_ORIG_LD_LIBRARY_PATH:-}
 
 export GPU_NAME
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+GPU_NAME=$(timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 GPU_NAME=${GPU_NAME:-none}
 [ "$DEV" = cpu ] && GPU_NAME="cpu-rehearsal"
 
@@ -472,21 +496,22 @@ GPU_NAME=${GPU_NAME:-none}
   echo "## the bundle's build (written by prepare_carry.sh)"
   cat "$CARRY/BUILD_INFO.txt" 2>/dev/null || echo "(no BUILD_INFO.txt)"
   echo "## GPU"
-  nvidia-smi 2>&1 || echo "nvidia-smi failed: no GPU visible"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1
+  # (each under timeout: a wedged driver must not hang the header)
+  timeout 30 nvidia-smi 2>&1 || echo "nvidia-smi failed: no GPU visible"
+  timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1
   echo "## toolchain"
   nvcc --version 2>&1 | tail -2
-  LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
-  LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 -m pip list 2>/dev/null | grep -iE '^(nvidia-(cudnn|nccl|cublas|cuda-runtime|cuda-nvrtc)|h5py|numpy|torch) '
+  LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" timeout 60 python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
+  LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" timeout 60 python3 -m pip list 2>/dev/null | grep -iE '^(nvidia-(cudnn|nccl|cublas|cuda-runtime|cuda-nvrtc)|h5py|numpy|torch) '
   echo "ncu: $(find_ncu || true)  nsys: $(find_nsys || true)  xz: $(command -v xz || echo none)"
-  [ -n "$(find_ncu)" ] && "$(find_ncu)" --version 2>&1 | tail -1
+  [ -n "$(find_ncu)" ] && timeout 30 "$(find_ncu)" --version 2>&1 | tail -1
   echo "## bundle env.sh said"
   cat "$LOGS/env.log"
   echo "fsdptrain = $(command -v fsdptrain); mpirun = $(command -v mpirun)"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   head -3 "$BUNDLE/MANIFEST.txt" 2>/dev/null
   echo "## fsdptrain --help"
-  fsdptrain --help 2>&1 | head -80
+  timeout 30 fsdptrain --help 2>&1 | head -80
   echo "## nproc $(nproc), memory $(free -g 2>/dev/null | awk '/Mem/{print $2" GiB"}'), disk $(df -h "$WORK" | awk 'NR==2{print $4" free"}')"
 } > "$OUT/header.log" 2>&1
 cp "$OUT/header.log" "$LOGS/header.log"
