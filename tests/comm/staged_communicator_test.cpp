@@ -1,7 +1,8 @@
 // The staged communicator (several ranks on one GPU) with a host stager: every
 // collective checked as the MPI one is, plus what only it does (bf16, staging
 // before MPI so in-place gathers work, groups). The CUDA stager is the same
-// two copies with cudaMemcpy; it runs on a GPU in bench/cuda/run_gpu_checks.sh.
+// two copies with cudaMemcpy; on a GPU it runs inside fsdptrain --device-comm
+// staged (bench/cuda/run_gpu_checks.sh, checks d2 and d3).
 #include "comm/staged_communicator.h"
 
 #include <gtest/gtest.h>
