@@ -141,8 +141,11 @@ void bench_step(CudaOps& ops, const ModelConfig& c, int B, int T, int steps,
         man << ps.name << ' ' << ps.numel();
         for (int64_t d : ps.shape) man << ' ' << d;
         man << '\n';
+        // The logical tensor only: the flat unit also holds alignment gaps and
+        // the padded vocabulary rows, which the manifest does not describe.
+        const auto first = w[u].begin() + units[u].offset_of(p);
+        all.insert(all.end(), first, first + ps.numel());
       }
-      all.insert(all.end(), w[u].begin(), w[u].end());
     }
     write_file(export_prefix + ".weights.bin", all.data(), all.size() * sizeof(float));
     write_file(export_prefix + ".tokens.bin", seq.data(), seq.size() * sizeof(int32_t));
