@@ -2,7 +2,8 @@
 """fsdptrain's CPU reference against PyTorch (tools/torch_reference.py): 40
 steps continued from an fsdptrain checkpoint must match fsdptrain's own
 losses to 1e-4 relative in fp32 (measured ~3e-6). Runs 1 rank and 4 ranks
-with hybrid sharding, an untied head and block recomputation.
+with hybrid sharding, an untied head, block recomputation and a vocabulary of
+300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300).
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -22,7 +23,7 @@ runs = {
     "np4": ([mpiexec, "--oversubscribe", "-np", "4"],
             ["--batch-size", "2", "--grad-accum", "1", "--shard-group-size", "2", "--tie-embeddings", "false",
              "--recompute", "block", "--n-layer", "3", "--d-model", "96", "--n-head", "6", "--n-kv-head", "3",
-             "--d-ff", "160", "--grad-clip", "0.5"]),
+             "--d-ff", "160", "--grad-clip", "0.5", "--vocab-size", "300"]),
 }
 failed = 0
 for name, (launcher, extra) in runs.items():
