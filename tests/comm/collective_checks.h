@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -110,6 +111,20 @@ void check_everything(Communicator& c, size_t n) {
   check_all_reduce<T>(c, n, ReduceOp::sum);
   check_all_reduce<T>(c, n, ReduceOp::max);
   check_broadcast<T>(c, n);
+}
+
+// bf16 on the host: round to nearest even, as the GPU converts.
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 // Test names for (dtype, count) parameters: "f32_1000003".

@@ -20,9 +20,13 @@
 #include "comm/process_groups.h"
 #include "comm/runtime.h"
 #include "common/error.h"
+#include "tests/comm/collective_checks.h"
 
 namespace fsdp {
 namespace {
+
+using fsdp::testing::from_bf16;
+using fsdp::testing::to_bf16;
 
 // Decided once, collectively, so all ranks skip or none does.
 const std::string& gpu_skip_reason() {
@@ -51,20 +55,6 @@ const std::string& gpu_skip_reason() {
 
 void cuda(cudaError_t e) {
   ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-}
-
-// Round to nearest even, as the GPU converts.
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // Small integers: exact in bf16 and in sums over two ranks.
@@ -192,10 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Counts, NcclCollectives,
                          ::testing::Combine(::testing::Values(DType::f32, DType::bf16),
                                             ::testing::Values(size_t(0), size_t(1), size_t(7),
                                                               size_t(1000003))),
-                         [](const auto& info) {
-                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         fsdp::testing::dtype_count_name);
 
 // The stream contract: the comm stream waits for compute's writes, compute
 // waits for the collective's result, with no host synchronisation between.

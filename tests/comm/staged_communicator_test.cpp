@@ -60,24 +60,12 @@ INSTANTIATE_TEST_SUITE_P(Counts, StagedCollectives,
                                                               size_t(100003))),
                          dtype_count_name);
 
-uint16_t bf16(float f) {  // exact for the small integers used here
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 TEST(StagedCommunicator, Bf16GathersAndReduces) {
   auto c = host_staged();
   const int p = c->size(), me = c->rank();
   const size_t n = 5;
   std::vector<uint16_t> mine(n);
-  for (size_t i = 0; i < n; ++i) mine[i] = bf16(value<float>(me, i));
+  for (size_t i = 0; i < n; ++i) mine[i] = to_bf16(value<float>(me, i));
   std::vector<uint16_t> all(p * n);
   c->all_gather(mine.data(), all.data(), n, DType::bf16)->wait();
   for (int r = 0; r < p; ++r)
@@ -86,7 +74,7 @@ TEST(StagedCommunicator, Bf16GathersAndReduces) {
 
   // Everyone's full vector; rank r gets the sum of block r, and the average.
   std::vector<uint16_t> send(p * n);
-  for (size_t i = 0; i < send.size(); ++i) send[i] = bf16(value<float>(me, i));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = to_bf16(value<float>(me, i));
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
     std::vector<uint16_t> got(n);
     c->reduce_scatter(send.data(), got.data(), n, DType::bf16, op)->wait();
@@ -111,7 +99,7 @@ TEST(StagedCommunicator, Bf16RoundsTheF32SumToNearestEvenAndKeepsNaN) {
   // even gives 256 and 260 (truncation would give 258 for p = 4, rounding
   // half up 258 for p = 2).
   const float want[] = {256, 256, 258, 260};
-  std::vector<uint16_t> buf = {bf16(c->rank() == 0 ? 256.0f : 1.0f), bf16(1.0f)};
+  std::vector<uint16_t> buf = {to_bf16(c->rank() == 0 ? 256.0f : 1.0f), to_bf16(1.0f)};
   if (c->rank() == 0) buf[1] = 0x7fc0;  // NaN from one rank makes the sum NaN
   c->all_reduce(buf.data(), 2, DType::bf16, ReduceOp::sum)->wait();
   EXPECT_EQ(from_bf16(buf[0]), want[p - 1]);
