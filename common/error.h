@@ -17,12 +17,27 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An error every rank raises alike, from values they already agreed on
+// (a global loss, a collective check): main() prints it once, on rank 0, and
+// all ranks exit normally instead of aborting the job.
+class AgreedError : public Error {
+ public:
+  explicit AgreedError(const std::string& what) : Error(what) {}
+};
+
 // Builds a message from pieces: throw_error("file ", path, " has no dataset ", name).
 template <typename... Parts>
 [[noreturn]] void throw_error(Parts&&... parts) {
   std::ostringstream os;
   (os << ... << std::forward<Parts>(parts));
   throw Error(os.str());
+}
+
+template <typename... Parts>
+[[noreturn]] void throw_agreed_error(Parts&&... parts) {
+  std::ostringstream os;
+  (os << ... << std::forward<Parts>(parts));
+  throw AgreedError(os.str());
 }
 
 }  // namespace fsdp

@@ -259,7 +259,18 @@ void FsdpEngine::discard_gradients() {
   wait_spans_.clear();
 }
 
-double FsdpEngine::step(const AdamWConfig& c, float lr) {
+bool GradientNorms::finite() const {
+  return std::isfinite(total);
+}
+
+std::vector<std::string> GradientNorms::nonfinite_units(const Transformer& model) const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < unit.size(); ++i)
+    if (!std::isfinite(unit[i])) names.push_back(model.units()[i].name);
+  return names;
+}
+
+GradientNorms FsdpEngine::measure_gradients() {
   if (replicate_) {
     replicate_->wait_stream(ops_.stream());
     std::vector<WorkHandle> work;
@@ -269,12 +280,24 @@ double FsdpEngine::step(const AdamWConfig& c, float lr) {
     for (auto& w : work) w->wait_on(ops_.stream());
   }
   // Every replica now holds the same gradient shards, so the norm needs only
-  // the shard group's sum.
-  double local = 0;
-  for (auto& u : units_) local += ops_.sum_squares(u.grad);
-  float total = float(local);
-  shard_host_.all_reduce(&total, 1, DType::f32, ReduceOp::sum)->wait();
-  const double norm = std::sqrt(double(total));
+  // the shard group's sum. One value per unit (a few dozen floats, one
+  // collective) names the units behind a non-finite norm for free.
+  std::vector<float> sums(units_.size());
+  for (size_t i = 0; i < units_.size(); ++i) sums[i] = float(ops_.sum_squares(units_[i].grad));
+  shard_host_.all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum)->wait();
+  GradientNorms n;
+  double total = 0;
+  for (float s : sums) {
+    n.unit.push_back(std::sqrt(double(s)));
+    total += double(s);
+  }
+  n.total = std::sqrt(total);
+  return n;
+}
+
+void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorms& norms) {
+  const double norm = norms.total;
+  FSDP_CHECK(std::isfinite(norm), "apply_update with a non-finite gradient norm ", norm);
   const float scale =
       (c.grad_clip > 0 && norm > c.grad_clip) ? float(c.grad_clip / (norm + 1e-6)) : 1.0f;
 
@@ -297,7 +320,25 @@ double FsdpEngine::step(const AdamWConfig& c, float lr) {
     ops_.zero(u.grad);
   }
   refresh_send_buffers();
-  return norm;
+}
+
+double FsdpEngine::step(const AdamWConfig& c, float lr) {
+  const GradientNorms n = measure_gradients();
+  if (!n.finite())
+    throw_error("the gradient norm is ", n.total, " at step ", steps_ + 1,
+                "; the step was not applied");
+  apply_update(c, lr, n);
+  return n.total;
+}
+
+bool FsdpEngine::masters_finite() {
+  // A sum of squares is finite exactly when every element is (or the
+  // weights are so large that it overflows, which is no healthier).
+  double local = 0;
+  for (auto& u : units_) local += ops_.sum_squares(u.master);
+  float bad = std::isfinite(local) ? 0.0f : 1.0f;
+  shard_host_.all_reduce(&bad, 1, DType::f32, ReduceOp::max)->wait();
+  return bad == 0.0f;
 }
 
 }  // namespace fsdp

@@ -32,6 +32,16 @@ struct EngineOptions {
   uint64_t seed = 0;  // parameter initialisation
 };
 
+// The global gradient norm of one step and each unit's share of it, so a
+// non-finite norm can be traced to the units that produced it.
+struct GradientNorms {
+  double total = 0;
+  std::vector<double> unit;  // per unit, the same order as Transformer::units()
+  bool finite() const;
+  // Names of the units whose gradient norm is not finite.
+  std::vector<std::string> nonfinite_units(const Transformer& model) const;
+};
+
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.1f;  // matrices only
@@ -54,9 +64,20 @@ class FsdpEngine final : public UnitAccess {
   void forward_backward();
   // Forward only, for evaluation; the loss is in the model afterwards.
   void forward_only();
-  // After the last micro-batch of a step: all-reduce across replicas, global
-  // norm, clip, AdamW, zero the gradients. Returns the norm before clipping.
+  // After the last micro-batch of a step, in two halves so the caller can
+  // look at the gradients before they change any weight (a non-finite or
+  // outlier step is then refused or skipped, never applied):
+  // measure_gradients() all-reduces across replicas and returns the global
+  // L2 norm of the gradients (collective; NaN/Inf when any element is);
+  // apply_update() clips by that norm, runs AdamW and zeroes the gradients.
+  // Skipping a step instead is discard_gradients().
+  GradientNorms measure_gradients();
+  void apply_update(const AdamWConfig& config, float lr, const GradientNorms& norms);
+  // Both halves in one call; returns the norm before clipping.
   double step(const AdamWConfig& config, float lr);
+  // Whether every rank's master weights are finite (collective over the
+  // shard group): checked before a checkpoint is written or trained from.
+  bool masters_finite();
   // Drops the gradients of the micro-batches since the last step, as if they
   // had never run: after a warm-up pass whose only purpose was to build
   // plans and connections.

@@ -53,11 +53,18 @@ struct EngineRun {
         rank(dp_rank),
         world(dp_world) {}
 
-  // One optimizer step; returns the global mean loss. lr 1e-3: at 1e-2 Adam
-  // amplifies the rounding of a different summation order (~1e-7) to a
-  // parameter difference of 1.6e-5 over 20 steps (measured, 3 ranks); at 1e-3
-  // it stays ~1e-7, so a 1e-5 bar separates rounding from any sharding bug.
-  double step(int s, Communicator& world_comm, float lr = 1e-3f) {
+  // The optimizer settings of every engine test: clipping low enough that it
+  // really happens.
+  static AdamWConfig adam() {
+    AdamWConfig a;
+    a.weight_decay = 0.1f;
+    a.grad_clip = 0.5f;
+    return a;
+  }
+
+  // Step s's micro-batches, forward and backward, gradients left in the
+  // engine; returns the global mean loss (also appended to `losses`).
+  double forward_backward(int s, Communicator& world_comm) {
     const int64_t G = int64_t(B) * accum * world;
     std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
     double local = 0;
@@ -76,11 +83,17 @@ struct EngineRun {
     float v = float(local);
     world_comm.all_reduce(&v, 1, DType::f32, ReduceOp::sum)->wait();
     losses.push_back(double(v) / double(G * T));
-    AdamWConfig adam;
-    adam.weight_decay = 0.1f;
-    adam.grad_clip = 0.5f;  // low enough that clipping really happens
-    engine.step(adam, lr);
     return losses.back();
+  }
+
+  // One optimizer step; returns the global mean loss. lr 1e-3: at 1e-2 Adam
+  // amplifies the rounding of a different summation order (~1e-7) to a
+  // parameter difference of 1.6e-5 over 20 steps (measured, 3 ranks); at 1e-3
+  // it stays ~1e-7, so a 1e-5 bar separates rounding from any sharding bug.
+  double step(int s, Communicator& world_comm, float lr = 1e-3f) {
+    const double loss = forward_backward(s, world_comm);
+    engine.step(adam(), lr);
+    return loss;
   }
 
   // The full flat master weights of unit u, gathered from the shard group.
