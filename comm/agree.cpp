@@ -3,6 +3,8 @@
 #include <exception>
 #include <string>
 
+#include "comm/watchdog.h"
+
 namespace fsdp {
 
 void all_or_none(MPI_Comm comm, const std::function<void()>& step) {
@@ -13,7 +15,10 @@ void all_or_none(MPI_Comm comm, const std::function<void()>& step) {
     failure = std::current_exception();
   }
   int mine = failure ? 1 : 0, any = 0;
-  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+  {
+    WatchScope watch("agreeing on a set-up step's outcome (all_or_none)");
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
+  }
   if (failure) std::rethrow_exception(failure);
   if (any) throw PeerFailed();
 }

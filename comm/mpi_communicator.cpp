@@ -6,10 +6,13 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 
 namespace fsdp {
 namespace {
@@ -37,11 +40,15 @@ void check_op(ReduceOp op, DType t) {
 }
 
 // Several requests that together form one collective, plus what to do once
-// all of them have completed (scale an average).
+// all of them have completed (scale an average). The collective is watched
+// from posting to completion, like the NCCL watchdog's, so a rank polling
+// test() is covered as well as one blocked in wait().
 class MpiWork final : public Work {
  public:
-  MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish)
-      : requests_(std::move(requests)), finish_(std::move(finish)) {}
+  MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish, std::string what)
+      : requests_(std::move(requests)), finish_(std::move(finish)) {
+    watch_.emplace(std::move(what));
+  }
 
   ~MpiWork() override {
     // Completing here keeps MPI from writing into buffers the caller is about
@@ -78,11 +85,13 @@ class MpiWork final : public Work {
  private:
   void finish() {
     done_ = true;
+    watch_.reset();
     if (finish_) finish_();
   }
 
   std::vector<MPI_Request> requests_;
   std::function<void()> finish_;
+  std::optional<WatchScope> watch_;
   bool done_ = false;
 };
 
@@ -107,10 +116,22 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 }  // namespace
 
+// What a rank stuck here was waiting in. The sequence number counts this
+// group's collectives, so the lines of two ranks show whether they waited in
+// the same one.
+std::string MpiCommunicator::describe(const char* op, size_t count, DType dtype) {
+  std::string what = "MPI " + std::string(op) + " #" + std::to_string(++posted_);
+  if (count > 0) what += " (" + std::to_string(count) + " " + dtype_name(dtype) + ")";
+  return what + " on a group of " + std::to_string(size_) + " rank(s)";
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, size_t max_message_elems)
     : max_elems_(max_message_elems) {
   FSDP_CHECK(max_elems_ >= 1 && max_elems_ <= size_t(INT_MAX));
-  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  {
+    WatchScope watch("MPI_Comm_dup (creating a communicator)");
+    check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  }
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
@@ -149,7 +170,8 @@ WorkHandle MpiCommunicator::all_gather(const void* send, void* recv, size_t coun
         reqs.push_back(r);
       }
   }
-  return std::make_unique<MpiWork>(std::move(reqs), nullptr);
+  return std::make_unique<MpiWork>(std::move(reqs), nullptr,
+                                   describe("all_gather", count * size_, dtype));
 }
 
 WorkHandle MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -178,7 +200,8 @@ WorkHandle MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t 
       }
   }
   return std::make_unique<MpiWork>(std::move(reqs),
-                                   op == ReduceOp::avg ? divide_by(recv, count, size_) : nullptr);
+                                   op == ReduceOp::avg ? divide_by(recv, count, size_) : nullptr,
+                                   describe("reduce_scatter", count * size_, dtype));
 }
 
 WorkHandle MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
@@ -194,7 +217,8 @@ WorkHandle MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, Red
     reqs.push_back(r);
   }
   return std::make_unique<MpiWork>(std::move(reqs),
-                                   op == ReduceOp::avg ? divide_by(buf, count, size_) : nullptr);
+                                   op == ReduceOp::avg ? divide_by(buf, count, size_) : nullptr,
+                                   describe("all_reduce", count, dtype));
 }
 
 WorkHandle MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -210,19 +234,23 @@ WorkHandle MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int 
         "MPI_Ibcast");
     reqs.push_back(r);
   }
-  return std::make_unique<MpiWork>(std::move(reqs), nullptr);
+  return std::make_unique<MpiWork>(std::move(reqs), nullptr, describe("broadcast", count, dtype));
 }
 
 WorkHandle MpiCommunicator::barrier() {
   MPI_Request r;
   check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-  return std::make_unique<MpiWork>(std::vector<MPI_Request>{r}, nullptr);
+  return std::make_unique<MpiWork>(std::vector<MPI_Request>{r}, nullptr,
+                                   describe("barrier", 0, DType::i32));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
   MPI_Comm sub = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  {
+    WatchScope watch("MPI_Comm_split (creating process groups)");
+    check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  }
   auto result = std::make_unique<MpiCommunicator>(sub, max_elems_);
   MPI_Comm_free(&sub);
   return result;

@@ -7,7 +7,9 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 
@@ -40,9 +42,12 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm mpi_comm() const { return comm_; }
 
  private:
+  std::string describe(const char* op, size_t count, DType dtype);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   size_t max_elems_;
+  uint64_t posted_ = 0;  // collectives posted on this group
 };
 
 }  // namespace fsdp
