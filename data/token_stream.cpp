@@ -199,15 +199,17 @@ void TokenStream::read(std::vector<TokenRange> ranges) const {
     }
     const auto [f, local] = locate(ranges[i].start);
     const File& file = files_[f];
-    // Extend over every following range that touches or overlaps this one,
-    // staying inside the file.
+    // Extend over every following range that touches or overlaps this one
+    // and starts in the same file: a range that starts exactly where this
+    // file ends touches it but belongs to the next file (windows ending at a
+    // file's last token, files shorter than a window).
+    const int64_t file_end = file.begin + file.size;
     int64_t end = ranges[i].start + ranges[i].count;
-    FSDP_CHECK(end <= file.begin + file.size, "tokens [", ranges[i].start, ", ", end,
-               ") span two files");
+    FSDP_CHECK(end <= file_end, "tokens [", ranges[i].start, ", ", end, ") span two files");
     size_t j = i + 1;
-    for (; j < ranges.size() && ranges[j].start <= end; ++j) {
+    for (; j < ranges.size() && ranges[j].start <= end && ranges[j].start < file_end; ++j) {
       end = std::max(end, ranges[j].start + ranges[j].count);
-      FSDP_CHECK(end <= file.begin + file.size, "tokens up to ", end, " span two files");
+      FSDP_CHECK(end <= file_end, "tokens up to ", end, " span two files");
     }
     const TokenDataset& ds = dataset(f);
     if (j == i + 1) {

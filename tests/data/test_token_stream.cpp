@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "data/batch_loader.h"
 #include "data/sampler.h"
 #include "data/token_stream.h"
 #include "h5_test_file.h"
@@ -117,6 +118,99 @@ TEST(TokenStream, WindowsNeverSpanFiles) {
   const auto one = TokenStream::open(dir.file("w0.h5"), "--train-data");
   EXPECT_EQ(WindowIndex(one, 4).count(), Sampler(25, 4, 0).windows_per_epoch());
   EXPECT_EQ(Sampler::for_windows(6, 4, 0).windows_per_epoch(), 6);
+}
+
+// Every window of the stream in one read() call, in the order given: the
+// merging of touching ranges must never carry a range into the next file.
+void expect_windows_read_whole(const TokenStream& s, int seq_len, std::vector<int64_t> order) {
+  const WindowIndex index(s, seq_len);
+  const int64_t row = seq_len + 1;
+  std::vector<int32_t> out(order.size() * static_cast<size_t>(row), -1);
+  std::vector<TokenRange> ranges;
+  for (size_t i = 0; i < order.size(); ++i)
+    ranges.push_back(TokenRange{index.start(order[i]), row, out.data() + i * row});
+  ASSERT_NO_THROW(s.read(ranges));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto [f, o] = s.locate(index.start(order[i]));
+    for (int64_t t = 0; t < row; ++t)
+      ASSERT_EQ(out[i * row + t], static_cast<int32_t>(f * 1000 + o + t))
+          << "window " << order[i] << " token " << t;
+  }
+}
+
+std::string write_files(const test::TempDir& dir, const std::string& stem,
+                        const std::vector<int64_t>& sizes) {
+  std::string spec;
+  for (size_t f = 0; f < sizes.size(); ++f) {
+    const std::string path = dir.file(stem + std::to_string(100 + f) + ".h5");
+    write_file(path, static_cast<int>(f), sizes[f]);
+    spec += (f ? "," : "") + path;
+  }
+  return spec;
+}
+
+// Issue 9, case 9: a window ending on a file's last token touches the next
+// file's first window; read together they were merged into one range across
+// the boundary ("tokens up to N span two files").
+TEST(TokenStream, ReadsWindowsThatEndExactlyAtAFileEnd) {
+  const int seq_len = 4;
+  const std::vector<std::vector<int64_t>> layouts = {
+      {5, 5},              // two files of exactly one window each
+      {9, 5, 13},          // every file's last window ends on its last token
+      {5, 2, 1, 5, 3, 9},  // files shorter than a window between them
+      {1, 5, 4, 5},        // a short file first, one of exactly seq_len tokens
+  };
+  for (const auto& sizes : layouts) {
+    test::TempDir dir;
+    const auto s = TokenStream::open(write_files(dir, "f", sizes), "--train-data");
+    const int64_t n = WindowIndex(s, seq_len).count();
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t w = 0; w < n; ++w) order[static_cast<size_t>(w)] = w;
+    SCOPED_TRACE(::testing::PrintToString(sizes));
+    expect_windows_read_whole(s, seq_len, order);
+    std::reverse(order.begin(), order.end());
+    expect_windows_read_whole(s, seq_len, order);
+    // Whole files, each touching the next, in one call.
+    std::vector<int32_t> all(static_cast<size_t>(s.size()), -1);
+    std::vector<TokenRange> files;
+    for (size_t f = 0; f < s.num_files(); ++f)
+      files.push_back(TokenRange{s.file_begin(f), s.file_size(f), all.data() + s.file_begin(f)});
+    ASSERT_NO_THROW(s.read(files));
+    for (int64_t g = 0; g < s.size(); ++g) {
+      const auto [f, o] = s.locate(g);
+      ASSERT_EQ(all[g], static_cast<int32_t>(f * 1000 + o)) << g;
+    }
+  }
+}
+
+TEST(TokenStream, ManyTinyFilesOfOneWindowEach) {
+  test::TempDir dir;
+  const int seq_len = 2;
+  // 40 files of seq_len + 1 tokens, with one-token files between some.
+  std::vector<int64_t> sizes;
+  for (int f = 0; f < 40; ++f) sizes.push_back(f % 5 == 4 ? 1 : seq_len + 1);
+  const auto s = TokenStream::open(write_files(dir, "t", sizes), "--train-data");
+  const int64_t n = WindowIndex(s, seq_len).count();
+  ASSERT_EQ(n, 32);
+  std::vector<int64_t> order;
+  for (int64_t w = 0; w < n; ++w) order.push_back((w * 7) % n);  // every window, shuffled
+  expect_windows_read_whole(s, seq_len, order);
+  // The batch loader reads a whole step in one call: 16 windows per micro-batch.
+  BatchLoader loader(s, seq_len, 16, 2, 0, 1, 5);
+  std::vector<int32_t> in(32), tgt(32);
+  for (int step = 0; step < 3; ++step) {
+    for (int m = 0; m < 2; ++m) {
+      ASSERT_NO_THROW(loader.next_micro_batch(m, in.data(), tgt.data()));
+      // Each row is one window: consecutive tokens of one file.
+      for (int r = 0; r < 16; ++r) {
+        const int32_t first = in[r * seq_len];
+        ASSERT_EQ(in[r * seq_len + 1], first + 1) << step << " " << m << " " << r;
+        ASSERT_EQ(tgt[r * seq_len], first + 1) << step << " " << m << " " << r;
+        ASSERT_EQ(tgt[r * seq_len + 1], first + 2) << step << " " << m << " " << r;
+      }
+    }
+    loader.end_step();
+  }
 }
 
 TEST(TokenStream, ManyFilesKeepFewOpen) {
