@@ -40,6 +40,11 @@ class Ops {
   // High-water mark of device memory allocated through alloc(), in bytes; 0
   // for host backends (the process's peak RSS tells their story).
   virtual int64_t peak_device_bytes() const { return 0; }
+  // Bytes this process could still allocate through alloc() now: what the
+  // GPU has free, or on the host the memory the kernel and this process's
+  // cgroup would still grant. Set-up compares the memory plan against it
+  // before allocating (src/memory_check.h).
+  virtual int64_t free_memory_bytes() const = 0;
 
   // ---- timing -----------------------------------------------------------------
   // Timestamps in stream order, for metrics that must time what the device

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "model/transformer.h"
 
 namespace fsdp {
@@ -18,24 +19,46 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
   return p;
 }
 
+// Every block has the same layout, so one block's stands for all n_layer:
+// the plan costs the same for 2 layers or 100000, and the memory check can
+// run it before anything sized by the model exists. The engine's per-unit
+// slots (plan_slots) give the same figures; tests/shard compares them.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
                        int seq_len, Recompute recompute, DType reduce) {
-  std::vector<UnitLayout> layouts;
-  for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, shard_size));
+  ModelConfig one_block = c;
+  one_block.n_layer = 1;
+  std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
+  for (const auto& u : model_units(one_block)) layouts.push_back(make_layout(u, shard_size));
+  FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
+  const int64_t blocks = c.n_layer;
+  const int64_t times[3] = {1, blocks, 1};
   MemoryPlan m;
-  for (const auto& l : layouts) {
-    m.master += 4 * l.shard;
-    m.grads += 4 * l.shard;
-    m.moments += 8 * l.shard;
-    if (compute != DType::f32) m.send_copy += int64_t(dtype_size(compute)) * l.shard;
+  const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(reduce));
+  for (int u = 0; u < 3; ++u) {
+    const int64_t shard = times[u] * layouts[u].shard;
+    m.master += 4 * shard;
+    m.grads += 4 * shard;
+    m.moments += 8 * shard;
+    if (compute != DType::f32) m.send_copy += es * shard;
   }
-  const int64_t es = int64_t(dtype_size(compute));
-  for (int64_t n : plan_slots(layouts, reshard).slot_elems) {
-    m.gather_buffers += es * n;
+  // Buffers: resharding keeps the embedding's and head's own and two that
+  // blocks alternate in (one for a single block); without it, one per unit.
+  const int64_t block_slots = reshard ? std::min<int64_t>(blocks, 2) : blocks;
+  const int64_t slots[3] = {1, block_slots, 1};
+  for (int u = 0; u < 3; ++u) {
+    const int64_t n = layouts[u].padded;
+    m.gather_buffers += slots[u] * es * n;
     // full gradients + reduce-scatter output, in the reduce dtype
-    m.grad_buffers += int64_t(dtype_size(reduce)) * (n + n / shard_size);
+    m.grad_buffers += slots[u] * rs * (n + n / shard_size);
   }
-  m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute);
+  // Activations are linear in the tokens of a micro-batch; an absurd
+  // --batch-size x --seq-len saturates instead of overflowing, so the memory
+  // check still refuses it with a number.
+  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, recompute);
+  if (static_cast<long double>(per_token) * batch * seq_len >= kPlanSaturation)
+    m.activations = kPlanSaturation;
+  else
+    m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute);
   return m;
 }
 

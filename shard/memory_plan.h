@@ -32,8 +32,13 @@ struct MemoryPlan {
   int64_t total() const { return persistent() + buffers() + activations; }
 };
 
+// Activations beyond this are reported as this (4 EiB, more than any device):
+// the parameter part is bounded by ModelConfig::validate, the activations grow
+// with batch x seq_len, which no model field bounds.
+inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
+
 // Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
-// batch x seq_len, computing in `compute`.
+// batch x seq_len, computing in `compute`. Costs the same for any n_layer.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
                        Recompute recompute = Recompute::none, DType reduce = DType::f32);

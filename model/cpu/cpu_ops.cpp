@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "model/cpu/host_memory.h"
+
 namespace fsdp {
 namespace {
 
@@ -86,6 +88,10 @@ void rotate(Tensor xt, int B, int T, int heads, int head_dim, float theta, doubl
 }  // namespace
 
 // ---- memory -----------------------------------------------------------------
+
+int64_t CpuOps::free_memory_bytes() const {
+  return host_free_memory_bytes();
+}
 
 Tensor CpuOps::alloc(DType dtype, int64_t numel) {
   FSDP_CHECK(numel >= 0);

@@ -27,6 +27,8 @@ class CpuOps final : public Ops {
  public:
   const char* name() const override { return "cpu"; }
   DType compute_dtype() const override { return DType::f32; }
+  // Host memory: MemAvailable, or less under a cgroup limit (host_memory.h).
+  int64_t free_memory_bytes() const override;
 
   Tensor alloc(DType dtype, int64_t numel) override;
   void free(Tensor t) override;

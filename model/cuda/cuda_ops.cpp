@@ -226,6 +226,13 @@ int64_t CudaOps::peak_device_bytes() const {
   return impl_->peak;
 }
 
+int64_t CudaOps::free_memory_bytes() const {
+  FSDP_CUDA_CHECK(cudaSetDevice(impl_->device));
+  size_t free_bytes = 0, total_bytes = 0;
+  FSDP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes);
+}
+
 void CudaOps::after(const char* op) {
   if (impl_->opt.sync_each_op) impl_->sync(op);
 }

@@ -47,6 +47,8 @@ class CudaOps final : public Ops {
   void synchronize();
   // High-water mark of device memory held through alloc(), in bytes.
   int64_t peak_device_bytes() const override;
+  // cudaMemGetInfo's free bytes on this device.
+  int64_t free_memory_bytes() const override;
   // CUDA events on stream(), from a pool reused after clear_marks().
   int mark() override;
   double seconds(int a, int b) override;
