@@ -1,5 +1,8 @@
 #include "model/config.h"
 
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <map>
 
 #include "common/error.h"
@@ -39,6 +42,36 @@ const std::map<std::string, ModelConfig>& presets() {
   return p;
 }
 
+// Sizes are int64 (row counts int); a shape beyond any machine would overflow
+// them before the memory check could compare it with free memory. 2^48
+// parameters (1 PiB of fp32 weights) leaves every derived byte count (16 per
+// parameter for weights, gradients and AdamW, times gather buffers) far
+// inside int64. The field named is the one that makes the shape absurd.
+void check_sizes(const ModelConfig& c) {
+  if (c.vocab_size > std::numeric_limits<int>::max() - ModelConfig::kVocabAlign)
+    throw_error("--vocab-size: value ", c.vocab_size, " is invalid: must be at most ",
+                std::numeric_limits<int>::max() - ModelConfig::kVocabAlign);
+  const long double limit = std::ldexp(1.0L, 48), d = c.d_model, ff = c.d_ff;
+  const long double vocab = c.padded_vocab();
+  const long double embed = (c.tie_embeddings ? 1 : 2) * vocab * d;
+  const long double attn = 2 * d + 2 * c.head_dim() + 2 * d * c.q_dim() + 2 * d * c.kv_dim();
+  const long double mlp = 3 * d * ff;
+  const long double total = embed + c.n_layer * (attn + mlp) + d;
+  if (total <= limit) return;
+  const auto refuse = [&](const char* flag, int value) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3Lg", total);
+    throw_error(flag, ": value ", value, " is invalid: the model would have ", count,
+                " parameters, more than the 2^48 any machine can hold; use a smaller value");
+  };
+  if (embed > limit) refuse("--vocab-size", c.vocab_size);
+  if (attn + mlp > limit) {
+    if (mlp > attn) refuse("--d-ff", c.d_ff);
+    refuse("--d-model", c.d_model);
+  }
+  refuse("--n-layer", c.n_layer);
+}
+
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
@@ -69,9 +102,14 @@ void ModelConfig::validate() const {
   need(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n-kv-head", n_kv_head, "must divide --n-head");
   need(d_ff >= 1, "--d-ff", d_ff, "must be at least 1");
   need(max_seq_len >= 1, "--max-seq-len", max_seq_len, "must be at least 1");
-  need(rope_theta > 0, "--rope-theta", rope_theta, "must be positive");
-  need(norm_eps > 0, "--norm-eps", norm_eps, "must be positive");
-  need(init_std > 0, "--init-std", init_std, "must be positive");
+  // Configurations also come from checkpoints, which are untrusted input.
+  need(std::isfinite(rope_theta) && rope_theta > 0, "--rope-theta", rope_theta,
+       "must be positive and finite");
+  need(std::isfinite(norm_eps) && norm_eps > 0, "--norm-eps", norm_eps,
+       "must be positive and finite");
+  need(std::isfinite(init_std) && init_std > 0, "--init-std", init_std,
+       "must be positive and finite");
+  check_sizes(*this);
 }
 
 int64_t ModelConfig::num_params() const {

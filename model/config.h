@@ -32,6 +32,8 @@ struct ModelConfig {
   static constexpr int kVocabAlign = 128;
   int padded_vocab() const { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
 
+  bool operator==(const ModelConfig&) const = default;
+
   // Throws fsdp::Error naming the first inconsistent field.
   void validate() const;
   int64_t num_params() const;

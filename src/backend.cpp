@@ -20,9 +20,11 @@ int visible_gpus() {
 }
 }  // namespace
 
-std::string resolve_device(const Options& o) {
-  const std::string d = o.device != "auto" ? o.device : visible_gpus() > 0 ? "cuda" : "cpu";
-  if (d == "cuda") {
+Device resolve_device(const Options& o) {
+  const Device d = o.device != Device::automatic ? o.device
+                   : visible_gpus() > 0          ? Device::cuda
+                                                 : Device::cpu;
+  if (d == Device::cuda) {
 #ifndef FSDP_HAVE_CUDA_OPS
     throw_error(
         "--device cuda: this fsdptrain was built without CUDA (FSDP_CUDA=OFF or no nvcc); "
@@ -30,39 +32,39 @@ std::string resolve_device(const Options& o) {
 #endif
     if (visible_gpus() == 0)
       throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");
-    if (o.precision == "fp32")
+    if (o.precision == Precision::fp32)
       throw_error("--precision fp32 runs on the CPU reference only; on --device cuda use bf16");
-    if (o.precision == "fp8")
+    if (o.precision == Precision::fp8)
       throw_error("--precision fp8 is not implemented yet; use --precision bf16");
     return d;
   }
-  if (o.reduce_dtype != "fp32")
-    throw_error("--reduce-dtype ", o.reduce_dtype,
+  if (o.reduce_dtype != DType::f32)
+    throw_error("--reduce-dtype ", choice_name(o.reduce_dtype),
                 ": the CPU reference reduces in fp32 only; use --reduce-dtype fp32");
-  if (o.precision != "fp32" && o.precision != "auto")
-    throw_error("--precision ", o.precision,
+  if (o.precision != Precision::fp32 && o.precision != Precision::automatic)
+    throw_error("--precision ", choice_name(o.precision),
                 ": the CPU reference computes in fp32 only; use --precision fp32");
   return d;
 }
 
-std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const WorldInfo& world) {
-  if (device == "cpu") return std::make_unique<CpuOps>();
+std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& world) {
+  if (device == Device::cpu) return std::make_unique<CpuOps>();
 #ifdef FSDP_HAVE_CUDA_OPS
   CudaOpsOptions co;
-  co.device = select_device(world, o.device_comm == "staged");
+  co.device = select_device(world, o.device_comm == DeviceComm::staged);
   co.deterministic = o.debug;
   co.sync_each_op = o.debug;
   return std::make_unique<CudaOps>(co);
 #else
   (void)o;
   (void)world;
-  throw_error("--device ", device, ": not available in this build");
+  throw_error("--device ", choice_name(device), ": not available in this build");
 #endif
 }
 
-ProcessGroups make_engine_groups(const std::string& device, const Options& o) {
-  const bool staged = o.device_comm == "staged";
-  if (device == "cpu")
+ProcessGroups make_engine_groups(Device device, const Options& o) {
+  const bool staged = o.device_comm == DeviceComm::staged;
+  if (device == Device::cpu)
     return staged ? make_process_groups(std::make_unique<StagedCommunicator>(
                                             MPI_COMM_WORLD, std::make_shared<HostStager>()),
                                         o.shard_group_size)

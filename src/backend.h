@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "comm/process_groups.h"
 #include "comm/runtime.h"
@@ -12,14 +11,14 @@
 
 namespace fsdp {
 
-// "cpu" or "cuda"; throws fsdp::Error for a combination this build or
-// machine cannot run.
-std::string resolve_device(const Options& o);
+// Device::cpu or Device::cuda, never automatic; throws fsdp::Error for a
+// combination this build or machine cannot run.
+Device resolve_device(const Options& o);
 // For cuda, also makes this rank's GPU current (comm/device.h).
-std::unique_ptr<Ops> make_ops(const std::string& device, const Options& o, const WorldInfo& world);
+std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& world);
 // The process groups the engine's collectives run on: NCCL (cuda) or MPI
 // (cpu), or with --device-comm staged MPI through host staging. On cuda, first
 // refuses two ranks on one GPU unless staged. Collective over MPI_COMM_WORLD.
-ProcessGroups make_engine_groups(const std::string& device, const Options& o);
+ProcessGroups make_engine_groups(Device device, const Options& o);
 
 }  // namespace fsdp

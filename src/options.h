@@ -1,6 +1,6 @@
-// Everything a run is told: Boost.ProgramOptions over flags and an INI file
-// (--config FILE; flags win). Values are checked here, before any data or
-// device is touched.
+// Everything a run is told, from flags and an INI file (--config FILE; flags
+// win). One table (src/option_table.h) names every option once; values are
+// converted and checked there, before any data or device is touched.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "src/option_enums.h"
 
 namespace fsdp {
 
@@ -26,14 +27,14 @@ struct Options {
   float grad_clip = 1.0f;
   uint64_t seed = 1337;
 
-  std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "auto";  // auto (fp32 on cpu, bf16 on cuda) | fp32 | bf16 | fp8
+  Device device = Device::automatic;
+  Precision precision = Precision::automatic;
   bool debug = false;
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
-  std::string recompute = "none";     // none | mlp | block
-  std::string reduce_dtype = "fp32";  // fp32 | bf16: gradient reduce-scatter
-  std::string device_comm = "auto";   // auto (NCCL on cuda, MPI on cpu) | staged (test mode)
+  Recompute recompute = Recompute::none;
+  DType reduce_dtype = DType::f32;  // gradient reduce-scatter
+  DeviceComm device_comm = DeviceComm::automatic;
 
   int eval_every = 0;  // 0: only at the end
   int eval_batches = 8;
@@ -45,13 +46,20 @@ struct Options {
   int keep_checkpoints = 0;  // 0: keep all
   std::string resume;        // "", "auto" or a file
   int stop_at_step = 0;      // 0: run to --steps
+
+  bool operator==(const Options&) const = default;
 };
 
 // Returns nullopt after printing --help. Throws fsdp::Error for a bad flag,
 // value or config file.
 std::optional<Options> parse_options(int argc, const char* const argv[]);
 std::string options_help();
-// The options as INI text that --config reads back (stored in checkpoints).
-std::string options_to_ini(const Options& o);
+// What options_to_ini prints: the checkpoint's copy leaves out the options
+// that steer one run (where it writes, resumes or stops, --debug), since a run
+// started from that copy should not inherit them.
+enum class IniScope { configuration, everything };
+// The options as INI text that --config reads back; every value is printed so
+// that it parses back to the same Options.
+std::string options_to_ini(const Options& o, IniScope scope = IniScope::configuration);
 
 }  // namespace fsdp

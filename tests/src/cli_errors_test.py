@@ -32,6 +32,14 @@ not_h5 = os.path.join(work, "not_h5.h5")
 open(not_h5, "w").write("this is text, not HDF5\n")
 bad_ini = os.path.join(work, "bad.ini")
 open(bad_ini, "w").write("lr = fast\n")
+inf_ini = os.path.join(work, "inf.ini")
+open(inf_ini, "w").write("lr = inf\n")
+unknown_key_ini = os.path.join(work, "unknown_key.ini")
+open(unknown_key_ini, "w").write("lr = 0.01\nlearning-rate = 0.02\n")
+nested_ini = os.path.join(work, "nested.ini")  # --config is a flag only: this would be ignored
+open(nested_ini, "w").write(f"config = {inf_ini}\n")
+ini_dir = os.path.join(work, "config_dir.ini")
+os.makedirs(ini_dir, exist_ok=True)
 
 base = ["--train-data", good, "--steps", "1"]
 cases = [  # (arguments, substrings the one error line must contain)
@@ -54,6 +62,18 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--bogus-flag"], ["bogus-flag"]),
     (base + ["--config", "/nonexistent.ini"], ["--config", "/nonexistent.ini"]),
     (base + ["--config", bad_ini], [bad_ini, "fast"]),
+    (base + ["--config", inf_ini], [inf_ini, "--lr", "inf"]),
+    (base + ["--config", unknown_key_ini], [unknown_key_ini, "learning-rate"]),
+    (base + ["--config", nested_ini], [nested_ini, "config"]),
+    (base + ["--config", ini_dir], ["--config", ini_dir, "directory"]),
+    # Non-finite numbers: an infinite --lr trains NaN and checkpoints it.
+    (base + ["--lr", "inf"], ["--lr", "inf"]),
+    (base + ["--lr", "nan"], ["--lr", "nan"]),
+    (base + ["--beta2", "nan"], ["--beta2", "nan"]),
+    (base + ["--grad-clip", "inf"], ["--grad-clip", "inf"]),
+    (base + ["--rope-theta", "inf"], ["--rope-theta", "inf"]),
+    (base + ["--lr", "1e39"], ["--lr", "1e39"]),
+    (base + ["0.01"], ["0.01"]),  # a stray word is not silently dropped
     (base + ["--device", "tpu"], ["--device", "tpu"]),
     (base + ["--device", "cuda"], ["--device cuda"]),
     (base + ["--precision", "bf16"], ["--precision", "bf16"]),

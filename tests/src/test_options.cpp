@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "src/lr_schedule.h"
+#include "src/option_table.h"
 #include "src/options.h"
 
 namespace fsdp {
@@ -34,7 +37,27 @@ TEST(Options, DefaultsAndPreset) {
   EXPECT_EQ(o->model.name, "tiny");
   EXPECT_EQ(o->seq_len, o->model.max_seq_len);  // 0 means the model's context
   EXPECT_TRUE(o->reshard_after_forward);
-  EXPECT_EQ(o->device, "auto");
+  EXPECT_EQ(o->device, Device::automatic);
+  EXPECT_EQ(o->precision, Precision::automatic);
+  EXPECT_EQ(o->recompute, Recompute::none);
+  EXPECT_EQ(o->reduce_dtype, DType::f32);
+  EXPECT_EQ(o->device_comm, DeviceComm::automatic);
+}
+
+TEST(Options, ChoicesBecomeEnumsOnce) {
+  auto o = parse({"--train-data", "x.h5", "--device", "cuda", "--precision", "fp8", "--recompute",
+                  "mlp", "--reduce-dtype", "bf16", "--device-comm", "staged"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->device, Device::cuda);
+  EXPECT_EQ(o->precision, Precision::fp8);
+  EXPECT_EQ(o->recompute, Recompute::mlp);
+  EXPECT_EQ(o->reduce_dtype, DType::bf16);
+  EXPECT_EQ(o->device_comm, DeviceComm::staged);
+  // The names come back for the INI copy.
+  const std::string ini = options_to_ini(*o);
+  for (const char* line : {"device = cuda\n", "precision = fp8\n", "recompute = mlp\n",
+                           "reduce-dtype = bf16\n", "device-comm = staged\n"})
+    EXPECT_NE(ini.find(line), std::string::npos) << line;
 }
 
 TEST(Options, ModelFieldsOverrideThePreset) {
@@ -64,22 +87,153 @@ TEST(Options, ConfigFileWithFlagsWinning) {
 
 TEST(Options, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--train-data", "x", "--lr", "0"}).find("--lr"), std::string::npos);
-  EXPECT_NE(error_of({"--train-data", "x", "--min-lr", "1"}).find("--min-lr"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--min-lr", "1"}).find("--min-lr"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--grad-accum", "0"}).find("--grad-accum"),
             std::string::npos);
-  EXPECT_NE(error_of({"--train-data", "x", "--precision", "fp16"}).find("fp16"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--precision", "fp16"}).find("fp16"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--seq-len", "65"}).find("--seq-len"),
             std::string::npos);
-  EXPECT_NE(error_of({"--train-data", "x", "--d-model", "63"}).find("--n-head"),
-            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--d-model", "63"}).find("--n-head"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--steps", "many"}).find("many"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--no-such-flag"}).find("no-such-flag"),
             std::string::npos);
   EXPECT_NE(error_of({}).find("--train-data"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--config", "/no/such.ini"}).find("/no/such.ini"),
             std::string::npos);
+}
+
+TEST(Options, EveryRealMustBeFinite) {
+  int reals = 0;
+  for (const auto& row : option_table()) {
+    if (row.kind != OptionKind::real) continue;
+    ++reals;
+    for (const char* bad : {"inf", "-inf", "nan", "1e39"}) {
+      const std::string e = error_of({"--train-data", "x.h5", "--" + row.name, bad});
+      EXPECT_NE(e.find("--" + row.name + ": '" + bad + "'"), std::string::npos) << e;
+    }
+  }
+  EXPECT_GE(reals, 10);  // lr, min-lr, betas, ... and the model's rope-theta, norm-eps, init-std
+}
+
+TEST(Options, ValuesFromTheIniFileAreCheckedAndNameIt) {
+  const std::string path = ::testing::TempDir() + "/fsdp_inf.ini";
+  std::ofstream(path) << "lr = inf\n";
+  const std::string e = error_of({"--train-data", "x.h5", "--config", path});
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("--lr: 'inf'"), std::string::npos) << e;
+  std::remove(path.c_str());
+}
+
+TEST(Options, TextThatIsNotTheValueIsRefused) {
+  EXPECT_NE(error_of({"--train-data", "x", "--steps", "8.5"}).find("'8.5'"), std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--seed", "-1"}).find("--seed"), std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--steps", "99999999999"}).find("--steps"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--lr", "0.1x"}).find("'0.1x'"), std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--tie-embeddings", "maybe"}).find("maybe"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--model", "gpt-7b"}).find("gpt-350m"),
+            std::string::npos);
+  // A stray word is not silently dropped.
+  EXPECT_NE(error_of({"--train-data", "x", "0.01"}).find("'0.01'"), std::string::npos);
+}
+
+TEST(Options, ConfigThatIsNotAnOptionFileIsRefused) {
+  const std::string dir = ::testing::TempDir();
+  const std::string e = error_of({"--train-data", "x", "--config", dir});
+  EXPECT_NE(e.find(dir), std::string::npos) << e;
+  EXPECT_NE(e.find("directory"), std::string::npos) << e;
+
+  const std::string unknown = dir + "/fsdp_unknown.ini";
+  std::ofstream(unknown) << "lr = 0.01\nlearning-rate = 0.02\n";
+  const std::string e2 = error_of({"--train-data", "x", "--config", unknown});
+  EXPECT_NE(e2.find(unknown), std::string::npos) << e2;
+  EXPECT_NE(e2.find("learning-rate"), std::string::npos) << e2;
+
+  // --config and --help are flags only: a file naming another file would be ignored.
+  const std::string nested = dir + "/fsdp_nested.ini";
+  std::ofstream(nested) << "config = " << unknown << "\n";
+  EXPECT_NE(error_of({"--train-data", "x", "--config", nested}).find("'config'"),
+            std::string::npos);
+  std::remove(unknown.c_str());
+  std::remove(nested.c_str());
+}
+
+// Every row set to its example, as flags.
+std::vector<std::string> example_flags(const std::string& except = "") {
+  std::vector<std::string> args;
+  for (const auto& row : option_table()) {
+    if (row.name == except) continue;
+    args.push_back("--" + row.name);
+    if (!row.is_switch) args.push_back(row.example);
+  }
+  return args;
+}
+
+TEST(OptionTable, RowsAreWellFormed) {
+  const auto& table = option_table();
+  ASSERT_FALSE(table.empty());
+  EXPECT_EQ(table.front().name, "model");  // the preset loads before its overrides
+  std::set<std::string> names;
+  const std::string help = options_help();
+  const Options defaults;
+  for (const auto& row : table) {
+    EXPECT_TRUE(names.insert(row.name).second) << row.name << " twice";
+    EXPECT_TRUE(row.get && row.set) << row.name;
+    EXPECT_FALSE(row.help.empty()) << row.name;
+    EXPECT_NE(help.find("--" + row.name + " "), std::string::npos) << row.name;
+    EXPECT_NE(row.example, row.get(defaults))
+        << row.name << ": the example must not be the default";
+    if (row.is_switch) {
+      EXPECT_EQ(row.kind, OptionKind::boolean) << row.name;
+    }
+  }
+}
+
+// The table's promise: whatever a run was told prints as INI text that parses
+// back to the same Options. Driven by the table, so a new row is covered.
+TEST(OptionTable, EveryOptionRoundTripsThroughTheIniText) {
+  const auto o = parse(example_flags());
+  ASSERT_TRUE(o);
+  for (const auto& row : option_table())
+    EXPECT_EQ(row.get(*o), row.example) << "--" << row.name << " did not reach its field";
+  EXPECT_NE(*o, Options{});
+
+  const std::string ini = options_to_ini(*o, IniScope::everything);
+  const std::string path = ::testing::TempDir() + "/fsdp_roundtrip.ini";
+  std::ofstream(path) << ini;
+  const auto back = parse({"--config", path});
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(*back == *o) << ini;
+  for (const auto& row : option_table())
+    EXPECT_EQ(row.get(*back), row.example) << "--" << row.name << " after the INI text";
+  std::remove(path.c_str());
+}
+
+// Each row read from the file gives what it gives as a flag.
+TEST(OptionTable, EachOptionReadsTheSameFromTheIniFile) {
+  const auto all_flags = parse(example_flags());
+  ASSERT_TRUE(all_flags);
+  const std::string path = ::testing::TempDir() + "/fsdp_one_row.ini";
+  for (const auto& row : option_table()) {
+    std::ofstream(path) << row.name << " = " << row.example << "\n";
+    auto args = example_flags(row.name);
+    args.insert(args.end(), {"--config", path});
+    const auto o = parse(args);
+    ASSERT_TRUE(o) << row.name;
+    EXPECT_TRUE(*o == *all_flags) << "--" << row.name << " from the INI file";
+  }
+  std::remove(path.c_str());
+}
+
+TEST(OptionTable, CheckpointCopyLeavesOutOnlyRunControl) {
+  const auto o = parse(example_flags());
+  ASSERT_TRUE(o);
+  const std::string ini = options_to_ini(*o);
+  for (const auto& row : option_table()) {
+    const bool printed = ini.find(row.name + " = " + row.example + "\n") != std::string::npos;
+    EXPECT_EQ(printed, !row.run_control) << row.name;
+  }
 }
 
 TEST(Options, HelpReturnsNothing) {

@@ -1,0 +1,221 @@
+#include "src/option_table.h"
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "src/option_values.h"
+
+namespace fsdp {
+
+namespace {
+
+template <typename T>
+struct Rule {
+  std::function<bool(const T&, const Options&)> ok;
+  std::string text;  // what the value must be, for the message
+};
+
+template <typename T>
+Rule<T> at_least(T lo) {
+  return {[lo](const T& v, const Options&) { return v >= lo; },
+          lo == T(0) ? "must be >= 0" : "must be at least " + format_value(lo)};
+}
+
+Rule<float> positive() {
+  return {[](const float& v, const Options&) { return v > 0; }, "must be positive"};
+}
+
+Rule<float> fraction() {
+  return {[](const float& v, const Options&) { return v >= 0 && v < 1; }, "must be in [0, 1)"};
+}
+
+template <typename T>
+OptionKind kind_of() {
+  if constexpr (std::is_same_v<T, bool>) return OptionKind::boolean;
+  if constexpr (std::is_same_v<T, float>) return OptionKind::real;
+  if constexpr (std::is_integral_v<T>) return OptionKind::integer;
+  if constexpr (std::is_enum_v<T>) return OptionKind::choice;
+  return OptionKind::text;
+}
+
+template <typename T>
+std::string value_name_of() {
+  if constexpr (std::is_same_v<T, bool>) return "true|false";
+  if constexpr (std::is_same_v<T, float>) return "FLOAT";
+  if constexpr (std::is_integral_v<T>) return "INT";
+  if constexpr (std::is_enum_v<T>) return choice_list<T>("|", "|");
+  return "TEXT";
+}
+
+// `at` reaches the field from an Options, const or not, so get, set and
+// check all go through the same one path to it.
+template <typename T, typename Access>
+OptionRow typed(const char* name, Access at, const char* help, const char* example, Rule<T> rule) {
+  OptionRow r;
+  r.name = name;
+  r.value_name = value_name_of<T>();
+  r.help = help;
+  r.kind = kind_of<T>();
+  r.example = example;
+  r.get = [at](const Options& o) { return format_value(at(o)); };
+  r.set = [at](Options& o, std::string_view text) { return parse_value(text, at(o)); };
+  if (rule.ok)
+    r.check = [at, rule](const Options& o) {
+      return rule.ok(at(o), o) ? std::string() : rule.text;
+    };
+  return r;
+}
+
+template <typename T>
+OptionRow row(const char* name, T Options::*field, const char* help, const char* example,
+              Rule<T> rule = {}) {
+  return typed<T>(
+      name, [field](auto& o) -> auto& { return o.*field; }, help, example, std::move(rule));
+}
+
+// Model fields: ModelConfig::validate checks them together once all are set.
+template <typename T>
+OptionRow model_row(const char* name, T ModelConfig::*field, const char* help,
+                    const char* example) {
+  OptionRow r =
+      typed<T>(name, [field](auto& o) -> auto& { return o.model.*field; }, help, example, {});
+  r.model_field = true;
+  return r;
+}
+
+OptionRow named(OptionRow r, const char* value_name) {
+  r.value_name = value_name;
+  return r;
+}
+
+// A bool that is given alone on the command line (--debug), as a switch.
+OptionRow bare_switch(OptionRow r) {
+  r.is_switch = true;
+  return r;
+}
+
+OptionRow run_control(OptionRow r) {
+  r.run_control = true;
+  return r;
+}
+
+std::string preset_list() {
+  std::string s;
+  for (const auto& n : model_preset_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// Loads the whole preset; the model rows after it override single fields.
+OptionRow preset_row() {
+  OptionRow r;
+  r.name = "model";
+  r.value_name = "NAME";
+  r.help = "model preset: " + preset_list();
+  r.get = [](const Options& o) { return o.model.name; };
+  r.set = [](Options& o, std::string_view text) -> std::string {
+    for (const auto& n : model_preset_names())
+      if (n == text) return o.model = model_preset(n), "";
+    return "choose one of: " + preset_list();
+  };
+  r.example = "gpt-125m";
+  return r;
+}
+
+std::vector<OptionRow> make_table() {
+  using O = Options;
+  using M = ModelConfig;
+  // clang-format off
+  return {
+    preset_row(),
+    model_row("vocab-size", &M::vocab_size, "override the preset: vocabulary size", "300"),
+    model_row("n-layer", &M::n_layer, "override the preset: transformer blocks", "3"),
+    model_row("d-model", &M::d_model, "override the preset: model width", "96"),
+    model_row("n-head", &M::n_head, "override the preset: attention heads", "6"),
+    model_row("n-kv-head", &M::n_kv_head, "override the preset: key/value heads (GQA)", "3"),
+    model_row("d-ff", &M::d_ff, "override the preset: SwiGLU hidden width", "200"),
+    model_row("max-seq-len", &M::max_seq_len, "override the preset: context length", "128"),
+    model_row("rope-theta", &M::rope_theta, "override the preset: RoPE base", "500000"),
+    model_row("norm-eps", &M::norm_eps, "override the preset: RMSNorm epsilon", "1e-06"),
+    model_row("init-std", &M::init_std, "override the preset: initialisation std", "0.01"),
+    model_row("tie-embeddings", &M::tie_embeddings,
+              "override the preset: share embedding and head", "false"),
+    named(row("train-data", &O::train_data,
+              "training tokens: FILE.h5[:/dataset] (default dataset /tokens); required",
+              "train.h5:/tokens2"), "FILE"),
+    named(row("val-data", &O::val_data, "validation tokens: FILE.h5[:/dataset]", "val.h5"),
+          "FILE"),
+    row("seq-len", &O::seq_len, "tokens per sequence (0: the model's context)", "32",
+        {[](const int& v, const O& o) { return v >= 0 && v <= o.model.max_seq_len; },
+         "must be between 1 and the model's --max-seq-len (0 picks it)"}),
+    row("batch-size", &O::batch_size, "sequences per rank per micro-batch", "3", at_least(1)),
+    row("grad-accum", &O::grad_accum, "micro-batches per optimizer step", "2", at_least(1)),
+    row("steps", &O::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
+    row("lr", &O::lr, "peak learning rate", "0.003", positive()),
+    row("min-lr", &O::min_lr, "learning rate at the end of the cosine", "0.0002",
+        {[](const float& v, const O& o) { return v >= 0 && v <= o.lr; }, "must be in [0, --lr]"}),
+    row("warmup-steps", &O::warmup_steps, "linear warmup steps", "5", at_least(0)),
+    row("weight-decay", &O::weight_decay, "AdamW decay, matrices only", "0.05", at_least(0.0f)),
+    row("beta1", &O::beta1, "AdamW beta1", "0.8", fraction()),
+    row("beta2", &O::beta2, "AdamW beta2", "0.99", fraction()),
+    row("adam-eps", &O::adam_eps, "AdamW epsilon", "1e-06", positive()),
+    row("grad-clip", &O::grad_clip, "clip the global gradient norm (0: off)", "0.5",
+        {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0 turns clipping off)"}),
+    row("seed", &O::seed, "seed for initialisation and data order", "42"),
+    row("device", &O::device, "auto uses the GPU when one is visible, else the CPU", "cpu"),
+    row("precision", &O::precision, "auto: fp32 on cpu, bf16 on cuda", "fp32"),
+    run_control(bare_switch(row("debug", &O::debug,
+                    "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
+                    "also deterministic attention and a sync after every op", "true"))),
+    row("shard-group-size", &O::shard_group_size,
+        "shard within groups of K ranks, replicate across groups (0: all ranks)", "2",
+        at_least(0)),
+    row("reshard-after-forward", &O::reshard_after_forward,
+        "free gathered weights after forward, re-gather for backward", "false"),
+    row("recompute", &O::recompute,
+        "activation recomputation in backward (less memory, more compute)", "block"),
+    row("reduce-dtype", &O::reduce_dtype,
+        "element type of gradient reduce-scatters (bf16 needs --device cuda)", "bf16"),
+    row("device-comm", &O::device_comm,
+        "auto: NCCL on cuda, MPI on cpu; staged: a TEST MODE that runs the engine's "
+        "collectives through host memory over MPI, so several ranks can share one GPU (slow)",
+        "staged"),
+    row("eval-every", &O::eval_every, "validate every N steps (0: at the end only)", "10",
+        at_least(0)),
+    row("eval-batches", &O::eval_batches, "validation micro-batches per rank", "4", at_least(1)),
+    row("log-every", &O::log_every, "print a line every N steps", "5", at_least(1)),
+    run_control(named(row("metrics", &O::metrics, "write JSON-lines metrics to FILE (rank 0)",
+                          "m.jsonl"), "FILE")),
+    run_control(named(row("checkpoint-dir", &O::checkpoint_dir, "directory for checkpoints",
+                          "ckpt"), "DIR")),
+    row("checkpoint-every", &O::checkpoint_every, "save every N steps (and at the end)", "10",
+        at_least(0)),
+    row("keep-checkpoints", &O::keep_checkpoints, "keep the newest K checkpoints (0: all)", "2",
+        at_least(0)),
+    run_control(named(row("resume", &O::resume,
+                          "auto: the newest valid checkpoint in --checkpoint-dir, or a fresh start; "
+                          "or a checkpoint file",
+                          "auto"), "auto|PATH")),
+    run_control(row("stop-at-step", &O::stop_at_step,
+                    "end after step N with a checkpoint, as a preemption would; the LR schedule "
+                    "still follows --steps (0: off)", "20",
+                    {[](const int& v, const O& o) { return v >= 0 && v <= o.steps; },
+                     "must be between 1 and --steps (0: off)"})),
+  };
+  // clang-format on
+}
+
+}  // namespace
+
+const std::vector<OptionRow>& option_table() {
+  static const std::vector<OptionRow> table = make_table();
+  return table;
+}
+
+const OptionRow* find_option(std::string_view name) {
+  for (const auto& r : option_table())
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+}  // namespace fsdp
