@@ -1,6 +1,7 @@
 #include "shard/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ namespace {
 constexpr const char* kPrefix = "step_";
 constexpr const char* kSuffix = ".h5";
 constexpr const char* kLatest = "latest";
+constexpr const char* kWriteProbe = ".write_probe.";
 
 void fsync_path(const std::string& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
@@ -72,14 +74,65 @@ void CheckpointDir::ensure_writable() const {
     throw_error("checkpoint directory '", dir_,
                 "' is not a directory; pass a writable --checkpoint-dir");
   // access(W_OK) says yes to root on a read-only mount, so really create a file.
-  const std::string probe =
-      (fs::path(dir_) / (".write_probe." + std::to_string(::getpid()))).string();
+  const std::string probe = (fs::path(dir_) / (kWriteProbe + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw_error("checkpoint directory '", dir_, "' is not writable: ", std::strerror(errno),
                 "; pass a writable --checkpoint-dir");
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+int64_t CheckpointDir::free_bytes() const {
+  struct statvfs st {};
+  if (::statvfs(dir_.c_str(), &st) != 0)
+    throw_error("cannot query free space of '", dir_, "': ", std::strerror(errno));
+  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+}
+
+int CheckpointDir::reserve(const std::string& path, int64_t bytes) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_error("cannot create '", path, "': ", std::strerror(errno));
+  // KEEP_SIZE: the file stays empty, so HDF5's create-and-truncate keeps the
+  // blocks (it truncates only a non-empty file).
+  const int rc = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, bytes);
+  const int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  if (err == 0 || err == EOPNOTSUPP || err == ENOSYS) return err == ENOSYS ? EOPNOTSUPP : err;
+  ::unlink(path.c_str());
+  if (err == ENOSPC || err == EDQUOT) return ENOSPC;
+  throw_error("cannot reserve ", bytes, " bytes for '", path, "': ", std::strerror(err));
+}
+
+void CheckpointDir::release_reserve(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  // Truncating to its own size frees the blocks reserved past the end.
+  if (!ec) fs::resize_file(path, size, ec);
+  if (ec) throw_error("cannot trim '", path, "': ", ec.message());
+}
+
+std::vector<std::string> CheckpointDir::remove_stray_tmp() const {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  const std::string latest_tmp = tmp_path(kLatest);
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string suffix = tmp_path("");
+    // A writability probe outlives its run only when the run was killed
+    // between creating and deleting it (ensure_writable).
+    const bool probe = name.starts_with(kWriteProbe);
+    if (!probe && (name.size() <= suffix.size() || !name.ends_with(suffix))) continue;
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    if (!(probe || step_of(base) || name == latest_tmp) || !it->is_regular_file(ec)) continue;
+    const std::string p = it->path().string();
+    if (!fs::remove(p, ec) || ec)
+      throw_error("cannot delete '", p, "', left by a crashed save: ", ec.message());
+    removed.push_back(p);
+  }
+  if (ec) throw_error("cannot list checkpoint directory '", dir_, "': ", ec.message());
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 std::vector<std::string> CheckpointDir::list() const {
@@ -117,14 +170,21 @@ void CheckpointDir::publish(const std::string& from, const std::string& to) {
 void CheckpointDir::set_latest(const std::string& path) const {
   const std::string target = (fs::path(dir_) / kLatest).string();
   const std::string tmp = tmp_path(target);
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << fs::path(path).filename().string() << "\n";
-    out.close();
-    if (!out) throw_error("cannot write '", tmp, "': ", std::strerror(errno));
+  try {
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << fs::path(path).filename().string() << "\n";
+      out.close();
+      if (!out) throw_error("cannot write '", tmp, "': ", std::strerror(errno));
+    }
+    fsync_path(tmp, O_RDONLY);
+    publish(tmp, target);
+  } catch (...) {
+    // A full disk fails here too; `latest` still names the previous file.
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
   }
-  fsync_path(tmp, O_RDONLY);
-  publish(tmp, target);
 }
 
 std::vector<std::string> CheckpointDir::prune(int keep, const std::string& protect) const {

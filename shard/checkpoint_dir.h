@@ -23,8 +23,24 @@ class CheckpointDir {
   static std::optional<int64_t> step_of(const std::string& path);
 
   // Creates DIR and checks that a file can be created in it; throws
-  // fsdp::Error naming DIR otherwise.
+  // fsdp::Error naming DIR and what to do otherwise.
   void ensure_writable() const;
+  // Bytes an unprivileged writer may still use on DIR's file system.
+  int64_t free_bytes() const;
+  // Creates `path` empty with `bytes` of disk reserved past its end
+  // (fallocate KEEP_SIZE), so writes up to that size cannot fail for space,
+  // not even when another process fills the disk meanwhile. Returns 0, or
+  // the errno: ENOSPC (then `path` is removed), or EOPNOTSUPP where the file
+  // system cannot reserve (some NFS, Lustre), when the caller goes on
+  // without. Throws for other failures.
+  static int reserve(const std::string& path, int64_t bytes);
+  // Gives back what reserve() set aside beyond the file's end.
+  static void release_reserve(const std::string& path);
+  // Deletes what crashed saves leave behind (step_*.h5.tmp, latest.tmp, and
+  // .write_probe.* of a run killed while checking the directory; no other
+  // names) and returns the deleted paths. Only the directory's lock
+  // holder may call it: another run's .tmp may be a save in progress.
+  std::vector<std::string> remove_stray_tmp() const;
   // Complete-by-name checkpoints (step_*.h5), newest step first. Validity of
   // their contents is the caller's business.
   std::vector<std::string> list() const;

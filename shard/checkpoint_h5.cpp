@@ -15,6 +15,12 @@ herr_t first_reason(unsigned n, const H5E_error2_t* e, void* out) {
   return 0;
 }
 
+herr_t every_reason(unsigned, const H5E_error2_t* e, void* out) {
+  auto& text = *static_cast<std::string*>(out);
+  if (e->desc && *e->desc) text += (text.empty() ? "" : "; ") + std::string(e->desc);
+  return 0;
+}
+
 std::string where(const std::string& path) {
   return "checkpoint '" + path + "': ";
 }
@@ -31,12 +37,33 @@ std::string h5_reason() {
   return reason.empty() ? "unknown HDF5 error" : reason;
 }
 
+std::string h5_stack_text() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, every_reason, &text);
+  return text;
+}
+
+thread_local std::string failure_stack;
+
+const std::string& h5_failure_stack() {
+  return failure_stack;
+}
+
+void h5_clear_failure_stack() {
+  failure_stack.clear();
+}
+
 void h5_check(herr_t rc, const char* what, const std::string& path) {
-  if (rc < 0) throw_error(where(path), what, " failed: ", h5_reason());
+  if (rc >= 0) return;
+  failure_stack = h5_stack_text();
+  throw_error(where(path), what, " failed: ", h5_reason());
 }
 
 H5 h5_own(hid_t id, H5::Close close, const char* what, const std::string& path) {
-  if (id < 0) throw_error(where(path), what, " failed: ", h5_reason());
+  if (id < 0) {
+    failure_stack = h5_stack_text();
+    throw_error(where(path), what, " failed: ", h5_reason());
+  }
   return H5(id, close);
 }
 
@@ -53,9 +80,10 @@ H5 make_fapl(MPI_Comm comm, const std::string& path) {
   h5_check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio", path);
   h5_check(H5Pset_all_coll_metadata_ops(fapl.get(), true), "H5Pset_all_coll_metadata_ops", path);
   h5_check(H5Pset_coll_metadata_write(fapl.get(), true), "H5Pset_coll_metadata_write", path);
-  // Large tensors start on 1 MiB boundaries (file-system stripes); norm gains
-  // of a few KiB stay packed.
-  h5_check(H5Pset_alignment(fapl.get(), 64 * 1024, 1024 * 1024), "H5Pset_alignment", path);
+  // No H5Pset_alignment: starting each tensor on a 1 MiB boundary left the
+  // gaps between them as holes, so files were 2-5x their data by size and a
+  // copy to another file system filled the holes in. Collective writes are
+  // already split into stripe-aligned file domains by the MPI-IO layer.
   return fapl;
 }
 

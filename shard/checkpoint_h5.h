@@ -20,6 +20,13 @@ using H5 = H5Id;
 
 // HDF5's innermost reason for the last failure ("truncated file: eof = ...").
 std::string h5_reason();
+// Every message on HDF5's error stack, innermost first, joined by "; ": where
+// the MPI-IO layer's own reason ("No space left on device") shows up.
+std::string h5_stack_text();
+// h5_stack_text() as it was when h5_check or h5_own last threw on this
+// thread (closing ids while unwinding clears HDF5's stack).
+const std::string& h5_failure_stack();
+void h5_clear_failure_stack();
 // Throws fsdp::Error "checkpoint 'path': what failed: reason" when rc < 0.
 void h5_check(herr_t rc, const char* what, const std::string& path);
 // Checked close: throws naming `path` when HDF5 reports a failure.
@@ -34,7 +41,7 @@ H5 h5_own(hid_t id, H5::Close close, const char* what, const std::string& path);
 void h5_quiet();
 
 // File access for all ranks of `comm` together (MPI-IO, collective metadata,
-// 1 MiB alignment, no file locking), or for one process (comm MPI_COMM_NULL).
+// no file locking), or for one process (comm MPI_COMM_NULL).
 H5 make_fapl(MPI_Comm comm, const std::string& path);
 // Collective transfer for dataset reads and writes.
 H5 make_dxpl(const std::string& path);

@@ -11,19 +11,37 @@
 
 namespace fsdp {
 
-void refuse_to_overwrite(const Options& o, MPI_Comm world) {
-  if (o.checkpoint_dir.empty() || !o.resume.empty()) return;
-  int found = 0;
+namespace {
+
+// Throws when `dir` already holds checkpoints and no --resume was given.
+void refuse_to_overwrite(const Options& o, const CheckpointDir& dir) {
+  if (!o.resume.empty() || dir.list().empty()) return;
+  throw_error("--checkpoint-dir '", o.checkpoint_dir,
+              "' already holds checkpoints; pass --resume auto to continue that run, or "
+              "choose another directory (nothing there is overwritten)");
+}
+
+}  // namespace
+
+DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
+  DirLock lock;
+  if (o.checkpoint_dir.empty()) return lock;
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   all_or_none(world, [&] {
-    if (rank == 0) found = CheckpointDir(o.checkpoint_dir).list().empty() ? 0 : 1;
+    if (rank != 0) return;
+    const CheckpointDir dir(o.checkpoint_dir);
+    // Found now, not at the first save after hours of training.
+    dir.ensure_writable();
+    std::string warning;
+    lock = DirLock::acquire(o.checkpoint_dir, &warning);
+    if (!warning.empty()) std::fprintf(stderr, "fsdptrain: warning: %s\n", warning.c_str());
+    refuse_to_overwrite(o, dir);
+    // Only the lock holder may: no other run can be writing these now.
+    for (const std::string& p : dir.remove_stray_tmp())
+      std::printf("fsdptrain: removed '%s', left by a save that did not finish\n", p.c_str());
   });
-  MPI_Bcast(&found, 1, MPI_INT, 0, world);
-  if (found)
-    throw_error("--checkpoint-dir '", o.checkpoint_dir,
-                "' already holds checkpoints; pass --resume auto to continue that run, or "
-                "choose another directory (nothing there is overwritten)");
+  return lock;
 }
 
 RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader& loader,
@@ -44,12 +62,13 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
       break;
     } catch (const Error& e) {
       if (o.resume != "auto" || std::string(e.what()).find("checksum") == std::string::npos) throw;
-      if (lead) std::printf("fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
+      if (lead)
+        std::fprintf(stderr, "fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
       damaged.push_back(choice.path);
     }
   }
   if (lead && !choice.warning.empty())
-    std::printf("fsdptrain: warning: %s\n", choice.warning.c_str());
+    std::fprintf(stderr, "fsdptrain: warning: %s\n", choice.warning.c_str());
   if (choice.path.empty()) {
     if (lead)
       std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",

@@ -8,6 +8,7 @@
 
 #include "data/batch_loader.h"
 #include "model/ops.h"
+#include "shard/dir_lock.h"
 #include "shard/engine.h"
 #include "src/options.h"
 
@@ -19,9 +20,13 @@ struct RunPosition {
   std::string resumed_from;
 };
 
-// Throws when --checkpoint-dir already holds checkpoints and no --resume was
-// given: starting over there would replace them. Collective.
-void refuse_to_overwrite(const Options& o, MPI_Comm world);
+// Claims --checkpoint-dir for this run before any training, on rank 0: makes
+// it and proves it writable, locks it against a second run (the lock lasts
+// as long as the returned object), refuses to start over where checkpoints
+// exist without --resume (that would replace them), then deletes the .tmp
+// files of crashed saves, saying so. Throws fsdp::Error naming the directory
+// and what to do. Collective; without --checkpoint-dir it does nothing.
+DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world);
 
 // Applies --resume: loads engine state and the data order, or returns step 0.
 // Prints (rank 0) what it resumed from and any damaged checkpoint it skipped.

@@ -6,8 +6,10 @@
 
 #include "comm/agree.h"
 #include "comm/runtime.h"
+#include "comm/watchdog.h"
 #include "common/error.h"
 #include "src/options.h"
+#include "src/stop_signal.h"
 #include "src/trainer.h"
 
 namespace {
@@ -19,7 +21,10 @@ namespace {
 bool agree_ok(bool ok, bool peer_only, const std::string& message, int rank) {
   const int none = 1 << 30;
   int mine[2] = {ok || peer_only ? none : rank, ok ? none : rank}, first[2] = {0, 0};
-  MPI_Allreduce(mine, first, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  {
+    fsdp::WatchScope watch("agreeing on the set-up's outcome");
+    MPI_Allreduce(mine, first, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
   const int printer = first[0] != none ? first[0] : first[1];
   if (!ok && printer == rank) std::fprintf(stderr, "fsdptrain: error: %s\n", message.c_str());
   return first[1] == none;
@@ -31,12 +36,16 @@ int main(int argc, char** argv) {
   fsdp::MpiRuntime mpi(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // From here a stop signal during set-up (a long resume) sets the flag the
+  // first step boundary acts on, instead of killing this rank.
+  fsdp::install_stop_handlers();
 
   std::optional<fsdp::Options> options;
   std::unique_ptr<fsdp::Trainer> trainer;
   std::string message;
   bool peer_only = false;
   try {
+    fsdp::start_collective_watchdog(rank, fsdp::collective_timeout_from_env());
     options = fsdp::parse_options(argc, argv);
     if (options) {
       const fsdp::WorldInfo world = fsdp::world_info();
@@ -54,6 +63,12 @@ int main(int argc, char** argv) {
 
   try {
     trainer->run();
+  } catch (const fsdp::AgreedError& e) {
+    // Every rank stopped at the same point for the same reason (e.g. a
+    // diverged step): one line, a clean exit, MPI finalised normally.
+    if (rank == 0) std::fprintf(stderr, "fsdptrain: error: %s\n", e.what());
+    trainer.reset();
+    return 1;
   } catch (const std::exception& e) {
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);

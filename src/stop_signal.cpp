@@ -1,6 +1,10 @@
 #include "src/stop_signal.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
 
 namespace fsdp {
 
@@ -18,6 +22,17 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // blocking reads and MPI calls carry on
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGUSR2, &sa, nullptr);
+  stop_when_launcher_dies();
+}
+
+void stop_when_launcher_dies() {
+  // Only under a launcher: a lone process whose shell exits (nohup, a closed
+  // terminal) must keep training.
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMIX_RANK")) return;
+  const pid_t launcher = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) raise(SIGTERM);  // it died before prctl took effect
 }
 
 const char* stop_signal_name() {
@@ -28,6 +43,8 @@ const char* stop_signal_name() {
       return "SIGTERM";
     case SIGUSR1:
       return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
     default:
       return "a signal";
   }

@@ -6,18 +6,32 @@
 #include <cstdio>
 
 #include "comm/agree.h"
+#include "comm/watchdog.h"
 #include "shard/memory_plan.h"
 #include "src/backend.h"
 #include "src/checkpointing.h"
 #include "src/lr_schedule.h"
+#include "src/memory_check.h"
 #include "src/stop_signal.h"
 
 namespace fsdp {
 
 namespace {
 
-TokenStream open_checked(const std::string& spec, const char* flag, const Options& o) {
+// `train` is the training data when opening --val-data: a validation loss
+// over token ids of another tokenizer would be a number that means nothing.
+TokenStream open_checked(const std::string& spec, const char* flag, const Options& o,
+                         const TokenStream* train = nullptr) {
   TokenStream d = TokenStream::open(spec, flag, MPI_COMM_WORLD);
+  if (train && d.vocab_size() != train->vocab_size())
+    throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but ",
+                train->flag(), " ", train->describe(), " has vocab_size ", train->vocab_size(),
+                "; validate on data made with the training data's tokenizer");
+  if (train && !d.tokenizer().empty() && !train->tokenizer().empty() &&
+      d.tokenizer() != train->tokenizer())
+    throw_error(flag, ": ", d.describe(), " has tokenizer '", d.tokenizer(), "' but ",
+                train->flag(), " ", train->describe(), " has tokenizer '", train->tokenizer(),
+                "'; validate on data made with the training data's tokenizer");
   if (d.vocab_size() > o.model.vocab_size)
     throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but the model has ",
                 o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(), " or a larger preset");
@@ -47,13 +61,14 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // themselves; steps that can fail on some ranks only go through
   // all_or_none, so no rank is left waiting in a collective.
   const MPI_Comm W = MPI_COMM_WORLD;
-  if (!o_.val_data.empty()) val_data_.emplace(open_checked(o_.val_data, "--val-data", o_));
-  std::string device;
+  if (!o_.val_data.empty())
+    val_data_.emplace(open_checked(o_.val_data, "--val-data", o_, &train_data_));
+  Device device = Device::cpu;
   all_or_none(W, [&] {
     device = resolve_device(o_);  // a configuration error before any file is created
     if (lead_) metrics_.open(o_.metrics);
   });
-  refuse_to_overwrite(o_, W);
+  checkpoint_lock_ = claim_checkpoint_dir(o_, W);
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
@@ -62,16 +77,29 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // staged, --device-comm); the host groups above carry the scalars (losses,
   // norms, flags) either way.
   ProcessGroups* engine_groups = &groups_;
-  if (device == "cuda" || o_.device_comm == "staged") {
+  if (device == Device::cuda || o_.device_comm == DeviceComm::staged) {
     device_groups_ = make_engine_groups(device, o_);
     engine_groups = &*device_groups_;
   }
-  if (device == "cuda" && lead_)
+  if (device == Device::cuda && lead_)
     std::printf(
         "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
         "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
+  // The plan against free memory before build() allocates anything it sizes.
+  all_or_none(W, [&] {
+    check_memory_fits(
+        plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
+                    o_.reshard_after_forward, o_.batch_size, o_.seq_len, o_.recompute,
+                    o_.reduce_dtype),
+        *ops_,
+        {world_.local_size, groups_.shard->size(), world_.size, o_.batch_size, o_.recompute});
+  });
   all_or_none(W, [&] { build(*engine_groups); });
-  pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, W, lead_);
+  {
+    // Collective parallel-HDF5 reads: a rank stuck here holds up all of them.
+    WatchScope watch("checkpoint load (--resume)");
+    pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, W, lead_);
+  }
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
@@ -80,13 +108,12 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
 // The rank-local part of set-up: memory on the device, the reader thread.
 void Trainer::build(ProcessGroups& engine_groups) {
-  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len,
-                                         parse_recompute(o_.recompute));
+  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len, o_.recompute);
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
   eo.check_finite = o_.debug;
-  eo.reduce_dtype = o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
+  eo.reduce_dtype = o_.reduce_dtype;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
@@ -103,8 +130,7 @@ void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
   const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
-                                   o_.batch_size, o_.seq_len, parse_recompute(o_.recompute),
-                                   o_.reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
+                                   o_.batch_size, o_.seq_len, o_.recompute, o_.reduce_dtype);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
@@ -212,8 +238,34 @@ bool Trainer::stop_requested() {
   return flag > 0;
 }
 
+[[noreturn]] void Trainer::refuse_diverged_step(int step, double loss, const GradientNorms& n) {
+  metrics_.write({{"step", std::to_string(step + 1)},
+                  {"loss", json_number(loss)},
+                  {"grad_norm", json_number(n.total)},
+                  {"diverged", "true"}});
+  std::string units;
+  for (const std::string& name : n.nonfinite_units(*model_))
+    units += (units.empty() ? "" : ", ") + name;
+  throw_agreed_error("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
+                     n.total, units.empty() ? "" : " (non-finite gradients in " + units + ")",
+                     "; the step was not applied and nothing of it was saved. Lower --lr or "
+                     "raise --warmup-steps; --debug stops at the first unit whose output or "
+                     "gradient holds NaN/Inf");
+}
+
 void Trainer::save() {
-  const std::string path = save_run(o_, pos_, *engine_, *ops_, *loader_, MPI_COMM_WORLD);
+  // Weights are finite after every applied step unless the update itself
+  // overflowed; a checkpoint of them would be resumed by --resume auto.
+  if (!engine_->masters_finite())
+    throw_agreed_error("not saving step ", pos_.step,
+                       ": the weights hold NaN or Inf after the update; ", "lower --lr");
+  std::string path;
+  {
+    // Collective parallel-HDF5 writes: the whole save is one wait on peers
+    // and the file system, watched like a collective.
+    WatchScope watch("checkpoint save of step " + std::to_string(pos_.step));
+    path = save_run(o_, pos_, *engine_, *ops_, *loader_, MPI_COMM_WORLD);
+  }
   metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
   if (lead_)
     std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
@@ -259,6 +311,10 @@ TrainSummary Trainer::run() {
     if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
   };
 
+  if (!engine_->masters_finite())
+    throw_agreed_error(
+        "--resume: '", pos_.resumed_from,
+        "' holds NaN or Inf weights; resume from an earlier checkpoint (--resume PATH)");
   warm_up();
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
   for (int step = int(pos_.step); step < o_.steps; ++step) {
@@ -270,15 +326,16 @@ TrainSummary Trainer::run() {
     const int t0 = ops_->mark();
     const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
     const double loss = train_step(step);
-    const double norm = engine_->step(adam, lr);
+    // The update waits until the loss and the gradient norm are known to be
+    // finite: a diverged step changes no weight and reaches no checkpoint.
+    const GradientNorms norms = engine_->measure_gradients();
+    if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
+    engine_->apply_update(adam, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;
     summary.train_loss.push_back(loss);
-    log_step(step, loss, lr, norm, dt);
-    if (!std::isfinite(loss))
-      throw_error("training diverged: loss is ", loss, " at step ", step + 1,
-                  "; lower --lr or raise --warmup-steps");
+    log_step(step, loss, lr, norms.total, dt);
 
     const bool last = step + 1 == o_.steps;
     if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);

@@ -45,11 +45,13 @@ class Trainer {
   void print_memory_plan() const;
   bool stop_requested();
   void save();
+  [[noreturn]] void refuse_diverged_step(int step, double loss, const GradientNorms& norms);
   std::pair<double, double> global_sum(double a, double b);
 
   Options o_;
   WorldInfo world_;
-  bool lead_;  // rank 0 prints and writes metrics
+  bool lead_;                // rank 0 prints and writes metrics
+  DirLock checkpoint_lock_;  // --checkpoint-dir is this run's until the Trainer ends
   TokenStream train_data_;
   std::optional<TokenStream> val_data_;
   std::unique_ptr<Ops> ops_;
