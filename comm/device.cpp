@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 #include "common/cuda_check.h"
 
 namespace fsdp {
@@ -27,6 +28,7 @@ void check_devices_distinct(bool shared) {
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
   constexpr int kId = sizeof(prop.uuid.bytes);
   std::vector<char> ids(size_t(size) * kId);
+  WatchScope watch("comparing the ranks' GPUs (MPI_Allgather)");
   check_mpi(
       MPI_Allgather(prop.uuid.bytes, kId, MPI_BYTE, ids.data(), kId, MPI_BYTE, MPI_COMM_WORLD),
       "MPI_Allgather");

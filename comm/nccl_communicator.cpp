@@ -13,6 +13,7 @@
 #include "comm/mpi_check.h"
 #include "comm/nccl_check.h"
 #include "comm/nccl_watchdog.h"
+#include "comm/watchdog.h"
 
 // Enqueues an NCCL call on this communicator, settling ncclInProgress.
 #define NCCL_CALL(call) settle(comm_, (call), #call, __FILE__, __LINE__)
@@ -108,7 +109,10 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : 
       id_result = ncclGetUniqueId(&boot.id);
       boot.ok = id_result == ncclSuccess;
     }
-    check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
+    {
+      WatchScope watch("sharing the NCCL id (MPI_Bcast)");
+      check_mpi(MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, mpi_comm_), "MPI_Bcast");
+    }
     if (rank_ == 0) FSDP_NCCL_CHECK(id_result, nullptr);
     if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
     ncclConfig_t config = nonblocking_config();
@@ -264,7 +268,10 @@ WorkHandle NcclCommunicator::barrier() {
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
   MPI_Comm sub = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
+  {
+    WatchScope watch("NCCL group split (MPI_Comm_split)");
+    check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
+  }
   ncclComm_t child = nullptr;
   ncclConfig_t config = nonblocking_config();
   const ncclResult_t started = ncclCommSplit(comm_, color, key, &child, &config);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 #include "common/error.h"
 
 namespace fsdp {
@@ -37,6 +38,7 @@ WorldInfo world_info() {
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &w.rank), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &w.size), "MPI_Comm_size");
 
+  WatchScope watch("learning the nodes of the job (MPI_Comm_split_type)");
   MPI_Comm local = MPI_COMM_NULL;
   check_mpi(
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local),

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "comm/mpi_check.h"
+#include "comm/watchdog.h"
 #include "common/error.h"
 
 namespace fsdp {
@@ -92,6 +93,7 @@ WorkHandle StagedCommunicator::all_gather(const void* send, void* recv, size_t c
   send_host_.resize(bytes);
   recv_host_.resize(bytes * size_);
   stager_->to_host(send_host_.data(), send, bytes);  // first: send may lie inside recv
+  WatchScope watch("staged all_gather (MPI_Allgather)");
   check_mpi(MPI_Allgather(send_host_.data(), n, MPI_BYTE, recv_host_.data(), n, MPI_BYTE, comm_),
             "MPI_Allgather");
   stager_->to_device(recv, recv_host_.data(), bytes * size_);
@@ -104,6 +106,7 @@ void StagedCommunicator::reduce(const std::vector<char>& send, std::vector<char>
   const int n = checked_count(count, "reduction");
   const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : MPI_SUM;
   recv.resize(count * dtype_size(dtype));
+  WatchScope watch(scatter ? "staged reduce_scatter" : "staged all_reduce");
   if (dtype == DType::i32) {
     if (op == ReduceOp::avg) throw_error("ReduceOp avg needs f32 or bf16, got i32");
     check_mpi(scatter
@@ -146,6 +149,7 @@ WorkHandle StagedCommunicator::broadcast(void* buf, size_t count, DType dtype, i
   const size_t bytes = count * dtype_size(dtype);
   send_host_.resize(bytes);
   if (rank_ == root) stager_->to_host(send_host_.data(), buf, bytes);
+  WatchScope watch("staged broadcast (MPI_Bcast)");
   check_mpi(MPI_Bcast(send_host_.data(), checked_count(bytes, "broadcast"), MPI_BYTE, root, comm_),
             "MPI_Bcast");
   if (rank_ != root) stager_->to_device(buf, send_host_.data(), bytes);
@@ -153,6 +157,7 @@ WorkHandle StagedCommunicator::broadcast(void* buf, size_t count, DType dtype, i
 }
 
 WorkHandle StagedCommunicator::barrier() {
+  WatchScope watch("staged barrier");
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
   return std::make_unique<DoneWork>();
 }
@@ -160,7 +165,10 @@ WorkHandle StagedCommunicator::barrier() {
 std::unique_ptr<Communicator> StagedCommunicator::split(int color, int key) {
   FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
   MPI_Comm sub = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  {
+    WatchScope watch("staged split (MPI_Comm_split)");
+    check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+  }
   std::unique_ptr<Communicator> result;
   try {
     result = std::make_unique<StagedCommunicator>(sub, stager_);

@@ -6,6 +6,7 @@
 #include <climits>
 #include <exception>
 
+#include "comm/watchdog.h"
 #include "common/error.h"
 #include "common/hdf5_lock.h"
 
@@ -47,6 +48,7 @@ void agree(MPI_Comm comm, const std::optional<std::string>& error) {
   }
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  WatchScope watch("agreeing on the data files' checks");
   int mine = error ? rank : INT_MAX, first = INT_MAX;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == INT_MAX) return;

@@ -82,9 +82,9 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     engine_groups = &*device_groups_;
   }
   if (device == Device::cuda && lead_)
-    std::printf(
-        "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
-        "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
+    std::fprintf(stderr,
+                 "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
+                 "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   // The plan against free memory before build() allocates anything it sizes.
   all_or_none(W, [&] {
     check_memory_fits(
