@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/hdf5_lock.h"
 #include "common/h5_id.h"
+#include "common/hdf5_lock.h"
 
 namespace fsdp {
 
@@ -194,10 +194,41 @@ std::optional<int64_t> read_int_attr(hid_t dset, hid_t file, const char* name, c
   if (H5Sget_simple_extent_npoints(space.get()) != 1)
     throw_error(w.flag, ": attribute ", name, " of ", w.in(),
                 " must be a single integer, not an array");
+  if (H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+    // Read as int64, HDF5 would clip 2^64-1 to 2^63-1 and report that.
+    uint64_t value = 0;
+    if (H5Aread(attr.get(), H5T_NATIVE_UINT64, &value) < 0)
+      throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in(), " as an integer");
+    if (value > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw_error(w.flag, ": attribute ", name, " of ", w.in(), " is ", value,
+                  ", beyond the range of int64");
+    return int64_t(value);
+  }
   int64_t value = 0;
   if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0)
     throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in(), " as a 64-bit integer");
   return value;
+}
+
+// A dataset stored through a filter this HDF5 lacks (h5py's lzf, a plugin
+// that is not installed) fails at the first read as if the file were
+// corrupt; said here, the message names the filter and the way out.
+void check_filters(hid_t dset, const Where& w) {
+  H5Id dcpl(H5Dget_create_plist(dset), H5Pclose);
+  if (!dcpl.valid()) return;
+  const int n = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nvalues = 0;
+    char name[128] = {0};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &nvalues, nullptr,
+                                           sizeof name, name, &config);
+    if (id < 0 || H5Zfilter_avail(id) > 0) continue;
+    throw_error(w.flag, ": ", w.in(), " is stored with HDF5 filter ", id,
+                name[0] ? " (" + std::string(name) + ")" : std::string(),
+                ", which this build's HDF5 cannot decode; rewrite it without it, e.g. h5repack "
+                "-f NONE, or with gzip");
+  }
 }
 
 std::string read_string_attr(hid_t dset, hid_t file, const char* name, const Where& w) {
@@ -298,6 +329,7 @@ TokenDataset TokenDataset::open(const DataSource& source, const std::string& fla
   H5Id file = open_file(w);
   H5Id dset = open_dataset(file.get(), w);
   ds.size_ = check_shape(dset.get(), w, &ds.bytes_per_token_);
+  check_filters(dset.get(), w);
 
   const auto vocab = read_int_attr(dset.get(), file.get(), "vocab_size", w);
   if (!vocab)

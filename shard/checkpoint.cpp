@@ -101,8 +101,7 @@ std::string damaged(const std::string& path, const std::string& reason) {
 // A damaged file's error says what to do instead; other errors (a model
 // mismatch) carry their own advice.
 std::string advise(const std::string& error) {
-  const bool is_damage = error.find("is damaged or truncated") != std::string::npos;
-  return is_damage ? error + "; use an earlier one or --resume PATH" : error;
+  return checkpoint_is_damaged(error) ? error + "; use an earlier one or --resume PATH" : error;
 }
 
 // Single-process open for checks on rank 0. Empty H5 and *error set on failure.
@@ -129,8 +128,11 @@ std::string probe(const std::string& path, const ModelConfig* model) {
   H5 file = open_serial(path, &error);
   if (!error.empty()) return error;
   try {
-    read_meta(file.get(), path);
-    if (model) error = check_datasets(file.get(), *model, path);
+    const CheckpointMeta meta = read_meta(file.get(), path);
+    // The saved model's fields first: they name the flag to pass, where a
+    // dataset's shape could only hint at it.
+    if (model) error = model_mismatch(meta.model, *model, path);
+    if (model && error.empty()) error = check_datasets(file.get(), *model, path);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -327,14 +329,18 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   return path;
 }
 
+bool checkpoint_is_damaged(const std::string& error) {
+  return error.find("' is damaged") != std::string::npos;
+}
+
 // Every replica reads its shard, so the tensors were hashed `replicas` times.
-// Files from before checksums existed have none and are not checked.
+// Every file of format 1 this program writes has checksums (read_meta refuses
+// one without): accepting a file without them would let a changed tensor load.
 static void verify_checksums(hid_t file, Checksums& sums, int replicas, MPI_Comm world,
                              const std::string& path) {
   MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T, MPI_SUM,
                 world);
-  const std::vector<uint64_t> stored = get_u64s_if_present(file, kChecksumAttr, path);
-  if (stored.empty()) return;
+  const std::vector<uint64_t> stored = get_u64s(file, kChecksumAttr, path);
   if (stored.size() != sums.sums.size())
     throw_error("checkpoint '", path, "' is damaged: it lists ", stored.size(),
                 " tensor checksums for ", sums.sums.size(), " tensors");
@@ -410,7 +416,7 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, M
     for (const auto& p : candidates) {
       const bool known_bad = std::find(skip.begin(), skip.end(), p) != skip.end();
       const std::string error =
-          known_bad ? "checkpoint '" + p + "' failed its checksums" : probe(p, nullptr);
+          known_bad ? "checkpoint '" + p + "' is damaged (said above)" : probe(p, nullptr);
       if (error.empty()) {
         choice.path = p;
         break;

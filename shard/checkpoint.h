@@ -95,6 +95,11 @@ CheckpointMeta load_checkpoint(const std::string& path, const ModelConfig& model
 // Only the metadata (e.g. to show what a checkpoint was trained with).
 CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world);
 
+// True for the errors of a file that is damaged (unreadable, truncated,
+// metadata of the wrong type or out of range, a checksum mismatch), as
+// opposed to one that is sound but does not fit this run (another model).
+bool checkpoint_is_damaged(const std::string& error);
+
 struct ResumeChoice {
   std::string path;     // empty: start fresh
   std::string warning;  // non-empty when a damaged newer checkpoint was skipped

@@ -1,5 +1,8 @@
 #include "shard/checkpoint_h5.h"
 
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -104,13 +107,56 @@ void put(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const voi
   h5_close(attr, path);
 }
 
+// "attribute 'step'" on the root, "attribute 'n_layer' of /model" on a group.
+std::string attr_label(hid_t obj, const char* name) {
+  char group[256] = {0};
+  const ssize_t n = H5Iget_name(obj, group, sizeof group);
+  const std::string g = n > 0 ? std::string(group) : "/";
+  return "attribute '" + std::string(name) + "'" + (g == "/" ? "" : " of " + g);
+}
+
+std::string damaged(const std::string& path) {
+  return "checkpoint '" + path + "' is damaged: ";
+}
+
 H5 open_attr(hid_t obj, const char* name, const std::string& path) {
   const htri_t exists = H5Aexists(obj, name);
-  if (exists <= 0) throw_error(where(path), "attribute '", name, "' is missing");
+  if (exists <= 0) throw_error(damaged(path), attr_label(obj, name), " is missing");
   return h5_own(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose, "H5Aopen", path);
 }
 
+// What an attribute holds, for messages: "a string", "an array of 64 floats".
+std::string describe(H5T_class_t cls, hssize_t points, bool scalar) {
+  const char* kind = cls == H5T_INTEGER  ? "integer"
+                     : cls == H5T_FLOAT  ? "float"
+                     : cls == H5T_STRING ? "string"
+                                         : "non-numeric value";
+  if (scalar || points == 1) return std::string(cls == H5T_INTEGER ? "an " : "a ") + kind;
+  return "an array of " + std::to_string(points) + " " + kind + "s";
+}
+
+// Opens `name`, which must hold exactly one value of class `want`: anything
+// else (an array, a string where a number belongs) is refused by name before
+// H5Aread could write past one scalar.
+H5 open_one(hid_t obj, const char* name, H5T_class_t want, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
+  H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
+  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
+  const H5S_class_t shape = H5Sget_simple_extent_type(space.get());
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const bool scalar = shape == H5S_SCALAR;
+  if (cls != want || !(scalar || (shape == H5S_SIMPLE && points == 1)))
+    throw_error(damaged(path), attr_label(obj, name), " is ", describe(cls, points, scalar),
+                ", not one ", want == H5T_INTEGER ? "integer" : "float");
+  return attr;
+}
+
 }  // namespace
+
+std::string attr_name(hid_t obj, const char* name) {
+  return attr_label(obj, name);
+}
 
 void put_i64(hid_t obj, const char* name, int64_t v, const std::string& path) {
   put(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, path);
@@ -143,34 +189,65 @@ void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v,
   h5_close(attr, path);
 }
 
-std::vector<uint64_t> get_u64s_if_present(hid_t obj, const char* name, const std::string& path) {
-  if (H5Aexists(obj, name) <= 0) return {};
-  H5 attr = h5_own(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose, "H5Aopen", path);
+std::vector<uint64_t> get_u64s(hid_t obj, const char* name, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
   H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
+  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
+  // Exactly the type written: a narrower or signed copy would have lost bits.
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE ||
+      H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE ||
+      H5Sget_simple_extent_ndims(space.get()) != 1)
+    throw_error(damaged(path), attr_label(obj, name), " is not a 1-D array of uint64");
   std::vector<uint64_t> v(size_t(H5Sget_simple_extent_npoints(space.get())));
   h5_check(H5Aread(attr.get(), H5T_NATIVE_UINT64, v.data()), "H5Aread", path);
   return v;
 }
 
 int64_t get_i64(hid_t obj, const char* name, const std::string& path) {
-  H5 attr = open_attr(obj, name, path);
+  H5 attr = open_one(obj, name, H5T_INTEGER, path);
+  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
+  if (H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+    // HDF5 would clip an unsigned value above INT64_MAX to INT64_MAX.
+    uint64_t u = 0;
+    h5_check(H5Aread(attr.get(), H5T_NATIVE_UINT64, &u), "H5Aread", path);
+    if (u > uint64_t(INT64_MAX))
+      throw_error(damaged(path), attr_label(obj, name), " is ", u, ", beyond the range of int64");
+    return int64_t(u);
+  }
   int64_t v = 0;
   h5_check(H5Aread(attr.get(), H5T_NATIVE_INT64, &v), "H5Aread", path);
   return v;
 }
 
-float get_f32(hid_t obj, const char* name, const std::string& path) {
-  H5 attr = open_attr(obj, name, path);
-  float v = 0;
-  h5_check(H5Aread(attr.get(), H5T_NATIVE_FLOAT, &v), "H5Aread", path);
+int64_t get_i64_in(hid_t obj, const char* name, int64_t lo, int64_t hi, const std::string& path) {
+  const int64_t v = get_i64(obj, name, path);
+  if (v < lo || v > hi)
+    throw_error(damaged(path), attr_label(obj, name), " is ", v, "; it must be ",
+                lo == hi          ? std::to_string(lo)
+                : hi == INT64_MAX ? std::to_string(lo) + " or more"
+                                  : "between " + std::to_string(lo) + " and " + std::to_string(hi));
   return v;
+}
+
+float get_f32(hid_t obj, const char* name, const std::string& path) {
+  H5 attr = open_one(obj, name, H5T_FLOAT, path);
+  // Read wide so a float64 beyond float's range is seen as such, not as inf.
+  double v = 0;
+  h5_check(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v), "H5Aread", path);
+  if (!std::isfinite(v) || std::fabs(v) > double(FLT_MAX))
+    throw_error(damaged(path), attr_label(obj, name), " is ", v, ", not a finite float");
+  return float(v);
 }
 
 std::string get_str(hid_t obj, const char* name, const std::string& path) {
   H5 attr = open_attr(obj, name, path);
   H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
   if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0)
-    throw_error(where(path), "attribute '", name, "' is not a fixed-length string");
+    throw_error(damaged(path), attr_label(obj, name), " is not a fixed-length string");
+  H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
+  if (H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw_error(damaged(path), attr_label(obj, name), " is not one string");
   std::string v(H5Tget_size(type.get()), '\0');
   h5_check(H5Aread(attr.get(), type.get(), v.data()), "H5Aread", path);
   v.resize(v.find('\0') == std::string::npos ? v.size() : v.find('\0'));

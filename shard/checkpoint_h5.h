@@ -50,11 +50,18 @@ H5 make_dxpl(const std::string& path);
 void put_i64(hid_t obj, const char* name, int64_t v, const std::string& path);
 void put_f32(hid_t obj, const char* name, float v, const std::string& path);
 void put_str(hid_t obj, const char* name, const std::string& v, const std::string& path);
+// Numeric attributes hold exactly one value of their class (integer, float);
+// anything else, or a missing one, throws "checkpoint 'path' is damaged: ...".
 int64_t get_i64(hid_t obj, const char* name, const std::string& path);
-// A 1-D array of u64 (the tensor checksums); get returns {} when absent.
-void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v, const std::string& path);
-std::vector<uint64_t> get_u64s_if_present(hid_t obj, const char* name, const std::string& path);
+// get_i64, refused unless lo <= value <= hi.
+int64_t get_i64_in(hid_t obj, const char* name, int64_t lo, int64_t hi, const std::string& path);
+// Finite and within float's range.
 float get_f32(hid_t obj, const char* name, const std::string& path);
+// A 1-D array of u64 (the tensor checksums); required.
+void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v, const std::string& path);
+std::vector<uint64_t> get_u64s(hid_t obj, const char* name, const std::string& path);
+// "attribute 'n_layer' of /model", for messages.
+std::string attr_name(hid_t obj, const char* name);
 std::string get_str(hid_t obj, const char* name, const std::string& path);
 
 // Reads a dataset's dimensions, or returns false if it is not an f32 dataset.

@@ -16,10 +16,18 @@ namespace fsdp::ckpt {
 constexpr const char* kGroups[] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
 
 void write_meta(hid_t file, const CheckpointMeta& meta, const std::string& path);
+// Reads and validates the metadata; throws "checkpoint 'path' is damaged:
+// ..." naming the attribute for a value of the wrong type, out of range or
+// inconsistent with the rest. The sampler's names are the caller's to check.
 CheckpointMeta read_meta(hid_t file, const std::string& path);
 
-// Why `file` cannot be loaded into a model of `model`'s shape (a missing,
-// unexpected or differently shaped dataset), or "" when it can.
+// Why a checkpoint saved for `saved` cannot load into `running` (the flags
+// that differ and what to pass), or "" when every weight-defining field agrees.
+std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
+                           const std::string& path);
+
+// Why `file`, whose /model fields match `model`, cannot be loaded (a missing,
+// unexpected or differently shaped dataset: damage), or "" when it can.
 std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path);
 
 struct Selection {

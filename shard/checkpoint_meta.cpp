@@ -1,5 +1,10 @@
 // Metadata attributes and the dataset check of checkpoint files.
+#include <algorithm>
+#include <cstdlib>
+#include <iomanip>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "common/error.h"
 #include "model/params.h"
@@ -22,7 +27,7 @@ H5 create_group(hid_t file, const char* name, const std::string& path) {
 
 H5 open_group(hid_t file, const char* name, const std::string& path) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
-    throw_error("checkpoint '", path, "' has no group /", name);
+    throw_error("checkpoint '", path, "' is damaged: it has no group /", name);
   return h5_own(H5Gopen2(file, name, H5P_DEFAULT), H5Gclose, "H5Gopen2", path);
 }
 
@@ -37,20 +42,6 @@ std::string shape_text(const std::vector<hsize_t>& dims) {
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   static_cast<std::vector<std::string>*>(out)->push_back(name);
   return 0;
-}
-
-// The flags that would rebuild the saved model, for error messages.
-std::string saved_model_flags(hid_t file, const std::string& path) {
-  try {
-    const ModelConfig m = read_meta(file, path).model;
-    std::ostringstream os;
-    os << "--vocab-size " << m.vocab_size << " --n-layer " << m.n_layer << " --d-model "
-       << m.d_model << " --n-head " << m.n_head << " --n-kv-head " << m.n_kv_head << " --d-ff "
-       << m.d_ff << " --tie-embeddings " << (m.tie_embeddings ? "true" : "false");
-    return "; it was saved with " + os.str() + ": pass the same model flags";
-  } catch (const Error&) {
-    return "; pass the model flags it was saved with";
-  }
 }
 
 }  // namespace
@@ -91,33 +82,50 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
 }
 
 CheckpointMeta read_meta(hid_t file, const std::string& path) {
+  // Every value is untrusted: one integer or float of the right class, in
+  // range and consistent with the others, or the file is refused by name.
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
   CheckpointMeta m;
-  m.format_version = int(get_i64(file, "format_version", path));
-  if (m.format_version != kCheckpointFormatVersion)
-    throw_error("checkpoint '", path, "' has format version ", m.format_version,
-                " but this build reads version ", kCheckpointFormatVersion);
-  m.step = get_i64(file, "step", path);
-  m.tokens_seen = get_i64(file, "tokens_seen", path);
-  m.optimizer_steps = int(get_i64(file, "optimizer_steps", path));
+  m.format_version = int(
+      get_i64_in(file, "format_version", kCheckpointFormatVersion, kCheckpointFormatVersion, path));
+  m.step = get_i64_in(file, "step", 0, kMaxI64, path);
+  m.tokens_seen = get_i64_in(file, "tokens_seen", 0, kMaxI64, path);
+  m.optimizer_steps = int(get_i64_in(file, "optimizer_steps", 0, std::min(m.step, kMaxInt), path));
   m.seed = uint64_t(get_i64(file, "seed", path));
-  m.world_size = int(get_i64(file, "world_size", path));
-  m.shard_group_size = int(get_i64(file, "shard_group_size", path));
+  m.world_size = int(get_i64_in(file, "world_size", 1, kMaxInt, path));
+  m.shard_group_size = int(get_i64_in(file, "shard_group_size", 1, m.world_size, path));
+  if (m.world_size % m.shard_group_size != 0)
+    throw_error("checkpoint '", path, "' is damaged: shard_group_size ", m.shard_group_size,
+                " does not divide world_size ", m.world_size);
+  // Kept for people (tools/inspect_checkpoint.py shows it); never parsed:
+  // the values a load uses are the attributes checked here and in /model.
   m.config_text = get_str(file, "config", path);
+  // Files of this format always carry them; without them a changed tensor
+  // would load unnoticed. The count is checked against the model on load.
+  get_u64s(file, kChecksumAttr, path);
 
   H5 model = open_group(file, "model", path);
   ModelConfig& c = m.model;
-  c.name = get_str(model.get(), "name", path);
-  c.vocab_size = int(get_i64(model.get(), "vocab_size", path));
-  c.n_layer = int(get_i64(model.get(), "n_layer", path));
-  c.d_model = int(get_i64(model.get(), "d_model", path));
-  c.n_head = int(get_i64(model.get(), "n_head", path));
-  c.n_kv_head = int(get_i64(model.get(), "n_kv_head", path));
-  c.d_ff = int(get_i64(model.get(), "d_ff", path));
-  c.max_seq_len = int(get_i64(model.get(), "max_seq_len", path));
-  c.rope_theta = get_f32(model.get(), "rope_theta", path);
-  c.norm_eps = get_f32(model.get(), "norm_eps", path);
-  c.init_std = get_f32(model.get(), "init_std", path);
-  c.tie_embeddings = get_i64(model.get(), "tie_embeddings", path) != 0;
+  const hid_t g = model.get();
+  c.name = get_str(g, "name", path);
+  c.vocab_size = int(get_i64_in(g, "vocab_size", 1, kMaxInt, path));
+  c.n_layer = int(get_i64_in(g, "n_layer", 1, kMaxInt, path));
+  c.d_model = int(get_i64_in(g, "d_model", 1, kMaxInt, path));
+  c.n_head = int(get_i64_in(g, "n_head", 1, kMaxInt, path));
+  c.n_kv_head = int(get_i64_in(g, "n_kv_head", 1, kMaxInt, path));
+  c.d_ff = int(get_i64_in(g, "d_ff", 1, kMaxInt, path));
+  c.max_seq_len = int(get_i64_in(g, "max_seq_len", 1, kMaxInt, path));
+  c.rope_theta = get_f32(g, "rope_theta", path);
+  c.norm_eps = get_f32(g, "norm_eps", path);
+  c.init_std = get_f32(g, "init_std", path);
+  c.tie_embeddings = get_i64_in(g, "tie_embeddings", 0, 1, path) != 0;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw_error("checkpoint '", path,
+                "' is damaged: its /model attributes describe no valid model (", e.what(), ")");
+  }
 
   H5 sampler = open_group(file, "sampler", path);
   std::vector<std::string> names;
@@ -134,15 +142,61 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   return m;
 }
 
+std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
+                           const std::string& path) {
+  // The fields that give the saved weights their meaning. max_seq_len is not
+  // one (RoPE has no learned positions: a longer or shorter context is a
+  // legitimate change on resume), nor are name and init_std.
+  struct Field {
+    const char* flag;
+    std::string saved, running;
+  };
+  auto text = [](auto v) {
+    if constexpr (std::is_same_v<decltype(v), bool>) return std::string(v ? "true" : "false");
+    // The shortest text that parses back to the same float: 1e-05, not 9.99999975e-06.
+    std::string out;
+    for (int digits = 6; digits <= 9; ++digits) {
+      std::ostringstream os;
+      os << std::setprecision(digits) << v;
+      out = os.str();
+      if (std::strtof(out.c_str(), nullptr) == float(v)) break;
+    }
+    return out;
+  };
+  const Field fields[] = {
+      {"--vocab-size", text(saved.vocab_size), text(running.vocab_size)},
+      {"--n-layer", text(saved.n_layer), text(running.n_layer)},
+      {"--d-model", text(saved.d_model), text(running.d_model)},
+      {"--n-head", text(saved.n_head), text(running.n_head)},
+      {"--n-kv-head", text(saved.n_kv_head), text(running.n_kv_head)},
+      {"--d-ff", text(saved.d_ff), text(running.d_ff)},
+      {"--rope-theta", text(saved.rope_theta), text(running.rope_theta)},
+      {"--norm-eps", text(saved.norm_eps), text(running.norm_eps)},
+      {"--tie-embeddings", text(saved.tie_embeddings), text(running.tie_embeddings)},
+  };
+  std::string differ, pass;
+  for (const Field& f : fields) {
+    if (f.saved == f.running) continue;
+    differ += std::string(differ.empty() ? "" : ", ") + f.flag + " " + f.saved +
+              " (this run: " + f.running + ")";
+    pass += std::string(pass.empty() ? "" : " ") + f.flag + " " + f.saved;
+  }
+  if (differ.empty()) return "";
+  return "checkpoint '" + path + "' was saved by another model: " + differ + "; pass " + pass +
+         " to resume it";
+}
+
 std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path) {
-  const std::string hint = saved_model_flags(file, path);
+  // Called once the file's /model fields match `model` (model_mismatch), so
+  // a dataset missing, extra or of another shape is damage, not a choice.
+  const std::string damaged = "checkpoint '" + path + "' is damaged: ";
   const std::vector<UnitSpec> units = model_units(model);
   size_t expected = 0;
   for (const char* group : kGroups) {
     // H5Lexists fails, rather than says no, when a parent group is missing.
     const bool parent = std::string(group) == "model" || H5Lexists(file, "optim", H5P_DEFAULT) > 0;
     if (!parent || H5Lexists(file, group, H5P_DEFAULT) <= 0)
-      return "checkpoint '" + path + "' has no group /" + group;
+      return damaged + "it has no group /" + group;
     expected = 0;
     for (const UnitSpec& u : units) {
       for (const ParamSpec& p : u.params) {
@@ -150,14 +204,14 @@ std::string check_datasets(hid_t file, const ModelConfig& model, const std::stri
         const std::string name = std::string(group) + "/" + p.name;
         std::vector<hsize_t> want(p.shape.begin(), p.shape.end()), found;
         if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
-          return "checkpoint '" + path + "' has no dataset " + name + " (expected shape " +
-                 shape_text(want) + ")" + hint;
+          return damaged + "it has no dataset " + name + " (expected shape " + shape_text(want) +
+                 ")";
         H5 d(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
         if (d.get() < 0 || !f32_dims(d.get(), &found))
-          return "checkpoint '" + path + "': " + name + " is not a float32 dataset";
+          return damaged + name + " is not a float32 dataset";
         if (found != want)
-          return "checkpoint '" + path + "': dataset " + name + " has shape " + shape_text(found) +
-                 " but the current model expects " + shape_text(want) + hint;
+          return damaged + "dataset " + name + " has shape " + shape_text(found) +
+                 " but its /model attributes make it " + shape_text(want);
       }
     }
     // A dataset the model lacks (say head.weight of an untied model loaded
@@ -172,8 +226,8 @@ std::string check_datasets(hid_t file, const ModelConfig& model, const std::stri
         for (const UnitSpec& u : units)
           for (const ParamSpec& p : u.params) known = known || p.name == n;
         if (!known)
-          return "checkpoint '" + path + "' has dataset " + group + "/" + n +
-                 " that the current model does not have" + hint;
+          return damaged + "it has a dataset " + group + "/" + n +
+                 " that its /model attributes do not describe";
       }
   }
   return "";

@@ -21,6 +21,38 @@ void refuse_to_overwrite(const Options& o, const CheckpointDir& dir) {
               "choose another directory (nothing there is overwritten)");
 }
 
+// The data order saved with the file: exactly the names this build writes,
+// at the file's own step, a position that is a count. Throws "checkpoint
+// 'path' is damaged: ..." otherwise (the batch loader would take any value).
+SamplerState checked_sampler(const CheckpointMeta& meta, const std::string& path) {
+  std::array<int64_t, SamplerState::kNames.size()> values{};
+  std::array<bool, SamplerState::kNames.size()> have{};
+  for (const auto& [name, v] : meta.sampler) {
+    size_t i = 0;
+    while (i < SamplerState::kNames.size() && name != SamplerState::kNames[i]) ++i;
+    if (i == SamplerState::kNames.size() || have[i])
+      throw_error("checkpoint '", path, "' is damaged: /sampler has an attribute '", name,
+                  "' this build does not write");
+    values[i] = v, have[i] = true;
+  }
+  for (size_t i = 0; i < have.size(); ++i)
+    if (!have[i])
+      throw_error("checkpoint '", path, "' is damaged: /sampler lacks '", SamplerState::kNames[i],
+                  "', so it cannot continue the data order");
+  const SamplerState state = SamplerState::from_array(values);
+  if (state.step != meta.step)
+    throw_error("checkpoint '", path, "' is damaged: attribute 'step' of /sampler is ", state.step,
+                " but the file is at step ", meta.step);
+  // Each step consumes one global batch of positions (far below 2^31); the
+  // cap of 2^62 keeps the sampler's int64 arithmetic from overflowing.
+  constexpr int64_t kMaxPerStep = int64_t{1} << 31, kCap = int64_t{1} << 62;
+  const int64_t most = state.step > kCap / kMaxPerStep ? kCap : state.step * kMaxPerStep;
+  if (state.consumed < 0 || state.consumed > most)
+    throw_error("checkpoint '", path, "' is damaged: attribute 'consumed' of /sampler is ",
+                state.consumed, "; at step ", state.step, " it must be between 0 and ", most);
+  return state;
+}
+
 }  // namespace
 
 DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
@@ -48,20 +80,24 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
                             MPI_Comm world, bool lead) {
   RunPosition pos;
   if (o.resume.empty()) return pos;
-  // Under auto, a checkpoint whose tensors fail their checksums is skipped
-  // like one that fails to open; a load rewrites all engine state, so trying
-  // the next one after a failed load is safe.
+  // Under auto, a damaged checkpoint (tensors failing their checksums, a
+  // sampler state out of range) is skipped like one that fails to open; a
+  // load rewrites all engine state, so trying the next one after a failed
+  // load is safe. A sound file of another model is not damage: the user
+  // changed flags, which stays an error.
   std::vector<std::string> damaged;
   ResumeChoice choice;
   CheckpointMeta meta;
+  SamplerState sampler;
   while (true) {
     choice = resolve_resume(o.resume, o.checkpoint_dir, world, damaged);
     if (choice.path.empty()) break;
     try {
       meta = load_checkpoint(choice.path, o.model, engine, ops, world);
+      sampler = checked_sampler(meta, choice.path);
       break;
     } catch (const Error& e) {
-      if (o.resume != "auto" || std::string(e.what()).find("checksum") == std::string::npos) throw;
+      if (o.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
       if (lead)
         std::fprintf(stderr, "fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
       damaged.push_back(choice.path);
@@ -75,16 +111,7 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
                   o.checkpoint_dir.c_str());
     return pos;
   }
-  std::array<int64_t, 3> values{};
-  for (size_t i = 0; i < SamplerState::kNames.size(); ++i) {
-    bool have = false;
-    for (const auto& [name, v] : meta.sampler)
-      if (name == SamplerState::kNames[i]) values[i] = v, have = true;
-    if (!have)
-      throw_error("checkpoint '", choice.path, "' lacks sampler state '", SamplerState::kNames[i],
-                  "'; it cannot continue the data order");
-  }
-  loader.restore(SamplerState::from_array(values));
+  loader.restore(sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
   pos.resumed_from = choice.path;

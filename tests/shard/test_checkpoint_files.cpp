@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -163,19 +164,213 @@ TEST(CheckpointFile, OtherModelShapeNamesTheDataset) {
   auto b = make_run(*s.g.shard, nullptr, *s.g.world, 0, other);
   const std::string e =
       error_of([&] { load_checkpoint(path, other, b->engine, b->ops, MPI_COMM_WORLD); });
-  EXPECT_NE(e.find("dataset model/blocks.0.mlp.w1 has shape [40, 24] but the current model "
-                   "expects [48, 24]"),
+  EXPECT_NE(e.find("checkpoint '" + path +
+                   "' was saved by another model: --d-ff 40 (this run: "
+                   "48); pass --d-ff 40"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("--d-ff 40"), std::string::npos) << e;
 
   ModelConfig untied = engine_test_config();
   untied.tie_embeddings = false;
   auto c = make_run(*s.g.shard, nullptr, *s.g.world, 0, untied);
   const std::string u =
       error_of([&] { load_checkpoint(path, untied, c->engine, c->ops, MPI_COMM_WORLD); });
-  EXPECT_NE(u.find("has no dataset model/head.weight"), std::string::npos) << u;
+  EXPECT_NE(u.find("--tie-embeddings true (this run: false)"), std::string::npos) << u;
   if (world_rank() == 0) std::printf("[ message  ] %s\n", e.c_str());
+}
+
+// A checkpoint is untrusted input: each test below changes one attribute of
+// a file save_checkpoint wrote, with the HDF5 C API as another program
+// would, and the load must refuse it with a message naming the file and the
+// attribute, before any tensor is read.
+
+// Replaces attribute `name` of `object` ("/", "/model", "/sampler") with
+// `values` stored as `file_type` (one value: a scalar; more: a 1-D array).
+template <typename T>
+void set_attr(const std::string& path, const char* object, const char* name, hid_t file_type,
+              hid_t mem_type, const std::vector<T>& values) {
+  if (world_rank() == 0) {
+    Hdf5Lock lock;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+    if (H5Aexists(o, name) > 0) H5Adelete(o, name);
+    const hsize_t n = values.size();
+    const hid_t space = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr);
+    const hid_t a = H5Acreate2(o, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, mem_type, values.data()), 0) << name;
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Oclose(o);
+    EXPECT_GE(H5Fclose(f), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void set_i64(const std::string& path, const char* object, const char* name, int64_t v, int n = 1) {
+  set_attr(path, object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, std::vector<int64_t>(size_t(n), v));
+}
+
+void set_f32(const std::string& path, const char* object, const char* name, float v, int n = 1) {
+  set_attr(path, object, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, std::vector<float>(size_t(n), v));
+}
+
+// Why loading the file into the saving run's model fails ("" if it loads).
+std::string load_error(Saved& s, const std::string& path) {
+  return error_of(
+      [&] { load_checkpoint(path, s.run->cfg, s.run->engine, s.run->ops, MPI_COMM_WORLD); });
+}
+
+// `e` names the file and says it is damaged, and contains `what`.
+void expect_damaged(const std::string& e, const std::string& path, const std::string& what) {
+  EXPECT_NE(e.find("checkpoint '" + path + "' is damaged: "), std::string::npos) << e;
+  EXPECT_NE(e.find(what), std::string::npos) << e;
+}
+
+// H5Aread of an array into one scalar wrote past it: a crash.
+TEST(CheckpointUntrusted, ArrayWhereOneNumberBelongs) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  set_i64(path, "/", "step", 2, 64);
+  expect_damaged(load_error(s, path), path, "attribute 'step' is an array of 64 integers");
+
+  const std::string p2 = s.save(dir.path(), 3);
+  set_i64(p2, "/model", "n_layer", 3, 64);
+  expect_damaged(load_error(s, p2), p2, "attribute 'n_layer' of /model is an array of 64");
+
+  const std::string p3 = s.save(dir.path(), 4);
+  set_f32(p3, "/model", "rope_theta", 10000.0f, 64);
+  expect_damaged(load_error(s, p3), p3, "attribute 'rope_theta' of /model is an array of 64");
+
+  const std::string p4 = s.save(dir.path(), 5);
+  set_i64(p4, "/sampler", "seed", -5, 2);
+  expect_damaged(load_error(s, p4), p4, "attribute 'seed' of /sampler is an array of 2");
+}
+
+// HDF5 would convert 64.5 to 64, and 2^64-1 to INT64_MAX, without a word.
+TEST(CheckpointUntrusted, WrongClassOrRangeOfInteger) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  set_attr(path, "/", "tokens_seen", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, std::vector<double>{64.5});
+  expect_damaged(load_error(s, path), path, "attribute 'tokens_seen' is a float, not one integer");
+
+  const std::string p2 = s.save(dir.path(), 3);
+  set_attr(p2, "/model", "vocab_size", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+           std::vector<uint64_t>{~uint64_t{0}});
+  expect_damaged(load_error(s, p2), p2, "attribute 'vocab_size' of /model is 18446744073709551615");
+}
+
+TEST(CheckpointUntrusted, NumbersOutOfRangeOrInconsistent) {
+  TestDir dir;
+  Saved s;
+  struct Case {
+    const char* object;
+    const char* name;
+    int64_t value;
+    const char* says;
+  };
+  // Case i is the file of step 2 + i, saved after one optimizer step.
+  const Case cases[] = {
+      {"/", "step", -1, "attribute 'step' is -1; it must be 0 or more"},
+      {"/", "tokens_seen", -7, "attribute 'tokens_seen' is -7"},
+      {"/", "optimizer_steps", 1000,
+       "attribute 'optimizer_steps' is 1000; it must be between 0 "
+       "and 4"},  // the file of step 4
+      {"/", "format_version", 2, "attribute 'format_version' is 2; it must be 1"},
+      {"/", "world_size", 0, "attribute 'world_size' is 0"},
+      {"/", "shard_group_size", 99, "attribute 'shard_group_size' is 99"},
+      {"/model", "n_layer", -818412, "attribute 'n_layer' of /model is -818412"},
+      {"/model", "tie_embeddings", 7, "attribute 'tie_embeddings' of /model is 7"},
+      {"/model", "d_ff", int64_t{1} << 40, "attribute 'd_ff' of /model is 1099511627776"},
+  };
+  int64_t step = 2;
+  for (const Case& c : cases) {
+    const std::string path = s.save(dir.path(), step++);
+    set_i64(path, c.object, c.name, c.value);
+    expect_damaged(load_error(s, path), path, c.says);
+  }
+  const std::string nan = s.save(dir.path(), step++);
+  set_f32(nan, "/model", "norm_eps", std::nanf(""));
+  expect_damaged(load_error(s, nan), nan, "attribute 'norm_eps' of /model is nan");
+  // In range one by one, yet no model: 4 heads of 6 do not divide among 3 KV heads.
+  const std::string kv = s.save(dir.path(), step++);
+  set_i64(kv, "/model", "n_kv_head", 3);
+  expect_damaged(load_error(s, kv), kv, "/model attributes describe no valid model (--n-kv-head");
+}
+
+// Without its checksums nothing in the file can show a changed tensor.
+TEST(CheckpointUntrusted, ChecksumsAreRequired) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  if (world_rank() == 0) {
+    Hdf5Lock lock;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(H5Adelete(f, "tensor_checksums"), 0);
+    H5Fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_damaged(load_error(s, path), path, "attribute 'tensor_checksums' is missing");
+
+  const std::string p2 = s.save(dir.path(), 3);
+  set_attr(p2, "/", "tensor_checksums", H5T_STD_I32LE, H5T_NATIVE_INT32, std::vector<int32_t>(9));
+  expect_damaged(load_error(s, p2), p2,
+                 "attribute 'tensor_checksums' is not a 1-D array of uint64");
+}
+
+// Its /model fields match the run, so a missing tensor is damage, which
+// --resume auto may skip, not a hint to change flags.
+TEST(CheckpointUntrusted, MissingTensorOfTheSameModelIsDamage) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  if (world_rank() == 0) {
+    Hdf5Lock lock;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(H5Ldelete(f, "optim/exp_avg/blocks.1.mlp.w2", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  expect_damaged(load_error(s, path), path, "it has no dataset optim/exp_avg/blocks.1.mlp.w2");
+}
+
+// Same shapes, another model: the weights would load and compute something
+// else. Not damage: the message names the flags that would match.
+TEST(CheckpointUntrusted, AnotherModelNamesTheFlags) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  set_i64(path, "/model", "n_head", 2);  // d_model 24: heads of 12 instead of 6, same shapes
+  set_f32(path, "/model", "rope_theta", 500000.0f);
+  const std::string e = load_error(s, path);
+  EXPECT_NE(e.find("checkpoint '" + path +
+                   "' was saved by another model: --n-head 2 (this run: "
+                   "4), --rope-theta 500000 (this run: 10000); pass --n-head 2 --rope-theta "
+                   "500000"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(checkpoint_is_damaged(e)) << e;
+  // A longer context is a legitimate change: RoPE has no learned positions.
+  const std::string p2 = s.save(dir.path(), 3);
+  set_i64(p2, "/model", "max_seq_len", 4096);
+  EXPECT_EQ(load_error(s, p2), "");
+  if (world_rank() == 0) std::printf("[ message  ] %s\n", e.c_str());
+}
+
+// --resume auto passes over a newest file whose metadata is damaged, as over
+// a truncated one, and says why.
+TEST(CheckpointUntrusted, AutoResumeSkipsDamagedMetadata) {
+  TestDir dir;
+  Saved s;
+  const std::string one = s.save(dir.path(), 1);
+  const std::string two = s.save(dir.path(), 2);
+  set_i64(two, "/", "optimizer_steps", 1000);
+  const ResumeChoice c = resolve_resume("auto", dir.path(), MPI_COMM_WORLD);
+  EXPECT_EQ(c.path, one);
+  EXPECT_NE(c.warning.find("'" + two + "' is damaged: attribute 'optimizer_steps' is 1000"),
+            std::string::npos)
+      << c.warning;
 }
 
 TEST(CheckpointFile, UnwritableDirectoryIsAClearError) {

@@ -146,6 +146,20 @@ r = run(1, "rot", "rot2.jsonl", steps=10, extra=("--resume", "auto"))
 check("checksum" in r.stderr and "at step 3" in r.stdout,
       "--resume auto skips a checkpoint that fails its checksums and resumes from step 3")
 
+# Damaged metadata is damage too: auto skips it; a sound checkpoint of another
+# model is the user's mistake and stays an error.
+run(1, "meta", "meta.jsonl", steps=10, extra=("--checkpoint-every", "3", "--stop-at-step", "6"))
+with h5py.File(os.path.join(work, "meta", "step_00000006.h5"), "r+") as f:
+    f["sampler"].attrs["consumed"] = np.int64(-1)
+r = run(1, "meta", "meta2.jsonl", steps=10, extra=("--resume", "auto"))
+check("step_00000006.h5" in r.stderr and "consumed" in r.stderr and "at step 3" in r.stdout,
+      "--resume auto skips a checkpoint whose sampler state is invalid and resumes from step 3")
+r = run(1, "meta", "meta3.jsonl", steps=10, extra=("--resume", "auto", "--n-head", "2",
+                                                   "--n-kv-head", "1"), expect_rc=1)
+errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(len(errs) == 1 and "--n-head" in errs[0] and "another model" in errs[0],
+      f"a checkpoint of another model is one error naming the flag: {errs}")
+
 print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
 for f in failures:
     print("FAIL:", f)
