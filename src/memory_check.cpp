@@ -53,7 +53,7 @@ std::string memory_shortfall(const MemoryPlan& plan, int64_t free_bytes, const s
   if (s.shard_size < s.world_size)
     state.push_back("a larger --shard-group-size (now " + std::to_string(s.shard_size) + " of " +
                     std::to_string(s.world_size) + " ranks)");
-  state.push_back("more ranks");
+  state.push_back(s.node_shared ? "ranks on more nodes" : "more ranks");
   const bool activations_dominate = plan.activations > plan.persistent() + plan.buffers();
   std::vector<std::string> advice = activations_dominate ? activations : state;
   const std::vector<std::string>& rest = activations_dominate ? state : activations;
@@ -66,6 +66,7 @@ void check_memory_fits(const MemoryPlan& plan, const Ops& ops, MemorySettings se
   const bool host = std::string(ops.name()) == "cpu";
   // On a GPU each rank has its own device; on the host a node's ranks share.
   if (!host) settings.ranks_sharing = 1;
+  settings.node_shared = host;
   const std::string message = memory_shortfall(
       plan, ops.free_memory_bytes(),
       host ? "host memory (MemAvailable, or the cgroup limit if lower)" : "GPU memory", settings);

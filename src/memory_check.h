@@ -28,6 +28,9 @@ struct MemorySettings {
   int world_size = 1;
   int batch_size = 1;
   Recompute recompute = Recompute::none;
+  // The host's memory: more ranks on the same node add gathered buffers and
+  // activations without adding memory, so only more nodes help.
+  bool node_shared = false;
 };
 
 // "" when ranks_sharing x plan.total() fits in kUsableShare of free_bytes;

@@ -112,7 +112,7 @@ expect("two files of one window each", rc == 0 and len(steps) == 2 and
 # Case 4: refused before any allocation the plan sizes: the numbers are in
 # the message, and the process never held more than a few hundred MiB.
 for flags, needles in [
-    (["--d-model", "65536"], ["memory plan needs", "GiB per rank", "GiB free", "more ranks"]),
+    (["--d-model", "65536"], ["memory plan needs", "GiB per rank", "GiB free", "ranks on more nodes"]),
     (["--n-layer", "100000"], ["memory plan needs", "GiB per rank", "GiB free", "--recompute"]),
     (["--n-layer", "2000000000", "--d-model", "4096", "--n-head", "32", "--n-kv-head", "8"],
      ["--n-layer", "2000000000", "parameters"]),

@@ -72,6 +72,13 @@ TEST(MemoryCheck, RanksOnOneNodeShareItsMemory) {
   EXPECT_EQ(memory_shortfall(p, 9 * GiB, "host memory", {}), "");
   const std::string m = memory_shortfall(p, 8 * GiB, "host memory", s);
   EXPECT_HAS(m, "2.00 GiB per rank, 8.00 GiB for the 4 ranks that share this node's memory");
+  EXPECT_HAS(m, "more ranks");
+  // On the host, more ranks on the node share the same memory: only more
+  // nodes help.
+  s.node_shared = true;
+  const std::string host = memory_shortfall(p, 8 * GiB, "host memory", s);
+  EXPECT_HAS(host, "ranks on more nodes");
+  EXPECT_EQ(host.find("more ranks"), std::string::npos) << host;
 }
 
 TEST(MemoryCheck, SaturatedPlanIsRefusedNotOverflowed) {
