@@ -184,14 +184,25 @@ TEST(CheckpointFile, OtherModelShapeNamesTheDataset) {
 // would, and the load must refuse it with a message naming the file and the
 // attribute, before any tensor is read.
 
+// Runs edit(file) on rank 0 only, as another program damaging the file
+// would, then lets every rank see the result.
+template <typename Edit>
+void edit_file(const std::string& path, Edit edit) {
+  if (world_rank() == 0) {
+    Hdf5Lock lock;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    edit(f);
+    EXPECT_GE(H5Fclose(f), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Replaces attribute `name` of `object` ("/", "/model", "/sampler") with
 // `values` stored as `file_type` (one value: a scalar; more: a 1-D array).
 template <typename T>
 void set_attr(const std::string& path, const char* object, const char* name, hid_t file_type,
               hid_t mem_type, const std::vector<T>& values) {
-  if (world_rank() == 0) {
-    Hdf5Lock lock;
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  edit_file(path, [&](hid_t f) {
     const hid_t o = H5Oopen(f, object, H5P_DEFAULT);
     if (H5Aexists(o, name) > 0) H5Adelete(o, name);
     const hsize_t n = values.size();
@@ -201,9 +212,7 @@ void set_attr(const std::string& path, const char* object, const char* name, hid
     H5Aclose(a);
     H5Sclose(space);
     H5Oclose(o);
-    EXPECT_GE(H5Fclose(f), 0);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  });
 }
 
 void set_i64(const std::string& path, const char* object, const char* name, int64_t v, int n = 1) {
@@ -304,13 +313,7 @@ TEST(CheckpointUntrusted, ChecksumsAreRequired) {
   TestDir dir;
   Saved s;
   const std::string path = s.save(dir.path(), 2);
-  if (world_rank() == 0) {
-    Hdf5Lock lock;
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    EXPECT_GE(H5Adelete(f, "tensor_checksums"), 0);
-    H5Fclose(f);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  edit_file(path, [](hid_t f) { EXPECT_GE(H5Adelete(f, "tensor_checksums"), 0); });
   expect_damaged(load_error(s, path), path, "attribute 'tensor_checksums' is missing");
 
   const std::string p2 = s.save(dir.path(), 3);
@@ -325,13 +328,9 @@ TEST(CheckpointUntrusted, MissingTensorOfTheSameModelIsDamage) {
   TestDir dir;
   Saved s;
   const std::string path = s.save(dir.path(), 2);
-  if (world_rank() == 0) {
-    Hdf5Lock lock;
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  edit_file(path, [](hid_t f) {
     EXPECT_GE(H5Ldelete(f, "optim/exp_avg/blocks.1.mlp.w2", H5P_DEFAULT), 0);
-    H5Fclose(f);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  });
   expect_damaged(load_error(s, path), path, "it has no dataset optim/exp_avg/blocks.1.mlp.w2");
 }
 

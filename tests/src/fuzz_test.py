@@ -296,20 +296,26 @@ def mutate_checkpoint_dataset(rng, f):
     return f"{name} {choice}"
 
 
-def mutate_checkpoint(rng, path, ranges):
+def mutate(rng, path, ranges, counts, weights, attrs, dataset):
+    """1 to max(counts) mutations, each of bytes, attributes or a dataset
+    (weighted); bytes only after a truncation, which h5py cannot open."""
     done = []
-    for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        kind = rng.choices(["bytes", "attrs", "dataset"], [4, 5, 3])[0]
+    for _ in range(rng.choice(counts)):
+        kind = rng.choices(["bytes", "attrs", "dataset"], weights)[0]
         if kind == "bytes" or done and done[-1].startswith("truncate"):
             done.append(byte_damage(rng, path, ranges))
             continue
         try:
             with h5py.File(path, "r+") as f:
-                done.append((mutate_checkpoint_attrs if kind == "attrs" else
-                             mutate_checkpoint_dataset)(rng, f))
+                done.append((attrs if kind == "attrs" else dataset)(rng, f))
         except Exception as e:  # an earlier byte mutation made it unopenable
             done.append(f"(h5py could not apply a {kind} mutation: {type(e).__name__})")
     return done
+
+
+def mutate_checkpoint(rng, path, ranges):
+    return mutate(rng, path, ranges, [1, 1, 1, 2, 3], [4, 5, 3], mutate_checkpoint_attrs,
+                  mutate_checkpoint_dataset)
 
 
 def edit(path, fn):
@@ -517,18 +523,8 @@ def mutate_data_dataset(rng, f):
 
 
 def mutate_data(rng, path, ranges):
-    done = []
-    for _ in range(rng.choice([1, 1, 1, 2])):
-        kind = rng.choices(["bytes", "attrs", "dataset"], [5, 4, 3])[0]
-        if kind == "bytes" or done and done[-1].startswith("truncate"):
-            done.append(byte_damage(rng, path, ranges))
-            continue
-        try:
-            with h5py.File(path, "r+") as f:
-                done.append((mutate_data_attrs if kind == "attrs" else mutate_data_dataset)(rng, f))
-        except Exception as e:
-            done.append(f"(h5py could not apply a {kind} mutation: {type(e).__name__})")
-    return done
+    return mutate(rng, path, ranges, [1, 1, 1, 2], [5, 4, 3], mutate_data_attrs,
+                  mutate_data_dataset)
 
 
 def data_violations(path, as_val):
