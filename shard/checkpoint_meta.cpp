@@ -1,7 +1,6 @@
 // Metadata attributes and the dataset check of checkpoint files.
 #include <algorithm>
-#include <cstdlib>
-#include <iomanip>
+#include <charconv>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -151,17 +150,19 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
     const char* flag;
     std::string saved, running;
   };
-  auto text = [](auto v) {
-    if constexpr (std::is_same_v<decltype(v), bool>) return std::string(v ? "true" : "false");
-    // The shortest text that parses back to the same float: 1e-05, not 9.99999975e-06.
-    std::string out;
-    for (int digits = 6; digits <= 9; ++digits) {
-      std::ostringstream os;
-      os << std::setprecision(digits) << v;
-      out = os.str();
-      if (std::strtof(out.c_str(), nullptr) == float(v)) break;
+  auto text = [](auto v) -> std::string {
+    if constexpr (std::is_same_v<decltype(v), bool>) {
+      return v ? "true" : "false";
+    } else {
+      // The shortest text that parses back to the same value, as a flag takes
+      // it: 1e-05, not 9.99999975e-06; 500000, not 5e+05.
+      char buf[32];
+      if constexpr (std::is_floating_point_v<decltype(v)>)
+        return std::string(buf,
+                           std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general).ptr);
+      else
+        return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
     }
-    return out;
   };
   const Field fields[] = {
       {"--vocab-size", text(saved.vocab_size), text(running.vocab_size)},

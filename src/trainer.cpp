@@ -258,7 +258,7 @@ void Trainer::save() {
   // overflowed; a checkpoint of them would be resumed by --resume auto.
   if (!engine_->masters_finite())
     throw_agreed_error("not saving step ", pos_.step,
-                       ": the weights hold NaN or Inf after the update; ", "lower --lr");
+                       ": the weights hold NaN or Inf after the update; lower --lr");
   std::string path;
   {
     // Collective parallel-HDF5 writes: the whole save is one wait on peers
@@ -311,7 +311,7 @@ TrainSummary Trainer::run() {
     if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
   };
 
-  if (!engine_->masters_finite())
+  if (!pos_.resumed_from.empty() && !engine_->masters_finite())
     throw_agreed_error(
         "--resume: '", pos_.resumed_from,
         "' holds NaN or Inf weights; resume from an earlier checkpoint (--resume PATH)");
