@@ -39,6 +39,22 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, MPI_Comm comm) 
   throw_error("unknown communication backend ", int(backend));
 }
 
+int resolve_shard_group_size(int requested, const WorldInfo& world, std::string* why) {
+  std::string reason = "as asked";
+  int k = requested;
+  if (requested == 0 && world.num_nodes > 1 && world.packed_by_node) {
+    k = world.local_size;
+    reason = "the ranks of a node";
+  } else if (requested == 0) {
+    k = world.size;
+    reason = world.num_nodes > 1 ? "all ranks: ranks are not packed by node, so a node-sized "
+                                   "group would span nodes"
+                                 : "all ranks";
+  }
+  if (why) *why = reason;
+  return k;
+}
+
 namespace {
 // The shard group size for a --shard-group-size value, checked the same way on
 // every rank before any communication.

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
+#include "comm/runtime.h"
 
 namespace fsdp {
 
@@ -34,6 +36,14 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> world, shard, replicate;
   int shard_group_size = 1;
 };
+
+// What --shard-group-size 0 means for this job: on several nodes whose ranks
+// are packed by node, the ranks of one node (hybrid sharding: the parameter
+// gathers stay on NVLink, only the replica all-reduce of gradient shards
+// crosses InfiniBand, as torchtitan's HSDP and Megatron's distributed
+// optimizer place them); otherwise every rank. `why` says which, for the
+// start-up line. A positive request is returned as given.
+int resolve_shard_group_size(int requested, const WorldInfo& world, std::string* why = nullptr);
 
 // Throws fsdp::Error, on every rank alike and before any communication, when
 // shard_group_size (the --shard-group-size value; 0 means the world size) is

@@ -1,9 +1,5 @@
 #include "comm/runtime.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-
 #include "comm/mpi_check.h"
 #include "comm/watchdog.h"
 #include "common/error.h"
@@ -61,23 +57,13 @@ WorldInfo world_info() {
   MPI_Comm_free(&local);
   w.node = node_and_count[0];
   w.num_nodes = node_and_count[1];
-  return w;
-}
 
-void check_launch(const WorldInfo& world) {
-  const char* ntasks = std::getenv("SLURM_NTASKS");
-  if (ntasks == nullptr || *ntasks == '\0') return;
-  char* end = nullptr;
-  errno = 0;
-  long expected = std::strtol(ntasks, &end, 10);
-  if (errno != 0 || *end != '\0' || expected <= 0)
-    throw_error("SLURM_NTASKS=", ntasks, " is not a positive number of tasks");
-  if (expected != world.size)
-    throw_error("launched ", world.size, " rank", world.size == 1 ? "" : "s",
-                " but SLURM_NTASKS=", expected,
-                ": srun --mpi=pmix is missing PMIx or mpirun was not used (use "
-                "srun --mpi=pmix with a PMIx-enabled Open MPI, or mpirun inside the "
-                "allocation)");
+  const bool mine = w.rank / w.local_size == w.node && w.rank % w.local_size == w.local_rank;
+  int packed[3] = {mine ? 1 : 0, w.local_size, -w.local_size};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, packed, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  w.packed_by_node = packed[0] == 1 && packed[1] == -packed[2];
+  return w;
 }
 
 }  // namespace fsdp

@@ -33,14 +33,13 @@ struct WorldInfo {
   int rank = 0, size = 1;              // in MPI_COMM_WORLD
   int local_rank = 0, local_size = 1;  // among the ranks sharing this node's memory
   int node = 0, num_nodes = 1;         // nodes numbered by their lowest world rank
+  // Every node holds the same number of consecutive world ranks (mpirun
+  // --map-by ppr:N:node, srun's block distribution): then groups of
+  // local_size consecutive ranks are exactly the nodes.
+  bool packed_by_node = true;
 };
 
 // Collective over MPI_COMM_WORLD.
 WorldInfo world_info();
-
-// Throws fsdp::Error when Slurm asked for a different number of tasks than MPI
-// sees: the usual sign that every process started as rank 0 of 1 because srun
-// could not reach PMIx. Does nothing outside Slurm.
-void check_launch(const WorldInfo& world);
 
 }  // namespace fsdp

@@ -62,17 +62,17 @@ std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& 
 #endif
 }
 
-ProcessGroups make_engine_groups(Device device, const Options& o) {
+ProcessGroups make_engine_groups(Device device, const Options& o, int shard_group_size) {
   const bool staged = o.device_comm == DeviceComm::staged;
   if (device == Device::cpu)
     return staged ? make_process_groups(std::make_unique<StagedCommunicator>(
                                             MPI_COMM_WORLD, std::make_shared<HostStager>()),
-                                        o.shard_group_size)
-                  : make_process_groups(Backend::mpi, o.shard_group_size);
+                                        shard_group_size)
+                  : make_process_groups(Backend::mpi, shard_group_size);
 #ifdef FSDP_HAVE_CUDA_OPS
   check_devices_distinct(staged);
 #endif
-  return make_process_groups(staged ? Backend::staged : Backend::nccl, o.shard_group_size);
+  return make_process_groups(staged ? Backend::staged : Backend::nccl, shard_group_size);
 }
 
 }  // namespace fsdp

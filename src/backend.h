@@ -18,7 +18,8 @@ Device resolve_device(const Options& o);
 std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& world);
 // The process groups the engine's collectives run on: NCCL (cuda) or MPI
 // (cpu), or with --device-comm staged MPI through host staging. On cuda, first
-// refuses two ranks on one GPU unless staged. Collective over MPI_COMM_WORLD.
-ProcessGroups make_engine_groups(Device device, const Options& o);
+// refuses two ranks on one GPU unless staged. `shard_group_size` is resolved
+// (resolve_shard_group_size). Collective over MPI_COMM_WORLD.
+ProcessGroups make_engine_groups(Device device, const Options& o, int shard_group_size);
 
 }  // namespace fsdp

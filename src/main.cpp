@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "comm/agree.h"
+#include "comm/launch.h"
 #include "comm/runtime.h"
 #include "comm/watchdog.h"
 #include "common/error.h"
@@ -33,6 +34,7 @@ bool agree_ok(bool ok, bool peer_only, const std::string& message, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const fsdp::LaunchEnv launch = fsdp::read_launch_env();  // before MPI sets any of it
   fsdp::MpiRuntime mpi(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
     options = fsdp::parse_options(argc, argv);
     if (options) {
       const fsdp::WorldInfo world = fsdp::world_info();
-      fsdp::check_launch(world);
+      fsdp::check_launch(world, launch);
       trainer = std::make_unique<fsdp::Trainer>(*options, world);
     }
   } catch (const fsdp::PeerFailed& e) {
@@ -62,7 +64,10 @@ int main(int argc, char** argv) {
   if (!options) return 0;  // --help
 
   try {
-    trainer->run();
+    if (trainer->run().stopped_before_first_step) {
+      trainer.reset();
+      return fsdp::kExitStoppedBeforeFirstStep;
+    }
   } catch (const fsdp::AgreedError& e) {
     // Every rank stopped at the same point for the same reason (e.g. a
     // diverged step): one line, a clean exit, MPI finalised normally.

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "common/error.h"
 
@@ -10,6 +11,14 @@ namespace fsdp {
 
 void MetricsLog::open(const std::string& path) {
   if (path.empty()) return;
+  // A batch script names the file inside a checkpoint folder that the first
+  // submission has not created yet.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec)
+    throw_error("--metrics: cannot create the folder '", parent.string(), "' for '", path,
+                "': ", ec.message());
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw_error("--metrics: cannot open '", path, "' for writing: ", std::strerror(errno));
 }

@@ -1,10 +1,12 @@
 #include "src/stop_signal.h"
 
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
+#include <initializer_list>
 
 namespace fsdp {
 
@@ -23,6 +25,12 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGUSR2, &sa, nullptr);
+  // The signal mask survives exec: a launcher or shell that blocked these
+  // would leave a stop pending forever, never reaching a step boundary.
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) sigaddset(&stops, sig);
+  pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
   stop_when_launcher_dies();
 }
 

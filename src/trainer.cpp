@@ -56,6 +56,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     : o_(options),
       world_(world),
       lead_(world.rank == 0),
+      shard_group_size_(resolve_shard_group_size(o_.shard_group_size, world, &shard_group_why_)),
       train_data_(open_checked(o_.train_data, "--train-data", o_)) {
   // Collective steps (data opening, process groups, resume) agree on errors
   // themselves; steps that can fail on some ranks only go through
@@ -72,13 +73,13 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
-  groups_ = make_process_groups(Backend::mpi, o_.shard_group_size);
+  groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
   // norms, flags) either way.
   ProcessGroups* engine_groups = &groups_;
   if (device == Device::cuda || o_.device_comm == DeviceComm::staged) {
-    device_groups_ = make_engine_groups(device, o_);
+    device_groups_ = make_engine_groups(device, o_, shard_group_size_);
     engine_groups = &*device_groups_;
   }
   if (device == Device::cuda && lead_)
@@ -134,9 +135,9 @@ void Trainer::print_memory_plan() const {
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
-      "fsdptrain: %d rank(s) on %d node(s), shard group %d, replicas %d, device %s, %s, "
+      "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s, "
       "collectives %s\n",
-      world_.size, world_.num_nodes, n, world_.size / n, ops_->name(),
+      world_.size, world_.num_nodes, n, shard_group_why_.c_str(), world_.size / n, ops_->name(),
       dtype_name(ops_->compute_dtype()),
       device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
   std::printf(
@@ -316,6 +317,18 @@ TrainSummary Trainer::run() {
         "--resume: '", pos_.resumed_from,
         "' holds NaN or Inf weights; resume from an earlier checkpoint (--resume PATH)");
   warm_up();
+  // A signal during set-up is acted on here, before any step: nothing new
+  // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).
+  if (pos_.step < o_.steps && stop_requested()) {
+    if (lead_)
+      std::printf(
+          "fsdptrain: %s arrived before the first step of this run: nothing new to save, "
+          "exiting with status %d (a batch script must not requeue; if it came from the time "
+          "limit, the --signal lead time is longer than the job's --time)\n",
+          stop_signal_name() ? stop_signal_name() : "a stop signal", kExitStoppedBeforeFirstStep);
+    summary.stopped_before_first_step = true;
+    return summary;
+  }
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
   for (int step = int(pos_.step); step < o_.steps; ++step) {
     // Step time between marks on the compute stream: on a GPU what the device

@@ -23,7 +23,15 @@ namespace fsdp {
 struct TrainSummary {
   std::vector<double> train_loss;                // one per step
   std::vector<std::pair<int, double>> val_loss;  // (steps done, loss)
+  // A stop signal was already pending before this run's first step: nothing
+  // new was trained or saved (main exits kExitStoppedBeforeFirstStep).
+  bool stopped_before_first_step = false;
 };
+
+// The exit status of a run stopped before its first step. A batch script must
+// not requeue on it: a preemption signal that comes before any step (a
+// --signal lead longer than the job's time) would otherwise requeue forever.
+inline constexpr int kExitStoppedBeforeFirstStep = 3;
 
 class Trainer {
  public:
@@ -50,7 +58,9 @@ class Trainer {
 
   Options o_;
   WorldInfo world_;
-  bool lead_;                // rank 0 prints and writes metrics
+  bool lead_;                    // rank 0 prints and writes metrics
+  std::string shard_group_why_;  // how --shard-group-size was resolved, for the start line
+  int shard_group_size_;
   DirLock checkpoint_lock_;  // --checkpoint-dir is this run's until the Trainer ends
   TokenStream train_data_;
   std::optional<TokenStream> val_data_;

@@ -47,6 +47,38 @@ void expect_members(Communicator& c, int world_rank, const std::vector<int>& mem
   EXPECT_EQ(c.rank(), index) << what << ": ranks follow world order";
 }
 
+WorldInfo nodes(int num_nodes, int per_node, bool packed) {
+  WorldInfo w;
+  w.size = num_nodes * per_node;
+  w.local_size = per_node;
+  w.num_nodes = num_nodes;
+  w.packed_by_node = packed;
+  return w;
+}
+
+TEST(ResolveShardGroupSize, SeveralPackedNodesShardWithinANode) {
+  std::string why;
+  EXPECT_EQ(resolve_shard_group_size(0, nodes(4, 8, true), &why), 8);
+  EXPECT_EQ(why, "the ranks of a node");
+}
+
+TEST(ResolveShardGroupSize, OneNodeOrScatteredRanksShardOverAll) {
+  std::string why;
+  EXPECT_EQ(resolve_shard_group_size(0, nodes(1, 8, true), &why), 8);
+  EXPECT_EQ(why, "all ranks");
+  // Round-robin placement (--map-by node): consecutive ranks are on
+  // different nodes, so a node-sized group of consecutive ranks would not be
+  // a node.
+  EXPECT_EQ(resolve_shard_group_size(0, nodes(4, 2, false), &why), 8);
+  EXPECT_NE(why.find("not packed by node"), std::string::npos) << why;
+}
+
+TEST(ResolveShardGroupSize, AnExplicitSizeIsKept) {
+  std::string why;
+  EXPECT_EQ(resolve_shard_group_size(16, nodes(4, 8, true), &why), 16);
+  EXPECT_EQ(why, "as asked");
+}
+
 TEST(ProcessGroups, FourRanksInShardGroupsOfTwo) {
   World w;
   if (w.size != 4) GTEST_SKIP() << "needs 4 ranks";

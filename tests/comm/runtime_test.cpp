@@ -3,12 +3,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdlib>
-#include <optional>
-#include <string>
-
-#include "common/error.h"
-
 namespace fsdp {
 namespace {
 
@@ -42,56 +36,10 @@ TEST(MpiRuntime, LeavesAnExistingMpiAlone) {
   EXPECT_EQ(sum, world_info().size);
 }
 
-// Sets an environment variable for one scope and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-TEST(CheckLaunch, OutsideSlurmAcceptsAnything) {
-  ScopedEnv env("SLURM_NTASKS", nullptr);
-  EXPECT_NO_THROW(check_launch(world_info()));
-}
-
-TEST(CheckLaunch, AcceptsTheExpectedSize) {
-  WorldInfo w = world_info();
-  ScopedEnv env("SLURM_NTASKS", std::to_string(w.size).c_str());
-  EXPECT_NO_THROW(check_launch(w));
-}
-
-TEST(CheckLaunch, NamesTheMismatch) {
-  WorldInfo w = world_info();
-  ScopedEnv env("SLURM_NTASKS", std::to_string(w.size + 4).c_str());
-  try {
-    check_launch(w);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    std::string what = e.what();
-    EXPECT_NE(what.find("launched " + std::to_string(w.size) + " rank"), std::string::npos) << what;
-    EXPECT_NE(what.find("SLURM_NTASKS=" + std::to_string(w.size + 4)), std::string::npos) << what;
-    EXPECT_NE(what.find("pmix"), std::string::npos) << what;
-  }
-}
-
-TEST(CheckLaunch, RejectsGarbage) {
-  ScopedEnv env("SLURM_NTASKS", "4x");
-  EXPECT_THROW(check_launch(world_info()), Error);
+TEST(WorldInfo, OneMachineIsPackedByNode) {
+  // Every rank of one machine is on node 0 in rank order: packed, so a
+  // node-sized shard group would be the whole machine.
+  EXPECT_TRUE(world_info().packed_by_node);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 - a full disk: a save that does not fit is one error line saying so, with no
   .tmp left and `latest` and the earlier checkpoint untouched (1 and 2
   ranks, no crash); a disk that fills up during a save does not break it;
+- --metrics in a folder not made yet is created;
 - warnings go to stderr; .tmp files of crashed saves are removed at start,
   with a line; a checkpoint is the size of its data and has no holes.
 The tmpfs cases need mount (root in a container, as in CI); where mounting
@@ -144,6 +145,18 @@ try:
     e = errors(r)
     check(r.returncode != 0 and len(e) == 1 and bad in e[0] and "--checkpoint-dir" in e[0] and
           not trained(r), "--checkpoint-dir under a regular file: one error line, no training", r)
+
+    # --metrics inside a checkpoint folder not made yet (a first sbatch
+    # submission): the folders are created; under a regular file, one error.
+    fresh = os.path.join(work, "fresh", "ckpt")
+    r = run(fresh, steps=2, extra=("--metrics", os.path.join(fresh, "logs", "metrics.jsonl")))
+    check(r.returncode == 0 and os.path.exists(os.path.join(fresh, "logs", "metrics.jsonl")),
+          "--metrics in a folder that does not exist yet: created, metrics written", r)
+    r = run(os.path.join(work, "m2"), steps=2,
+            extra=("--metrics", os.path.join(plain, "m", "metrics.jsonl")))
+    e = errors(r)
+    check(r.returncode != 0 and len(e) == 1 and "--metrics" in e[0] and plain in e[0] and
+          not trained(r), "--metrics under a regular file: one error line, no training", r)
 
     ro = os.path.join(work, "ro")
     why = mount_tmpfs(ro, "ro,size=1m")

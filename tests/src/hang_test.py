@@ -8,7 +8,10 @@ a bound, with a message; a stop signal to mpirun checkpoints and exits 0.
   system): the job aborts naming the save, and the previous checkpoint stays;
 - one rank SIGKILLed mid-run: the job ends, naming the dead rank;
 - SIGUSR1 to mpirun: every rank checkpoints the same step, exit 0, and
-  --resume auto continues from it.
+  --resume auto continues from it;
+- a stop already pending when the program starts (a preemption during
+  set-up, or a --signal lead longer than the job): exit 3 before any step,
+  nothing saved, so a batch script does not requeue it forever.
 Every wait is bounded, so a hang fails the test instead of stalling CI."""
 import json
 import os
@@ -174,6 +177,26 @@ if saved:
     check(r.returncode == 0 and f"at step {stopped}" in r.stdout and
           len(records("usr1", "loss")) >= stopped + 2,
           f"SIGUSR1: --resume auto continued from step {stopped} (exit {r.returncode})")
+
+# 5. A stop pending from the start. The signal is sent while blocked in the
+# child, so it is pending when fsdptrain starts (the mask and pending set
+# survive exec); the program unblocks it with its handlers. One process: a
+# launcher resets the mask of the ranks it starts.
+single = command("early", steps=3)
+single = single[single.index(exe):]
+
+
+def pending_usr1():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+blocked = subprocess.Popen(single, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, preexec_fn=pending_usr1)
+rc, out, err, secs = finish(blocked, BOUND_S)
+check(rc == 3 and "before the first step" in out and not records("early", "loss") and
+      not records("early", "checkpoint"),
+      f"stop pending at start: exit {rc} (want 3), no step, nothing saved: {out.strip()[-200:]}")
 
 print(f"{0 if failures else 1} passed, {len(failures)} failed")
 for f in failures:
