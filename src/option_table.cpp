@@ -168,7 +168,8 @@ std::vector<OptionRow> make_table() {
                     "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
                     "also deterministic attention and a sync after every op", "true"))),
     row("shard-group-size", &O::shard_group_size,
-        "shard within groups of K ranks, replicate across groups (0: all ranks)", "2",
+        "shard within groups of K ranks, replicate across groups (0: the ranks of a node "
+        "when there are several nodes, else all ranks)", "2",
         at_least(0)),
     row("reshard-after-forward", &O::reshard_after_forward,
         "free gathered weights after forward, re-gather for backward", "false"),
