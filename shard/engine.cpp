@@ -135,15 +135,21 @@ void FsdpEngine::release(int unit) {
   note("release", unit);
 }
 
+void FsdpEngine::progress() {
+  if (!opt_.progress_between_ops) return;
+  if (in_flight_ > replicas_in_flight_) shard_.progress();
+  if (replicas_in_flight_ > 0) replicate_->progress();
+}
+
 Tensor FsdpEngine::weight(int unit, int param) {
-  if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
+  progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
   return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.stored[param]);
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {
-  if (in_flight_ > 0 && opt_.progress_between_ops) shard_.progress();
+  progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
   return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.stored[param]);
@@ -191,9 +197,22 @@ void FsdpEngine::finish_reduce(Slot& s) {
   timed_wait(*s.reduce);
   s.reduce.reset();
   --in_flight_;
-  Unit& u = units_[s.grad_owner];
+  const int unit = s.grad_owner;
+  Unit& u = units_[unit];
   ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
   s.grad_owner = -1;
+  if (last_of_step_ && replicate_) issue_replica_reduce(unit);
+}
+
+void FsdpEngine::issue_replica_reduce(int unit) {
+  Unit& u = units_[unit];
+  if (u.replica_reduce) return;
+  note("replica", unit);
+  replicate_->wait_stream(ops_.stream());  // after the accumulate just queued there
+  u.replica_reduce =
+      replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum);
+  ++in_flight_;
+  ++replicas_in_flight_;
 }
 
 void FsdpEngine::forward_only() {
@@ -213,7 +232,8 @@ void FsdpEngine::forward_only() {
   }
 }
 
-void FsdpEngine::forward_backward() {
+void FsdpEngine::forward_backward(bool last_of_step) {
+  last_of_step_ = last_of_step;
   const int U = num_units();
   for (int u = 0; u < U; ++u) {
     for (int r : model_.units_read_by(u)) wait_gather(r);
@@ -238,8 +258,17 @@ void FsdpEngine::forward_backward() {
     // Unit 0 (read by the tied head) is the last to run, so this holds.
     issue_reduce(u);
     release(u);
+    // A reduce-scatter two units back has had two backwards to land. Blocks
+    // share slots, so reusing a slot already took theirs; the head has its
+    // own, and would otherwise wait for the end (with its all-reduce across
+    // replicas, on the last micro-batch).
+    if (u + 2 < U) {
+      Slot& earlier = slots_[units_[u + 2].slot];
+      if (earlier.grad_owner == u + 2) finish_reduce(earlier);
+    }
   }
   for (auto& s : slots_) finish_reduce(s);
+  last_of_step_ = false;
   ++micro_batch_;
 }
 
@@ -252,8 +281,25 @@ void FsdpEngine::check_finite(int unit, bool backward) {
               "; lower --lr, check the data, or look at that unit's inputs");
 }
 
+// Waits for the all-reduces across replicas, first issuing those still
+// missing when `issue_missing`; afterwards each replica holds the same,
+// summed gradient shards.
+void FsdpEngine::finish_replica_reduces(bool issue_missing) {
+  if (!replicate_) return;
+  if (issue_missing)
+    for (int u = 0; u < num_units(); ++u) issue_replica_reduce(u);
+  for (auto& u : units_) {
+    if (!u.replica_reduce) continue;
+    timed_wait(*u.replica_reduce);
+    u.replica_reduce.reset();
+    --in_flight_;
+    --replicas_in_flight_;
+  }
+}
+
 void FsdpEngine::discard_gradients() {
   for (auto& s : slots_) finish_reduce(s);
+  finish_replica_reduces(false);  // never zero a buffer a collective still reads
   for (auto& u : units_) ops_.zero(u.grad);
   micro_batch_ = 0;
   wait_spans_.clear();
@@ -271,14 +317,7 @@ std::vector<std::string> GradientNorms::nonfinite_units(const Transformer& model
 }
 
 GradientNorms FsdpEngine::measure_gradients() {
-  if (replicate_) {
-    replicate_->wait_stream(ops_.stream());
-    std::vector<WorkHandle> work;
-    for (auto& u : units_)
-      work.push_back(
-          replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum));
-    for (auto& w : work) w->wait_on(ops_.stream());
-  }
+  finish_replica_reduces(true);
   // Every replica now holds the same gradient shards, so the norm needs only
   // the shard group's sum. One value per unit (a few dozen floats, one
   // collective) names the units behind a non-finite norm for free.

@@ -61,7 +61,12 @@ class FsdpEngine final : public UnitAccess {
 
   // One micro-batch (already given to the model with set_batch): forward and
   // backward through every unit; gradients are added into the fp32 shards.
-  void forward_backward();
+  // last_of_step: no micro-batch of this step follows, so a unit's gradient
+  // shard is final once its reduce-scatter lands, and its all-reduce across
+  // replicas (hybrid sharding) starts right then, under the rest of the
+  // backward, as HSDP does. Otherwise those all-reduces wait for
+  // measure_gradients(), which is always correct but exposes them.
+  void forward_backward(bool last_of_step = false);
   // Forward only, for evaluation; the loss is in the model afterwards.
   void forward_only();
   // After the last micro-batch of a step, in two halves so the caller can
@@ -117,7 +122,8 @@ class FsdpEngine final : public UnitAccess {
     Tensor master, exp_avg, exp_avg_sq, grad;  // f32 shards
     Tensor send;  // what the all-gather sends: master itself, or its compute-dtype copy
     int slot = 0;
-    WorkHandle gather;  // in flight while non-null
+    WorkHandle gather;          // in flight while non-null
+    WorkHandle replica_reduce;  // all-reduce of `grad` across replicas in flight
     bool ready = false;
     bool grad_active = false;
   };
@@ -133,6 +139,9 @@ class FsdpEngine final : public UnitAccess {
   void begin_grads(int unit);
   void issue_reduce(int unit);
   void finish_reduce(Slot& s);
+  void issue_replica_reduce(int unit);
+  void finish_replica_reduces(bool issue_missing);
+  void progress();
   void timed_wait(Work& w);
   void note(const std::string& event, int unit);
   void check_finite(int unit, bool backward);
@@ -149,6 +158,8 @@ class FsdpEngine final : public UnitAccess {
   int steps_ = 0;
   int micro_batch_ = 0;                          // within the current step, for --debug's messages
   int in_flight_ = 0;                            // collectives posted and not yet waited
+  int replicas_in_flight_ = 0;                   // of them, all-reduces across replicas
+  bool last_of_step_ = false;                    // forward_backward(true) is running
   std::vector<std::pair<int, int>> wait_spans_;  // Ops marks around each wait
   int64_t persistent_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<std::string> trace_;

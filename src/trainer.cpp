@@ -169,7 +169,7 @@ double Trainer::train_step(int step) {
   for (int m = 0; m < o_.grad_accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
     model_->set_batch(inputs_.data(), targets_.data(), float(1.0 / global_tokens));
-    engine_->forward_backward();
+    engine_->forward_backward(m + 1 == o_.grad_accum);
     loss_sum += model_->loss_sum();
     count += double(model_->loss_count());
   }

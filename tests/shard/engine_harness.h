@@ -41,6 +41,9 @@ struct EngineRun {
   FsdpEngine engine;
   int B, T, accum, rank, world;
   std::vector<double> losses;
+  // Start the all-reduce across replicas during the last micro-batch's
+  // backward, as the trainer does (false: all of it in measure_gradients).
+  bool overlap_replicas = true;
 
   EngineRun(const ModelConfig& c, Communicator& shard, Communicator* replicate, int dp_rank,
             int dp_world, int batch, int seq, int grad_accum, EngineOptions eo = {})
@@ -77,7 +80,7 @@ struct EngineRun {
         }
       }
       model.set_batch(in.data(), tgt.data(), float(1.0 / double(G * T)));
-      engine.forward_backward();
+      engine.forward_backward(overlap_replicas && m + 1 == accum);
       local += model.loss_sum();
     }
     float v = float(local);

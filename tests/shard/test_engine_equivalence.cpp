@@ -90,6 +90,19 @@ TEST(FsdpEquivalence, HybridShardingEqualsOneRank) {
   expect_matches_reference(run, *g.shard, ref, "hybrid (shard groups of 2)");
 }
 
+TEST(FsdpEquivalence, HybridWithReplicaReducesAtTheEndEqualsOneRank) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world % 2 != 0) GTEST_SKIP() << "hybrid sharding needs an even world size";
+  ProcessGroups g = make_process_groups(Backend::mpi, 2);
+  Reference ref(world);
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), g.world->rank(), world,
+                kB, kT, kAccum);
+  run.overlap_replicas = false;
+  for (int s = 0; s < kSteps; ++s) run.step(s, *g.world);
+  expect_matches_reference(run, *g.shard, ref, "hybrid, replica all-reduce after backward");
+}
+
 TEST(FsdpEquivalence, ReshardAfterForwardChangesNothing) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   EngineOptions keep;

@@ -55,6 +55,35 @@ TEST(FsdpSchedule, PrefetchIsIssuedBeforeTheCurrentUnitComputes) {
   }
 }
 
+// Hybrid sharding: on the step's last micro-batch each unit's all-reduce
+// across replicas starts as soon as its reduce-scatter has landed, under the
+// backward of the units before it; earlier micro-batches issue none.
+TEST(FsdpSchedule, ReplicaAllReduceOverlapsTheLastBackward) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 1);
+  if (g.world->size() < 2) GTEST_SKIP() << "needs 2+ ranks for replicas";
+  EngineOptions eo;
+  eo.record_trace = true;
+  const int accum = 2;
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), g.world->rank(),
+                g.world->size(), 1, 8, accum, eo);
+  run.step(0, *g.world);
+  const auto& tr = run.engine.trace();
+  const int U = run.engine.num_units();
+  const int second = index_of(tr, "forward 0", index_of(tr, "forward 0") + 1);  // the last one
+  ASSERT_GT(second, 0);
+  EXPECT_EQ(index_of(tr, "replica " + std::to_string(U - 1)),
+            index_of(tr, "replica " + std::to_string(U - 1), second))
+      << "a replica all-reduce was issued during a micro-batch that is not the last";
+  const int head_reduce = index_of(tr, "replica " + std::to_string(U - 1), second);
+  const int first_backward = index_of(tr, "backward 0", second);
+  ASSERT_GE(head_reduce, 0);
+  EXPECT_LT(head_reduce, first_backward) << "the head's all-reduce waited for the whole backward";
+  const int block_reduce = index_of(tr, "replica " + std::to_string(U - 2), second);
+  EXPECT_LT(block_reduce, first_backward) << "the last block's all-reduce waited";
+  for (int u = 0; u < U; ++u)
+    EXPECT_GE(index_of(tr, "replica " + std::to_string(u), second), 0) << "unit " << u;
+}
+
 // Gradient shards after one micro-batch equal the gradient of an unsharded
 // model over the same global batch: this checks the engine's own arithmetic
 // (padding, reduce-scatter, accumulation, averaging), which the rank-count
