@@ -1,0 +1,140 @@
+// fsdp_memory_plan: one configuration's per-rank memory plan (plan_memory,
+// shard/memory_plan.h), unit layouts (make_layout, shard/layout.h) and FLOP
+// count (ModelConfig), as JSON on stdout, so tools/plan.py reports the
+// program's own figures instead of a Python copy of them.
+//
+//   fsdp_memory_plan [--model gpt-1.3b] [--n-layer 32 ...] [--batch-size 8] [--seq-len 1024]
+//                    [--shard-group-size 8] [--world-size 64] [--precision bf16]
+//                    [--reshard-after-forward true] [--recompute none] [--reduce-dtype fp32]
+//
+// Every flag but --world-size is a row of fsdptrain's option table, converted
+// and checked by that row as fsdptrain does. --world-size is what
+// --shard-group-size 0 (all ranks) means here. --precision auto is bf16: the
+// plan is for GPUs, where auto computes in bf16.
+#include "shard/memory_plan.h"
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "model/params.h"
+#include "shard/layout.h"
+#include "src/option_table.h"
+#include "src/option_values.h"
+
+namespace fsdp {
+namespace {
+
+// The model's rows and these; flags about data, devices or the run are
+// refused: the plan would ignore them, and whoever passes one expects an effect.
+const char* const kPlanFlags[] = {"batch-size", "seq-len",      "shard-group-size",     "precision",
+                                  "recompute",  "reduce-dtype", "reshard-after-forward"};
+
+bool accepted(const OptionRow& r) {
+  if (r.model_field || r.name == "model") return true;
+  for (const char* n : kPlanFlags)
+    if (r.name == n) return true;
+  return false;
+}
+
+// As fsdptrain's build(): rows in table order (the preset before the fields
+// that override it), then the model's consistency, then each row's rule.
+Options parse(int argc, char** argv, int& world) {
+  std::map<std::string, std::string> given;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag.rfind("--", 0) != 0 || i + 1 >= argc)
+      throw_error("'", flag, "': every option is a --flag VALUE pair");
+    const std::string name = flag.substr(2), value = argv[i + 1];
+    if (name == "world-size") {
+      if (!parse_value(value, world).empty() || world < 1)
+        throw_error("--world-size: '", value, "' is invalid: must be at least 1");
+      continue;
+    }
+    const OptionRow* r = find_option(name);
+    if (!r || !accepted(*r)) throw_error("--", name, ": not an option of the memory plan");
+    given[name] = value;
+  }
+  Options o;
+  for (const auto& r : option_table()) {
+    auto it = given.find(r.name);
+    if (it == given.end()) continue;
+    const std::string rule = r.set(o, it->second);
+    if (!rule.empty()) throw_error("--", r.name, ": '", it->second, "' is invalid: ", rule);
+  }
+  o.model.validate();
+  for (const auto& r : option_table()) {
+    const std::string rule = r.check ? r.check(o) : "";
+    if (!rule.empty()) throw_error("--", r.name, ": '", r.get(o), "' is invalid: ", rule);
+  }
+  if (o.seq_len == 0) o.seq_len = o.model.max_seq_len;
+  if (o.precision == Precision::fp8)
+    throw_error("--precision fp8 is not implemented yet; use --precision bf16");
+  const int shard = o.shard_group_size == 0 ? world : o.shard_group_size;
+  if (world % shard != 0)
+    throw_error("--shard-group-size ", shard, " does not divide --world-size ", world);
+  o.shard_group_size = shard;
+  return o;
+}
+
+void print_layout(const char* name, int count, const UnitLayout& l, bool last) {
+  std::printf(
+      "    {\"name\": \"%s\", \"count\": %d, \"numel\": %lld, \"padded\": %lld, "
+      "\"shard\": %lld}%s\n",
+      name, count, (long long)l.numel, (long long)l.padded, (long long)l.shard, last ? "" : ",");
+}
+
+void print_json(const Options& o, int world) {
+  const ModelConfig& m = o.model;
+  const DType compute = o.precision == Precision::fp32 ? DType::f32 : DType::bf16;
+  const int shard = o.shard_group_size;
+  const MemoryPlan p = plan_memory(m, shard, compute, o.reshard_after_forward, o.batch_size,
+                                   o.seq_len, o.recompute, o.reduce_dtype);
+  // Units come as embedding, n_layer blocks of one layout, head (model_units).
+  const std::vector<UnitSpec> units = model_units(m);
+  std::printf(
+      "{\n  \"model\": {\"name\": \"%s\", \"vocab_size\": %d, \"padded_vocab\": %d, "
+      "\"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"n_kv_head\": %d, "
+      "\"d_ff\": %d, \"max_seq_len\": %d, \"tie_embeddings\": %s},\n",
+      m.name.c_str(), m.vocab_size, m.padded_vocab(), m.n_layer, m.d_model, m.n_head, m.n_kv_head,
+      m.d_ff, m.max_seq_len, m.tie_embeddings ? "true" : "false");
+  std::printf(
+      "  \"num_params\": %lld,\n  \"num_matmul_params\": %lld,\n"
+      "  \"flops_per_token\": %.17g,\n",
+      (long long)m.num_params(), (long long)m.num_matmul_params(), m.flops_per_token(o.seq_len));
+  std::printf(
+      "  \"world_size\": %d,\n  \"shard_size\": %d,\n  \"batch_size\": %d,\n"
+      "  \"seq_len\": %d,\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": \"%s\",\n"
+      "  \"reshard_after_forward\": %s,\n  \"recompute\": \"%s\",\n",
+      world, shard, o.batch_size, o.seq_len, dtype_name(compute), dtype_name(o.reduce_dtype),
+      o.reshard_after_forward ? "true" : "false", format_value(o.recompute).c_str());
+  std::printf("  \"units\": [\n");
+  print_layout("embed", 1, make_layout(units.front(), shard), false);
+  print_layout("block", m.n_layer, make_layout(units[1], shard), false);
+  print_layout("head", 1, make_layout(units.back(), shard), true);
+  std::printf("  ],\n");
+  std::printf(
+      "  \"memory\": {\"master\": %lld, \"grads\": %lld, \"moments\": %lld, "
+      "\"send_copy\": %lld, \"gather_buffers\": %lld, \"grad_buffers\": %lld, "
+      "\"activations\": %lld, \"persistent\": %lld, \"buffers\": %lld, \"total\": %lld}\n}\n",
+      (long long)p.master, (long long)p.grads, (long long)p.moments, (long long)p.send_copy,
+      (long long)p.gather_buffers, (long long)p.grad_buffers, (long long)p.activations,
+      (long long)p.persistent(), (long long)p.buffers(), (long long)p.total());
+}
+
+}  // namespace
+}  // namespace fsdp
+
+int main(int argc, char** argv) {
+  try {
+    int world = 1;
+    const fsdp::Options o = fsdp::parse(argc, argv, world);
+    fsdp::print_json(o, world);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp_memory_plan: error: %s\n", e.what());
+    return 2;
+  }
+}
