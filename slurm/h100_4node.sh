@@ -3,6 +3,11 @@
 # (NVLink), replicas across nodes (hybrid sharding), requeued on preemption.
 #
 #   sbatch slurm/h100_4node.sh --train-data /data/owt_train.h5 --val-data /data/owt_val.h5
+#   sbatch --nodes=2 slurm/h100_4node.sh --model gpt-125m ...   # sbatch options, then flags
+#   FSDP_LAUNCHER=mpirun sbatch slurm/h100_4node.sh ...          # Open MPI without PMIx
+#   scancel JOB    # cancels: ranks checkpoint first, no requeue
+#
+# Flags after the script name go to fsdptrain and replace the defaults below.
 #
 #SBATCH --job-name=fsdptrain
 #SBATCH --nodes=4
@@ -14,14 +19,47 @@
 #SBATCH --signal=B:USR1@300
 #SBATCH --requeue
 #SBATCH --output=fsdptrain-%j.out
+#SBATCH --open-mode=append
 set -euo pipefail
+# A signal before the ranks start is acted on once they do (see stop below).
+early=
+trap 'early=USR1' USR1
+trap 'early=TERM' TERM
 
 # Not --gpus-per-task=1: with cgroup isolation ranks could not see their
 # peers' GPUs and NCCL would lose NVLink peer-to-peer (PLATFORM-NOTES.md).
 BIN=${FSDPTRAIN:-$SLURM_SUBMIT_DIR/build/src/fsdptrain}
 CKPT=${CHECKPOINT_DIR:-$SLURM_SUBMIT_DIR/checkpoints/$SLURM_JOB_NAME}
+LAUNCHER=${FSDP_LAUNCHER:-srun}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export HDF5_USE_FILE_LOCKING=FALSE  # locks hang or fail on Lustre/NFS
+# A rank that waits longer than this for its peers aborts the whole job.
+export FSDP_COLLECTIVE_TIMEOUT_S=${FSDP_COLLECTIVE_TIMEOUT_S:-600}
+
+# fsdptrain refuses a repeated flag, so a default is passed only when the
+# user's arguments do not name that flag (as --flag value or --flag=value).
+declare -A given=()
+prev=
+for a in "$@"; do
+  [[ $prev == --checkpoint-dir ]] && CKPT=$a
+  [[ $a == --checkpoint-dir=* ]] && CKPT=${a#*=}
+  [[ $a == --* ]] && given[${a%%=*}]=1
+  prev=$a
+done
+defaults=(--model gpt-350m --device cuda --precision bf16
+          --checkpoint-dir "$CKPT" --checkpoint-every 1000 --resume auto
+          --metrics "$CKPT/metrics.jsonl")
+args=()
+for ((i = 0; i < ${#defaults[@]}; i += 2)); do
+  [[ -v given[${defaults[i]}] ]] || args+=("${defaults[i]}" "${defaults[i + 1]}")
+done
+args+=("$@")
+# The first submission must be able to claim the folder (and its metrics).
+mkdir -p "$CKPT"
+
+# --open-mode=append keeps every run of a requeued job in one log.
+echo "fsdptrain.sh: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} at $(date -Is)" \
+     "on $SLURM_JOB_NODELIST ($SLURM_NTASKS tasks, $LAUNCHER)"
 
 # Slurm sends USR1 300 s before the time limit, SIGTERM on scancel and on
 # preemption (to this shell and to every rank, SIGKILL after KillWait or the
@@ -30,28 +68,39 @@ export HDF5_USE_FILE_LOCKING=FALSE  # locks hang or fail on Lustre/NFS
 # ranks get USR1 (srun forwards it; mpirun forwards USR1 at once but turns
 # SIGTERM into SIGKILL after 1 s), checkpoint at the next step boundary and
 # exit 0. Only USR1 requeues: after scancel the job must end, and a
-# preempted --requeue job is requeued by Slurm itself.
+# preempted --requeue job is requeued by Slurm itself. Exit status 3 means
+# the ranks stopped before their first step and saved nothing new: a
+# --signal lead longer than the run would otherwise requeue forever.
 stop() {
   echo "fsdptrain.sh: SIG$1 received, asking ranks to checkpoint"
   kill -USR1 "$pid" 2>/dev/null || true
   local rc=0
   wait "$pid" || rc=$?
-  if [[ $1 == USR1 && $rc == 0 ]]; then scontrol requeue "$SLURM_JOB_ID"; fi
+  if [[ $1 == USR1 && $rc == 0 ]]; then
+    trap '' USR1 TERM  # requeueing signals this shell; the job is already safe
+    echo "fsdptrain.sh: checkpoint saved, requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+  elif [[ $1 == USR1 && $rc == 3 ]]; then
+    echo "fsdptrain.sh: not requeued: stopped before the first step (is --signal's lead" \
+         "longer than the run?)"
+  elif [[ $1 == USR1 ]]; then
+    echo "fsdptrain.sh: not requeued: fsdptrain exited with status $rc"
+  fi
   exit "$rc"
 }
+
+# srun needs PMIx in both Slurm and Open MPI; fsdptrain checks the MPI world
+# against Slurm's tasks and stops with a clear error if PMIx is missing. Then
+# FSDP_LAUNCHER=mpirun starts the same ranks, packed by node as srun does, so
+# the default shard group (the ranks of one node) stays the same.
+if [[ $LAUNCHER == mpirun ]]; then
+  per_node=${SLURM_NTASKS_PER_NODE:-$((SLURM_NTASKS / SLURM_JOB_NUM_NODES))}
+  mpirun -np "$SLURM_NTASKS" --map-by "ppr:$per_node:node" "$BIN" "${args[@]}" &
+else
+  srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" "${args[@]}" &
+fi
+pid=$!
 trap 'stop USR1' USR1
 trap 'stop TERM' TERM
-# A rank that waits longer than this for its peers aborts the whole job.
-export FSDP_COLLECTIVE_TIMEOUT_S=${FSDP_COLLECTIVE_TIMEOUT_S:-600}
-
-# srun needs PMIx in both Slurm and Open MPI; fsdptrain checks SLURM_NTASKS
-# against the MPI world size and stops with a clear error if they differ.
-# Without PMIx, use: mpirun -np "$SLURM_NTASKS" --map-by ppr:8:node "$BIN" ...
-# (the trap's USR1 reaches the ranks through mpirun the same way).
-srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" \
-  --model gpt-350m --device cuda --precision bf16 \
-  --shard-group-size 8 \
-  --checkpoint-dir "$CKPT" --checkpoint-every 1000 --resume auto \
-  --metrics "$CKPT/metrics.jsonl" "$@" &
-pid=$!
+[[ -z $early ]] || stop "$early"
 wait "$pid"

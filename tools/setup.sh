@@ -6,7 +6,8 @@ set -euo pipefail
 debs=(build-essential cmake ninja-build pkg-config
       openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
       libboost-program-options-dev libgtest-dev libgmock-dev libopenblas-dev
-      bible-kjv-text bible-kjv)
+      bible-kjv-text bible-kjv
+      slurmctld slurmd slurm-client munge)  # tests/slurm runs a Slurm cluster on this machine
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
