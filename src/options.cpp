@@ -16,13 +16,6 @@ namespace fsdp {
 
 namespace {
 
-// A value as given, and where: flags win over the INI file, and a message
-// about a value from the file names the file.
-struct Given {
-  std::string text;
-  std::string where;  // "" for a flag, else "--config 'FILE': "
-};
-
 std::string help_line(const OptionRow& r) {
   if (r.model_field || r.is_switch) return r.help;
   const std::string d = r.get(Options{});
@@ -70,13 +63,13 @@ std::string read_config(const std::string& path) {
   return text.str();
 }
 
-void add_given(std::map<std::string, Given>& given, const po::variables_map& vm,
+void add_given(std::map<std::string, GivenValue>& given, const po::variables_map& vm,
                const std::string& where) {
   for (const auto& r : option_table())
     if (vm.count(r.name)) given[r.name] = {vm[r.name].as<std::string>(), where};
 }
 
-[[noreturn]] void invalid(const OptionRow& r, const Given& g, const std::string& rule) {
+[[noreturn]] void invalid(const OptionRow& r, const GivenValue& g, const std::string& rule) {
   throw_error(g.where, "--", r.name, ": '", g.text, "' is invalid: ", rule);
 }
 
@@ -91,10 +84,19 @@ void check_combinations(const Options& o) {
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }
 
-// Converts and checks every given value, in table order: the preset first,
-// then the model fields over it, then ModelConfig's own consistency, then each
-// row's rule (which may read other options), then the combinations.
-Options build(const std::map<std::string, Given>& given) {
+// Every value a run needs, and the rules that tie options together.
+Options build(const std::map<std::string, GivenValue>& given) {
+  Options o = options_from_values(given);
+  check_combinations(o);
+  return o;
+}
+
+}  // namespace
+
+// In table order: the preset first, then the model fields over it, then
+// ModelConfig's own consistency, then each row's rule (which may read other
+// options).
+Options options_from_values(const std::map<std::string, GivenValue>& given) {
   Options o;
   for (const auto& r : option_table()) {
     auto it = given.find(r.name);
@@ -108,14 +110,11 @@ Options build(const std::map<std::string, Given>& given) {
     const std::string rule = r.check(o);
     if (rule.empty()) continue;
     auto it = given.find(r.name);
-    invalid(r, it != given.end() ? it->second : Given{r.get(o), ""}, rule);
+    invalid(r, it != given.end() ? it->second : GivenValue{r.get(o), ""}, rule);
   }
-  check_combinations(o);
   if (o.seq_len == 0) o.seq_len = o.model.max_seq_len;
   return o;
 }
-
-}  // namespace
 
 std::string options_help() {
   std::ostringstream os;
@@ -138,7 +137,7 @@ std::string options_to_ini(const Options& o, IniScope scope) {
 }
 
 std::optional<Options> parse_options(int argc, const char* const argv[]) {
-  std::map<std::string, Given> given;
+  std::map<std::string, GivenValue> given;
   try {
     const auto flags = flags_description();
     const po::parsed_options parsed = po::command_line_parser(argc, argv).options(flags).run();

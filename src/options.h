@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,17 @@ struct Options {
 
   bool operator==(const Options&) const = default;
 };
+
+// A value as given, and where: flags win over the INI file, and a message
+// about a value from the file names the file.
+struct GivenValue {
+  std::string text;
+  std::string where;  // "" for a flag, else "--config 'FILE': "
+};
+// Converts and checks the given values (option name -> value) as fsdptrain
+// does, without the rules a training run adds (--train-data required, ...):
+// tools that plan a run from its flags read them the same way.
+Options options_from_values(const std::map<std::string, GivenValue>& given);
 
 // Returns nullopt after printing --help. Throws fsdp::Error for a bad flag,
 // value or config file.

@@ -23,6 +23,7 @@
 #include "shard/layout.h"
 #include "src/option_table.h"
 #include "src/option_values.h"
+#include "src/options.h"
 
 namespace fsdp {
 namespace {
@@ -39,10 +40,8 @@ bool accepted(const OptionRow& r) {
   return false;
 }
 
-// As fsdptrain's build(): rows in table order (the preset before the fields
-// that override it), then the model's consistency, then each row's rule.
 Options parse(int argc, char** argv, int& world) {
-  std::map<std::string, std::string> given;
+  std::map<std::string, GivenValue> given;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag.rfind("--", 0) != 0 || i + 1 >= argc)
@@ -55,21 +54,9 @@ Options parse(int argc, char** argv, int& world) {
     }
     const OptionRow* r = find_option(name);
     if (!r || !accepted(*r)) throw_error("--", name, ": not an option of the memory plan");
-    given[name] = value;
+    given[name] = {value, ""};
   }
-  Options o;
-  for (const auto& r : option_table()) {
-    auto it = given.find(r.name);
-    if (it == given.end()) continue;
-    const std::string rule = r.set(o, it->second);
-    if (!rule.empty()) throw_error("--", r.name, ": '", it->second, "' is invalid: ", rule);
-  }
-  o.model.validate();
-  for (const auto& r : option_table()) {
-    const std::string rule = r.check ? r.check(o) : "";
-    if (!rule.empty()) throw_error("--", r.name, ": '", r.get(o), "' is invalid: ", rule);
-  }
-  if (o.seq_len == 0) o.seq_len = o.model.max_seq_len;
+  Options o = options_from_values(given);  // converted and checked as fsdptrain does
   if (o.precision == Precision::fp8)
     throw_error("--precision fp8 is not implemented yet; use --precision bf16");
   const int shard = o.shard_group_size == 0 ? world : o.shard_group_size;
