@@ -121,10 +121,20 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : 
   });
 }
 
-NcclCommunicator::NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
-                                   const NcclOptions& options)
-    : options_(options), mpi_comm_(mpi_comm), comm_(comm) {
-  set_up([&] { settle(comm_, started, "ncclCommSplit", __FILE__, __LINE__); });
+NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, int color, int key,
+                                   MPI_Comm mpi_comm)
+    : options_(parent.options_), mpi_comm_(mpi_comm) {
+  set_up([&] {
+    ncclConfig_t config = nonblocking_config();
+    const ncclResult_t r = ncclCommSplit(parent.comm_, color, key, &comm_, &config);
+    // Non-blocking, NCCL's own thread writes the new handle into comm_ only
+    // once the split is complete (NULL until then), and the split's progress
+    // is the parent's async state: wait on the parent, then on the child.
+    parent.settle(parent.comm_, r, "ncclCommSplit", __FILE__, __LINE__, /*setup=*/true);
+    if (comm_ == nullptr)
+      throw_error("ncclCommSplit finished without a communicator on rank ", parent.world_rank_);
+    settle(comm_, ncclInProgress, "ncclCommSplit", __FILE__, __LINE__);
+  });
 }
 
 void NcclCommunicator::set_up(const std::function<void()>& create) {
@@ -154,11 +164,11 @@ void NcclCommunicator::finish_setup() {
 }
 
 void NcclCommunicator::settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file,
-                              int line) {
+                              int line, bool setup_call) {
   if (r == ncclInProgress && comm != nullptr) {
     // Set-up gets its own (shorter) limit; a collective that is merely being
     // enqueued gets the watchdog's.
-    const bool setup = watchdog_ == nullptr;
+    const bool setup = setup_call || watchdog_ == nullptr;
     const double limit = setup ? options_.init_timeout_s : options_.timeout_s;
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
@@ -272,15 +282,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
     WatchScope watch("NCCL group split (MPI_Comm_split)");
     check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
   }
-  ncclComm_t child = nullptr;
-  ncclConfig_t config = nonblocking_config();
-  const ncclResult_t started = ncclCommSplit(comm_, color, key, &child, &config);
-  // The child owns `sub` from here and settles `started` inside its
-  // agreement with its peers, so an immediate failure on one rank stops all.
-  std::unique_ptr<Communicator> result(new NcclCommunicator(child, started, sub, options_));
-  // A non-blocking parent is usable again once its own state has settled.
-  settle(comm_, ncclInProgress, "ncclCommSplit", __FILE__, __LINE__);
-  return result;
+  // The child owns `sub` from here and splits inside its agreement with its
+  // peers, so a failure on one rank stops all.
+  return std::unique_ptr<Communicator>(new NcclCommunicator(*this, color, key, sub));
 }
 
 void NcclCommunicator::wait_stream(StreamHandle producer) {

@@ -78,11 +78,10 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
 
  private:
-  // A child of split(): `comm` is being created by ncclCommSplit, which
-  // returned `started`; `mpi_comm` (owned from now on) holds the same ranks,
-  // for agreement and later splits.
-  NcclCommunicator(ncclComm_t comm, ncclResult_t started, MPI_Comm mpi_comm,
-                   const NcclOptions& options);
+  // A child of split(): ncclCommSplit of `parent` by color and key;
+  // `mpi_comm` (owned from now on) holds the same ranks, for agreement and
+  // later splits.
+  NcclCommunicator(NcclCommunicator& parent, int color, int key, MPI_Comm mpi_comm);
   // Takes mpi_comm_ (already owned) as the group, runs `create` (which makes
   // comm_) and finish_setup() on every rank and agrees on the outcome; on
   // failure releases everything and rethrows.
@@ -91,8 +90,10 @@ class NcclCommunicator final : public Communicator {
   void finish_setup();
   // A non-blocking communicator may return ncclInProgress from any call; the
   // next call may only follow once ncclCommGetAsyncError says it settled.
-  // Polls up to the timeout, then throws naming the call and its site.
-  void settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file, int line);
+  // Polls up to the timeout (set-up's when `setup` or before the watchdog
+  // exists), then throws naming the call and its site.
+  void settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file, int line,
+              bool setup = false);
   // Records completion of what was just enqueued and hands it to the watchdog.
   WorkHandle finish(const char* name);
   void release(bool abort) noexcept;

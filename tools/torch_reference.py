@@ -86,8 +86,9 @@ def rmsnorm(x, g, eps):
 def rope(x, theta):  # x [B, T, H, hd], rotate_half
     T, hd = x.shape[1], x.shape[3]
     half = hd // 2
-    inv = theta ** (-2.0 * torch.arange(half, dtype=torch.float64) / hd)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    f64 = dict(dtype=torch.float64, device=x.device)
+    inv = theta ** (-2.0 * torch.arange(half, **f64) / hd)
+    ang = torch.arange(T, **f64)[:, None] * inv[None, :]
     cos = ang.cos().to(x.dtype)[None, :, None, :]
     sin = ang.sin().to(x.dtype)[None, :, None, :]
     x1, x2 = x[..., :half], x[..., half:]
