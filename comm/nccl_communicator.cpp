@@ -1,5 +1,6 @@
 #include "comm/nccl_communicator.h"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -121,18 +122,27 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : 
   });
 }
 
-NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, int color, int key,
-                                   MPI_Comm mpi_comm)
+NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, int color, int key, MPI_Comm mpi_comm)
     : options_(parent.options_), mpi_comm_(mpi_comm) {
   set_up([&] {
     ncclConfig_t config = nonblocking_config();
     const ncclResult_t r = ncclCommSplit(parent.comm_, color, key, &comm_, &config);
-    // Non-blocking, NCCL's own thread writes the new handle into comm_ only
-    // once the split is complete (NULL until then), and the split's progress
-    // is the parent's async state: wait on the parent, then on the child.
-    parent.settle(parent.comm_, r, "ncclCommSplit", __FILE__, __LINE__, /*setup=*/true);
-    if (comm_ == nullptr)
-      throw_error("ncclCommSplit finished without a communicator on rank ", parent.world_rank_);
+    // Non-blocking, ncclCommSplit may return ncclSuccess while NCCL's own
+    // thread is still making the child, and that thread writes the handle
+    // into comm_ only when it is done (NULL until then). The split's progress
+    // is the parent's async state: wait on it whatever the return, then for
+    // the handle itself.
+    parent.settle(parent.comm_, r == ncclSuccess ? ncclInProgress : r, "ncclCommSplit", __FILE__,
+                  __LINE__, /*setup=*/true);
+    const auto start = std::chrono::steady_clock::now();
+    while (std::atomic_ref<ncclComm_t>(comm_).load(std::memory_order_acquire) == nullptr) {
+      if (std::chrono::steady_clock::now() - start >
+          std::chrono::duration<double>(options_.init_timeout_s))
+        throw_error("ncclCommSplit on rank ", parent.world_rank_,
+                    " finished without a communicator within ", options_.init_timeout_s,
+                    " s; FSDP_NCCL_INIT_TIMEOUT_S sets the limit");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     settle(comm_, ncclInProgress, "ncclCommSplit", __FILE__, __LINE__);
   });
 }
