@@ -82,10 +82,6 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     device_groups_ = make_engine_groups(device, o_, shard_group_size_);
     engine_groups = &*device_groups_;
   }
-  if (device == Device::cuda && lead_)
-    std::fprintf(stderr,
-                 "fsdptrain: warning: the CUDA backend compiles in CI but has not yet been "
-                 "validated on a GPU (bench/cuda/run_gpu_checks.sh does that)\n");
   // The plan against free memory before build() allocates anything it sizes.
   all_or_none(W, [&] {
     check_memory_fits(

@@ -337,15 +337,17 @@ chk_h2() {
   local ncu; ncu=$(find_ncu)
   [ -n "$ncu" ] || { note "neither nsys nor ncu here"; return 77; }
   # --clock-control none: leave the card's clocks alone; --cache-control none:
-  # warm caches, as in training. 2 steps, at most NCU_LAUNCHES kernels, each
-  # timed once (a single-pass metric, so no replays).
+  # warm caches, as in training. ncu takes ~0.12 s a kernel here (an H100,
+  # 2026-11-23: 1639 kernels in 200 s), so NCU_LAUNCHES=1250 covers start-up
+  # (~26) and the warm-up forward+backward of gpt-350m (~1216), each timed
+  # once (a single-pass metric, so no replays).
   x "$ncu" --clock-control none --cache-control none --target-processes all --metrics gpu__time_duration.sum \
-    --launch-count "${NCU_LAUNCHES:-2500}" -f -o "$RUNS/ncu_prof" \
+    --launch-count "${NCU_LAUNCHES:-1250}" -f -o "$RUNS/ncu_prof" \
     fsdptrain $args --steps 2 --metrics "$RUNS/h_ncu.jsonl" > "$RUNS/ncu_run.txt" 2>&1
   local rc=$?; tail -20 "$RUNS/ncu_run.txt"
   [ -f "$RUNS/ncu_prof.ncu-rep" ] || { note "ncu exited $rc, no report: $(grep -m1 -E 'ERR|rror' "$RUNS/ncu_run.txt" | head -c 120)"; return 1; }
   x "$ncu" -i "$RUNS/ncu_prof.ncu-rep" --csv --page raw --print-units base > "$RUNS/ncu.csv" 2>&1
-  local head="# ncu, $PROF_MODEL, micro-batch $PROF_BATCH x $SPEED_SEQ, first 2 steps (kernels serialised by the profiler)"
+  local head="# ncu, $PROF_MODEL, micro-batch $PROF_BATCH x $SPEED_SEQ, first NCU_LAUNCHES=${NCU_LAUNCHES:-1250} kernels: start-up and the warm-up forward+backward (serialised by the profiler)"
   { echo "$head"; python3 "$ROOT/bench/cuda/kernel_summary.py" "$RUNS/ncu.csv" --top 40; } > "$RUNS/kernels.txt" 2>&1
   local krc=$?
   if [ "$krc" != 0 ]; then  # the other CSV layout
@@ -393,7 +395,7 @@ first=${SPEED_RUNS%% *}; rest=${SPEED_RUNS#"$first"}
 for r in $SPEED_RUNS; do add_g 25 120 "g_fsdp ${r%%:*} ${r##*:}"; done
 CHECKS+=("h1|45|150|chk_h1|bench_cuda_ops $PROF_MODEL: GEMM, attention, fwd+bwd timings; first-batch loss vs PyTorch (1%)")
 add_g 30 150 "g_torch ${first%%:*} ${first##*:} eager"
-CHECKS+=("h2|90|200|chk_h2|per-kernel GPU time of 2 $PROF_MODEL steps (nsys, else ncu)")
+CHECKS+=("h2|180|240|chk_h2|per-kernel GPU time of the warm-up forward+backward of $PROF_MODEL (nsys, else ncu)")
 add_g 90 240 "g_torch ${first%%:*} ${first##*:} compile"
 for r in $rest; do add_g 30 150 "g_torch ${r%%:*} ${r##*:} eager"; done
 for r in $rest; do add_g 90 240 "g_torch ${r%%:*} ${r##*:} compile"; done
@@ -491,7 +493,9 @@ GPU_NAME=${GPU_NAME:-none}
   echo "STEPS='$STEPS' BUDGET_S=$BUDGET_S CHECK_DEVICE=$DEV STAGED='$STAGED' OUT=$OUT WORK=$WORK"
   echo "## tree"
   if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
-    echo "HEAD $(git -C "$ROOT" rev-parse HEAD)"; git -C "$ROOT" status --short
+    # the device tool's copy may keep the session's first commit as HEAD while
+    # its files are newer: the bundle's build below is the one to trust
+    echo "HEAD $(git -C "$ROOT" rev-parse HEAD) (git metadata of this copy)"; git -C "$ROOT" status --short
   else
     echo "(no git here: the tree came without .git; see the build below)"
   fi
