@@ -16,7 +16,8 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       shard_host_(shard_host ? *shard_host : shard),
       opt_(options),
       ct_(ops.compute_dtype()),
-      rt_(options.reduce_dtype) {
+      rt_(options.reduce_dtype),
+      direct_(options.direct_when_unsharded && shard.size() == 1) {
   const auto& specs = model_.units();
   const int U = int(specs.size()), rank = shard_.rank();
   units_.resize(U);
@@ -52,6 +53,7 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
   }
   refresh_send_buffers();
 
+  if (direct_) return;  // no slots: weights and gradients stay in the shards
   std::vector<UnitLayout> layouts;
   for (const auto& x : units_) layouts.push_back(x.layout);
   const SlotPlan plan = plan_slots(layouts, opt_.reshard_after_forward);
@@ -100,6 +102,10 @@ void FsdpEngine::note(const std::string& event, int unit) {
 
 void FsdpEngine::issue_gather(int unit) {
   Unit& u = units_[unit];
+  if (direct_) {  // the send copy is the whole unit already
+    u.ready = true;
+    return;
+  }
   if (u.ready || u.gather) return;
   Slot& s = slots_[u.slot];
   FSDP_CHECK(s.weight_owner < 0, "slot of unit ", unit, " still holds unit ", s.weight_owner);
@@ -115,6 +121,7 @@ void FsdpEngine::issue_gather(int unit) {
 
 void FsdpEngine::wait_gather(int unit) {
   Unit& u = units_[unit];
+  if (direct_) u.ready = true;
   if (u.ready) return;
   issue_gather(unit);
   timed_wait(*u.gather);
@@ -131,6 +138,7 @@ void FsdpEngine::release(int unit) {
   }
   u.gather.reset();
   u.ready = false;
+  if (direct_) return;
   slots_[u.slot].weight_owner = -1;
   note("release", unit);
 }
@@ -145,19 +153,27 @@ Tensor FsdpEngine::weight(int unit, int param) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
-  return slots_[u.slot].full.slice(u.layout.offsets[param], u.layout.stored[param]);
+  const Tensor& full = direct_ ? u.send : slots_[u.slot].full;
+  return full.slice(u.layout.offsets[param], u.layout.stored[param]);
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
-  return slots_[u.slot].grad_full.slice(u.layout.offsets[param], u.layout.stored[param]);
+  // Direct: the backward's += lands in the f32 shard, which the optimizer
+  // step clears, so micro-batches accumulate there too.
+  const Tensor& full = direct_ ? u.grad : slots_[u.slot].grad_full;
+  return full.slice(u.layout.offsets[param], u.layout.stored[param]);
 }
 
 void FsdpEngine::begin_grads(int unit) {
   Unit& u = units_[unit];
   if (u.grad_active) return;
+  if (direct_) {
+    u.grad_active = true;
+    return;
+  }
   Slot& s = slots_[u.slot];
   finish_reduce(s);  // the slot's previous gradients must have left before we overwrite them
   s.grad_owner = unit;
@@ -167,6 +183,11 @@ void FsdpEngine::begin_grads(int unit) {
 
 void FsdpEngine::issue_reduce(int unit) {
   Unit& u = units_[unit];
+  if (direct_) {  // the shard is the unit: only replicas have anything to sum
+    u.grad_active = false;
+    if (last_of_step_ && replicate_) issue_replica_reduce(unit);
+    return;
+  }
   Slot& s = slots_[u.slot];
   note("reduce", unit);
   shard_.wait_stream(ops_.stream());  // the gradients were just computed there
@@ -208,7 +229,7 @@ void FsdpEngine::issue_replica_reduce(int unit) {
   Unit& u = units_[unit];
   if (u.replica_reduce) return;
   note("replica", unit);
-  replicate_->wait_stream(ops_.stream());  // after the accumulate just queued there
+  replicate_->wait_stream(ops_.stream());  // after the gradients just queued there
   u.replica_reduce =
       replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum);
   ++in_flight_;
@@ -262,7 +283,7 @@ void FsdpEngine::forward_backward(bool last_of_step) {
     // share slots, so reusing a slot already took theirs; the head has its
     // own, and would otherwise wait for the end (with its all-reduce across
     // replicas, on the last micro-batch).
-    if (u + 2 < U) {
+    if (!direct_ && u + 2 < U) {
       Slot& earlier = slots_[units_[u + 2].slot];
       if (earlier.grad_owner == u + 2) finish_reduce(earlier);
     }

@@ -30,6 +30,11 @@ struct EngineOptions {
   // keeps the sum over ranks exact to fp32; bf16 halves the traffic.
   DType reduce_dtype = DType::f32;
   uint64_t seed = 0;  // parameter initialisation
+  // A shard group of one rank holds whole units: the model then reads the
+  // send copy in place and accumulates gradients straight into the f32
+  // shards, with no gather, gradient buffers, reduce-scatter or accumulate
+  // (reduce_dtype does not apply). Off only in tests that compare the paths.
+  bool direct_when_unsharded = true;
 };
 
 // The global gradient norm of one step and each unit's share of it, so a
@@ -110,6 +115,8 @@ class FsdpEngine final : public UnitAccess {
   // Bytes of gather, gradient and reduce-scatter buffers.
   int64_t buffer_bytes() const { return buffer_bytes_; }
   const std::vector<std::string>& trace() const { return trace_; }
+  // Whether this engine runs unsharded in place (direct_when_unsharded).
+  bool direct() const { return direct_; }
   // Time compute stood waiting for collectives since the last call (or
   // discard_timing): stream time on a GPU, host time on the CPU. Reads marks
   // of ops (Ops::mark), so call it before ops.clear_marks().
@@ -153,6 +160,7 @@ class FsdpEngine final : public UnitAccess {
   Communicator& shard_host_;
   EngineOptions opt_;
   DType ct_, rt_;  // compute and reduce dtypes
+  bool direct_;    // one rank holds whole units: no gather, no reduce-scatter
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
   int steps_ = 0;

@@ -43,8 +43,11 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   }
   // Buffers: resharding keeps the embedding's and head's own and two that
   // blocks alternate in (one for a single block); without it, one per unit.
-  const int64_t block_slots = reshard ? std::min<int64_t>(blocks, 2) : blocks;
-  const int64_t slots[3] = {1, block_slots, 1};
+  // A single rank needs none: the engine computes in its shards
+  // (EngineOptions::direct_when_unsharded).
+  const int64_t block_slots = shard_size == 1 ? 0 : reshard ? std::min<int64_t>(blocks, 2) : blocks;
+  const int64_t edge_slots = shard_size == 1 ? 0 : 1;
+  const int64_t slots[3] = {edge_slots, block_slots, edge_slots};
   for (int u = 0; u < 3; ++u) {
     const int64_t n = layouts[u].padded;
     m.gather_buffers += slots[u] * es * n;

@@ -39,6 +39,7 @@ inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 
 // Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
 // batch x seq_len, computing in `compute`. Costs the same for any n_layer.
+// One rank has no gather or gradient buffers (the engine's direct path).
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
                        Recompute recompute = Recompute::none, DType reduce = DType::f32);

@@ -213,6 +213,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"loss", json_number(loss)},
                   {"lr", json_number(lr)},
                   {"grad_norm", json_number(norm)},
+                  {"tokens_seen", std::to_string(pos_.tokens_seen)},
                   {"tokens_per_s", json_number(tok_s)},
                   {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
                   {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},

@@ -28,6 +28,7 @@ TEST(FsdpSchedule, PrefetchIsIssuedBeforeTheCurrentUnitComputes) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   EngineOptions eo;
   eo.record_trace = true;
+  eo.direct_when_unsharded = false;  // one rank would compute in place, gathering nothing
   EngineRun run(testing::engine_test_config(), *g.shard, nullptr, g.world->rank(), g.world->size(),
                 1, 8, 1, eo);
   run.step(0, *g.world);
@@ -163,6 +164,9 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   // fp32 master + grads + two moments = 16 bytes per parameter, plus the bf16
   // copy that the all-gather sends: 18 bytes per parameter on one rank.
   EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
+  // One rank computes in place: no gather or gradient buffers at all.
+  EXPECT_EQ(one.buffers(), 0);
+  const MemoryPlan two = plan_memory(c, 2, DType::bf16, true, 8, 1024);
   for (int n : {2, 4, 8, 32}) {
     const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
     std::printf(
@@ -175,8 +179,8 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
     EXPECT_NEAR(ratio * n, 1.0, 1e-3) << n << " ranks";
     // Buffers hold full units, so they do not shrink (padding to N equal
     // shards adds at most a few alignment blocks); they stay four units' worth.
-    EXPECT_LE(p.gather_buffers, one.gather_buffers + 4 * n * kShardAlign * 2);
-    EXPECT_GE(p.gather_buffers, one.gather_buffers);
+    EXPECT_LE(p.gather_buffers, two.gather_buffers + 4 * n * kShardAlign * 2);
+    EXPECT_GE(p.gather_buffers, two.gather_buffers);
     EXPECT_EQ(p.activations, one.activations);
   }
   // Keeping weights after forward costs every unit's buffer.

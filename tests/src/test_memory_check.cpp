@@ -173,6 +173,7 @@ MemoryPlan enumerated_plan(const ModelConfig& c, int n, DType compute, bool resh
     m.moments += 8 * l.shard;
     if (compute != DType::f32) m.send_copy += es * l.shard;
   }
+  if (n == 1) return m;  // one rank computes in its shards (no slots)
   for (int64_t e : plan_slots(layouts, reshard).slot_elems) {
     m.gather_buffers += es * e;
     m.grad_buffers += int64_t(dtype_size(reduce)) * (e + e / n);

@@ -31,13 +31,15 @@ train = [l for l in lines if "loss" in l]
 failures = []
 if len(train) != 300:
     failures.append(f"expected 300 step lines, got {len(train)}")
-for key in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "peak_rss_bytes_max_rank", "data_wait_s", "comm_wait_s"):
+for key in ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s", "peak_rss_bytes_max_rank", "data_wait_s", "comm_wait_s"):
     if any(key not in l for l in train):
         failures.append(f"a step line lacks {key}")
 if not val or abs(val[0] - math.log(256)) > 0.3:
     failures.append(f"initial val_loss {val[:1]} is not near ln(256) = 5.55")
 if not val or val[-1] >= 2.5:
     failures.append(f"final val_loss {val[-1:]} is not under 2.5")
+if train and "tokens_seen" in train[-1] and train[-1]["tokens_seen"] != 300 * 8 * 64:
+    failures.append(f"tokens_seen {train[-1]['tokens_seen']} after 300 steps of 8 x 64 tokens")
 if any(not math.isfinite(l["loss"]) for l in train):
     failures.append("non-finite training loss")
 if "val_loss" not in run.stdout or "tok/s" not in run.stdout:
