@@ -24,6 +24,16 @@
 
 namespace fsdp {
 
+// A run of one shard that AdamW updates, and its weight decay.
+struct AdamWSpan {
+  int64_t begin = 0, count = 0;
+  float weight_decay = 0;
+};
+struct AdamWHyper {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 1;
+  int step = 1;  // from 1, for bias correction
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -128,11 +138,14 @@ class Ops {
   virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
   // sum of squares of an f32 tensor, in double, on the host.
   virtual double sum_squares(Tensor x) = 0;
-  // Decoupled-weight-decay Adam on f32 tensors; grad is multiplied by grad_scale
-  // (clipping) first. step counts from 1 for bias correction.
-  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                     int step) = 0;
+  // The optimizer step of one f32 shard in one pass (one launch on a GPU):
+  // decoupled-weight-decay Adam over `spans` (sorted, disjoint, each with its
+  // own decay; elements outside them keep their values: the engine's padding,
+  // which stays zero), grad multiplied by h.grad_scale (clipping) first; then
+  // over the whole shard `send` = the updated param in send's dtype unless
+  // send is empty (the all-gather's copy), and grad = 0 when clear_grad.
+  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                     const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) = 0;
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;

@@ -365,21 +365,22 @@ void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorm
   micro_batch_ = 0;
   const int rank = shard_.rank();
   const auto& specs = model_.units();
+  const AdamWHyper h{lr, c.beta1, c.beta2, c.eps, scale, steps_};
+  std::vector<AdamWSpan> spans;
   for (int ui = 0; ui < num_units(); ++ui) {
     Unit& u = units_[ui];
     const int64_t base = int64_t(rank) * u.layout.shard;
+    spans.clear();
     for (int p = 0; p < int(specs[ui].params.size()); ++p) {
       Overlap o = shard_overlap(u.layout, p, rank);
       if (o.count == 0) continue;
-      const int64_t at = o.begin - base;
       const float wd = specs[ui].params[p].decay() ? c.weight_decay : 0.0f;
-      ops_.adamw(u.master.slice(at, o.count), u.grad.slice(at, o.count),
-                 u.exp_avg.slice(at, o.count), u.exp_avg_sq.slice(at, o.count), lr, c.beta1,
-                 c.beta2, c.eps, wd, scale, steps_);
+      spans.push_back({o.begin - base, o.count, wd});
     }
-    ops_.zero(u.grad);
+    // One pass per unit: the update, the all-gather's copy, cleared gradients.
+    ops_.adamw(u.master, u.grad, u.exp_avg, u.exp_avg_sq,
+               u.send.data != u.master.data ? u.send : Tensor{}, spans, h, true);
   }
-  refresh_send_buffers();
 }
 
 double FsdpEngine::step(const AdamWConfig& c, float lr) {

@@ -444,30 +444,40 @@ double CpuOps::sum_squares(Tensor x) {
   return s;
 }
 
-void CpuOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr,
-                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                   int step) {
-  FSDP_CHECK(step >= 1, "adamw step counts from 1, got ", step);
+void CpuOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                   const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
+  FSDP_CHECK(h.step >= 1, "adamw step counts from 1, got ", h.step);
   const int64_t n = param.numel;
   float* p = param.f32();
-  const float* g = f32(grad, n, "adamw grad");
+  float* g = f32(grad, n, "adamw grad");
   float* m = f32(exp_avg, n, "adamw exp_avg");
   float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
-  const double b1 = beta1, b2 = beta2;
-  const double bc1 = 1.0 - std::pow(b1, step);
-  const double sqrt_bc2 = std::sqrt(1.0 - std::pow(b2, step));
-  // Same order as torch.optim.AdamW: decay the weight first (decoupled from
-  // the gradient), then the bias-corrected Adam step with eps outside the sqrt.
-  const double decay = 1.0 - double(lr) * weight_decay;
-  for (int64_t i = 0; i < n; ++i) {
-    const double gi = double(g[i]) * grad_scale;
-    const double mi = b1 * m[i] + (1.0 - b1) * gi;
-    const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
-    m[i] = float(mi);
-    v[i] = float(vi);
-    const double pi = double(p[i]) * decay;
-    p[i] = float(pi - lr * (mi / bc1) / (std::sqrt(vi) / sqrt_bc2 + eps));
+  const double b1 = h.beta1, b2 = h.beta2, lr = h.lr;
+  const double bc1 = 1.0 - std::pow(b1, h.step);
+  const double sqrt_bc2 = std::sqrt(1.0 - std::pow(b2, h.step));
+  int64_t done = 0;
+  for (const AdamWSpan& sp : spans) {
+    FSDP_CHECK(sp.begin >= done && sp.count >= 0 && sp.begin + sp.count <= n,
+               "adamw spans must be sorted, disjoint and inside the shard of ", n);
+    done = sp.begin + sp.count;
+    // Same order as torch.optim.AdamW: decay the weight first (decoupled from
+    // the gradient), then the bias-corrected Adam step with eps outside the sqrt.
+    const double decay = 1.0 - lr * sp.weight_decay;
+    for (int64_t i = sp.begin; i < sp.begin + sp.count; ++i) {
+      const double gi = double(g[i]) * h.grad_scale;
+      const double mi = b1 * m[i] + (1.0 - b1) * gi;
+      const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
+      m[i] = float(mi);
+      v[i] = float(vi);
+      const double pi = double(p[i]) * decay;
+      p[i] = float(pi - lr * (mi / bc1) / (std::sqrt(vi) / sqrt_bc2 + h.eps));
+    }
   }
+  if (send.numel > 0) {
+    FSDP_CHECK(send.numel >= n, "adamw send has ", send.numel, " elements, the op needs ", n);
+    if (send.data != param.data) cast(send.slice(0, n), param);
+  }
+  if (clear_grad) std::fill(g, g + n, 0.0f);
 }
 
 }  // namespace fsdp

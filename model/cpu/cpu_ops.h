@@ -68,8 +68,8 @@ class CpuOps final : public Ops {
   void cast(Tensor dst, Tensor src) override;
   void accumulate(Tensor dst, Tensor src, float scale) override;
   double sum_squares(Tensor x) override;
-  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float grad_scale, int step) override;
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+             const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
 };
 
 }  // namespace fsdp

@@ -466,27 +466,40 @@ double CudaOps::sum_squares(Tensor x) {
   return *host;
 }
 
-void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int step) {
-  FSDP_CHECK(step >= 1, "adamw step counts from 1, got ", step);
+void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                    const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
+  FSDP_CHECK(h.step >= 1, "adamw step counts from 1, got ", h.step);
   const int64_t n = param.numel;
   float* p = param.f32();
-  const float* g = f32(grad_t, n, "adamw grad");
+  float* g = f32(grad_t, n, "adamw grad");
   float* m = f32(exp_avg, n, "adamw exp_avg");
   float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
+  bf16* s16 = nullptr;
+  if (send.numel > 0 && send.data != param.data) s16 = bf(send, n, "adamw send");
   // Step constants in double on the host, as the CPU reference computes them.
-  const double bc1 = 1.0 - std::pow(double(beta1), step);
-  const double bc2 = 1.0 - std::pow(double(beta2), step);
-  const cuda::AdamWStep s{lr,
-                          beta1,
-                          beta2,
-                          eps,
-                          float(1.0 - double(lr) * weight_decay),
-                          grad_scale,
-                          float(1.0 / bc1),
-                          float(1.0 / std::sqrt(bc2))};
-  cuda::adamw(p, g, m, v, n, s, impl_->stream);
+  const double bc1 = 1.0 - std::pow(double(h.beta1), h.step);
+  const double bc2 = 1.0 - std::pow(double(h.beta2), h.step);
+  const cuda::AdamWStep s{
+      h.lr, h.beta1, h.beta2, h.eps, h.grad_scale, float(1.0 / bc1), float(1.0 / std::sqrt(bc2))};
+  // Spans in launches of AdamWSpans::kMax (one for every unit of the model);
+  // only the last writes the copy and clears, after every span has moved.
+  int64_t done = 0;
+  size_t next = 0;
+  do {
+    cuda::AdamWSpans chunk;
+    for (; next < spans.size() && chunk.n < cuda::AdamWSpans::kMax; ++next) {
+      const AdamWSpan& sp = spans[next];
+      FSDP_CHECK(sp.begin >= done && sp.count >= 0 && sp.begin + sp.count <= n,
+                 "adamw spans must be sorted, disjoint and inside the shard of ", n);
+      done = sp.begin + sp.count;
+      chunk.begin[chunk.n] = sp.begin;
+      chunk.end[chunk.n] = sp.begin + sp.count;
+      chunk.decay[chunk.n] = float(1.0 - double(h.lr) * sp.weight_decay);
+      ++chunk.n;
+    }
+    const bool last = next == spans.size();
+    cuda::adamw(p, g, m, v, last ? s16 : nullptr, last && clear_grad, n, s, chunk, impl_->stream);
+  } while (next < spans.size());
   after("adamw");
 }
 

@@ -66,11 +66,22 @@ void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaSt
 void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
                  cudaStream_t stream);
 struct AdamWStep {
-  float lr, beta1, beta2, eps, decay, grad_scale;
+  float lr, beta1, beta2, eps, grad_scale;
   float inv_bc1;       // 1 / (1 - beta1^step)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
 };
-void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-           const AdamWStep& s, cudaStream_t stream);
+// Sorted, disjoint [begin, end) runs of a shard, each with its decay factor
+// 1 - lr * weight_decay; passed by value, so a unit's parameters fit one launch.
+struct AdamWSpans {
+  static constexpr int kMax = 32;
+  int n = 0;
+  int64_t begin[kMax], end[kMax];
+  float decay[kMax];
+};
+// AdamW over the spans; then, over all n, send = bf16(param) unless send is
+// null and grad = 0 when clear_grad.
+void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* send,
+           bool clear_grad, int64_t n, const AdamWStep& s, const AdamWSpans& spans,
+           cudaStream_t stream);
 
 }  // namespace fsdp::cuda

@@ -217,17 +217,29 @@ __global__ void sum_partials_kernel(double* result, const double* partial, int b
 }
 
 // torch.optim.AdamW order: decoupled decay of the weight, then the
-// bias-corrected step with eps outside the square root.
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamWStep s) {
+// bias-corrected step with eps outside the square root. Each element finds its
+// span by scanning the few sorted spans; elements in none keep their values.
+// The bf16 copy and the cleared gradient cover the whole shard, so this one
+// pass replaces AdamW per parameter, the send-buffer cast and the memset.
+__global__ void adamw_kernel(float* p, float* g, float* m, float* v, bf16* send, bool clear_grad,
+                             int64_t n, AdamWStep s, AdamWSpans spans) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i] * s.grad_scale;
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi) * s.inv_sqrt_bc2 + s.eps;
-    p[i] = p[i] * s.decay - s.lr * (mi * s.inv_bc1) / denom;
+    float pi = p[i];
+    int j = 0;
+    while (j < spans.n && i >= spans.end[j]) ++j;
+    if (j < spans.n && i >= spans.begin[j]) {
+      const float gi = g[i] * s.grad_scale;
+      const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
+      const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = sqrtf(vi) * s.inv_sqrt_bc2 + s.eps;
+      pi = pi * spans.decay[j] - s.lr * (mi * s.inv_bc1) / denom;
+      p[i] = pi;
+    }
+    if (send) send[i] = __float2bfloat16_rn(pi);
+    if (clear_grad) g[i] = 0.0f;
   }
 }
 
@@ -300,10 +312,12 @@ void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& de
   FSDP_LAUNCH_CHECK("sum_partials_kernel");
 }
 
-void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-           const AdamWStep& s, cudaStream_t stream) {
+void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* send,
+           bool clear_grad, int64_t n, const AdamWStep& s, const AdamWSpans& spans,
+           cudaStream_t stream) {
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, s);
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, send,
+                                                     clear_grad, n, s, spans);
   FSDP_LAUNCH_CHECK("adamw_kernel");
 }
 

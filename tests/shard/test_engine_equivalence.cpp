@@ -146,12 +146,15 @@ TEST(FsdpEquivalence, OneRankInPlaceIsTheCollectivePath) {
     for (int u = 0; u < a.engine.num_units(); ++u) {
       const auto wa = a.full_master(u, *self), wb = b.full_master(u, *self);
       EXPECT_GT(rel_diff(wa, init.full_master(u, *self)), 1e-3) << "unit " << u << " never moved";
-      if (accum == 1)
+      if (accum == 1) {
         EXPECT_EQ(wa, wb) << "unit " << u;
-      else
+      } else {
         EXPECT_LE(rel_diff(wa, wb), kTol) << "unit " << u;
+      }
     }
-    if (accum == 1) EXPECT_EQ(a.losses, b.losses);
+    if (accum == 1) {
+      EXPECT_EQ(a.losses, b.losses);
+    }
   }
 }
 
@@ -231,8 +234,9 @@ TEST(FsdpEquivalence, AlignedParametersAndPaddedVocabularyRowsStayZero) {
       EXPECT_GT(moved, l.sizes[p] / 2) << spec.name << " is not real weights";
       for (int64_t i = l.sizes[p]; i < l.stored[p]; ++i)
         ASSERT_EQ(w[size_t(l.offsets[p] + i)], 0.0f) << spec.name << " padding element " << i;
-      if (spec.name == "embed.weight" || spec.name == "head.weight")
+      if (spec.name == "embed.weight" || spec.name == "head.weight") {
         EXPECT_EQ(l.stored[p], int64_t(c.padded_vocab()) * c.d_model) << spec.name;
+      }
     }
     EXPECT_LE(covered, l.numel);
   }

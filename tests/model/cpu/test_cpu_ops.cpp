@@ -677,7 +677,7 @@ TEST_F(CpuOpsTest, AdamWTwoStepsByHand) {
   const float grads[2] = {0.5f, 0.25f};
   for (int step = 1; step <= 2; ++step) {
     g[0] = grads[step - 1];
-    ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 2.0f, step);
+    ops_.adamw(p, g, m, v, {}, {{0, 1, 0.1f}}, {0.1f, 0.9f, 0.999f, 1e-8f, 2.0f, step}, false);
     // The op gets f32 hyperparameters: 1 - 0.999f is 0.001 * (1 - 1.3e-5), which
     // moves v by that much (and cancels in the bias-corrected step); everything
     // else is off by f32 rounding only.
@@ -699,7 +699,7 @@ TEST_F(CpuOpsTest, AdamWTwoStepsByHand) {
   std::vector<double> rp(P.f(), P.f() + n), rm(n, 0.0), rv(n, 0.0);
   for (int step = 1; step <= 3; ++step) {
     fill(G);
-    ops_.adamw(P, G, Mo, Vo, lr, b1, b2, eps, wd, gs, step);
+    ops_.adamw(P, G, Mo, Vo, {}, {{0, n, wd}}, {lr, b1, b2, eps, gs, step}, false);
     for (int64_t i = 0; i < n; ++i) {
       const double gi = double(G[i]) * gs;
       rm[i] = b1 * rm[i] + (1 - double(b1)) * gi;
@@ -718,9 +718,57 @@ TEST_F(CpuOpsTest, AdamWTwoStepsByHand) {
   g[0] = 0.0f;
   ops_.zero(m);
   ops_.zero(v);
-  ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1);
+  ops_.adamw(p, g, m, v, {}, {{0, 1, 0.0f}}, {0.1f, 0.9f, 0.999f, 1e-8f, 1.0f, 1}, false);
   EXPECT_EQ(p[0], 0.75f);
-  EXPECT_THROW(ops_.adamw(p, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0), Error);
+  EXPECT_THROW(
+      ops_.adamw(p, g, m, v, {}, {{0, 1, 0.0f}}, {0.1f, 0.9f, 0.999f, 1e-8f, 1.0f, 0}, false),
+      Error);
+}
+
+// The engine's call: one shard, spans with their own decay and gaps between
+// them (padding), the bf16 all-gather copy and the cleared gradient in the
+// same op. Each span must equal AdamW on that span alone.
+TEST_F(CpuOpsTest, AdamWOverSpansWritesTheCopyAndClears) {
+  const int64_t n = 40;
+  const std::vector<AdamWSpan> spans = {{2, 10, 0.1f}, {12, 6, 0.0f}, {24, 13, 0.1f}};
+  const AdamWHyper h{3e-3f, 0.8f, 0.95f, 1e-6f, 0.5f, 2};
+  Buf p(ops_, DType::f32, n), g(ops_, DType::f32, n), m(ops_, DType::f32, n),
+      v(ops_, DType::f32, n), send(ops_, DType::bf16, n);
+  fill(p);
+  fill(g);
+  fill(m, -0.1f, 0.1f);
+  fill(v, 0.0f, 0.01f);
+  const std::vector<float> p0 = snapshot(p), g0 = snapshot(g), m0 = snapshot(m), v0 = snapshot(v);
+  ops_.adamw(p, g, m, v, send, spans, h, true);
+  for (const AdamWSpan& sp : spans) {
+    Buf q(ops_, DType::f32, sp.count), gq(ops_, DType::f32, sp.count),
+        mq(ops_, DType::f32, sp.count), vq(ops_, DType::f32, sp.count);
+    std::copy_n(p0.begin() + sp.begin, sp.count, q.f());
+    std::copy_n(g0.begin() + sp.begin, sp.count, gq.f());
+    std::copy_n(m0.begin() + sp.begin, sp.count, mq.f());
+    std::copy_n(v0.begin() + sp.begin, sp.count, vq.f());
+    ops_.adamw(q, gq, mq, vq, {}, {{0, sp.count, sp.weight_decay}}, h, false);
+    for (int64_t i = 0; i < sp.count; ++i) {
+      EXPECT_EQ(p[sp.begin + i], q[i]) << "span at " << sp.begin << ", element " << i;
+      EXPECT_EQ(m[sp.begin + i], mq[i]);
+      EXPECT_EQ(v[sp.begin + i], vq[i]);
+      EXPECT_EQ(gq[i], g0[size_t(sp.begin + i)]) << "clear_grad false must keep the gradient";
+    }
+  }
+  for (int64_t i : {0, 1, 18, 23, 37, 39}) {  // in no span: untouched
+    EXPECT_EQ(p[i], p0[size_t(i)]) << i;
+    EXPECT_EQ(m[i], m0[size_t(i)]) << i;
+    EXPECT_EQ(v[i], v0[size_t(i)]) << i;
+  }
+  const auto* s16 = static_cast<const uint16_t*>(send.t().data);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(s16[i], f32_to_bf16(p[i])) << "send copy at " << i;
+    EXPECT_EQ(g[i], 0.0f) << "gradient at " << i;
+  }
+  EXPECT_NE(p[2], p0[2]) << "a span element must move";
+  // Overlapping or unsorted spans are a caller bug.
+  EXPECT_THROW(ops_.adamw(p, g, m, v, {}, {{4, 4, 0.0f}, {6, 4, 0.0f}}, h, false), Error);
+  EXPECT_THROW(ops_.adamw(p, g, m, v, {}, {{30, 20, 0.0f}}, h, false), Error);
 }
 
 }  // namespace

@@ -401,25 +401,35 @@ OpCase sum_squares_case(int64_t n) {
   return c;
 }
 
+// The engine's optimizer call: three spans with their own decay and gaps
+// between them (padding, untouched), the bf16 all-gather copy and the
+// cleared gradient, three steps.
 OpCase adamw_case(int64_t n) {
   constexpr int kSteps = 3;  // bias correction differs per step
   OpCase c;
   c.op = "adamw";
   c.shape = fmt("n=%lld", (long long)n);
-  c.variant = "3 steps, weight decay 0.1, grad scale 0.7";
-  c.dtypes = "param,grad,exp_avg,exp_avg_sq f32";
-  c.fwd_bytes = kSteps * 7.0 * n * 4;  // read 4 tensors, write 3, per step
+  c.variant = "3 spans (decay 0.1, 0, 0.1), 3 steps, grad scale 0.7, bf16 copy, clears grad";
+  c.dtypes = "param,grad,exp_avg,exp_avg_sq f32; send bf16";
+  // per step: read p, g, m, v; write p, m, v, the bf16 copy and g
+  c.fwd_bytes = kSteps * (7.0 * 4 + 2 + 4) * n;
   c.bind = [=](Env& e) {
     const auto p = e.rnd(n), g = e.rnd(n), m = e.rnd(n, -0.1f, 0.1f), v = e.rnd(n, 0.0f, 0.01f);
     Tensor pt = e.in(F32, p), gt = e.in(F32, g), mt = e.in(F32, m), vt = e.in(F32, v);
+    Tensor st = e.out(BF, n);
+    const int64_t q = n / 4;
+    const std::vector<AdamWSpan> spans = {
+        {0, q, 0.1f}, {q + 64, q, 0.0f}, {2 * q + 128, n - 2 * q - 192, 0.1f}};
     Ops& o = e.ops;
     Bound b;
     b.fwd = [=, &o] {
       for (int step = 1; step <= kSteps; ++step)
-        o.adamw(pt, gt, mt, vt, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+        o.adamw(pt, gt, mt, vt, st, spans, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.7f, step}, step == kSteps);
     };
     b.fwd_checks = {vs_ref("adamw param", pt, kF32Exact), vs_ref("adamw exp_avg", mt, kF32Exact),
-                    vs_ref("adamw exp_avg_sq", vt, kF32Exact)};
+                    vs_ref("adamw exp_avg_sq", vt, kF32Exact),
+                    vs_ref("adamw send (bf16)", st, kRound),
+                    vs_ref("adamw grad (cleared)", gt, kF32Exact)};
     return b;
   };
   return c;
