@@ -138,6 +138,15 @@ class Ops {
   virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
   // sum of squares of an f32 tensor, in double, on the host.
   virtual double sum_squares(Tensor x) = 0;
+  // out[i] = sum of squares of xs[i] (f32 tensors), rounded to f32, left in
+  // out (f32, where ops computes) without waiting: reading out once then gives
+  // every unit's share of the gradient norm for one synchronisation, not one
+  // per unit. The reference is sum_squares per tensor.
+  virtual void sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
+    std::vector<float> v(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) v[i] = float(sum_squares(xs[i]));
+    to_device(out.slice(0, int64_t(v.size())), v.data());
+  }
   // The optimizer step of one f32 shard in one pass (one launch on a GPU):
   // decoupled-weight-decay Adam over `spans` (sorted, disjoint, each with its
   // own decay; elements outside them keep their values: the engine's padding,

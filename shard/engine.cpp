@@ -52,6 +52,7 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
     }
   }
   refresh_send_buffers();
+  norm_sums_ = ops_.alloc(DType::f32, U);
 
   if (direct_) return;  // no slots: weights and gradients stay in the shards
   std::vector<UnitLayout> layouts;
@@ -82,6 +83,7 @@ FsdpEngine::~FsdpEngine() {
     ops_.free(s.grad_full);
     ops_.free(s.rs_out);
   }
+  ops_.free(norm_sums_);
   for (auto& u : units_) {
     if (u.send.data != u.master.data) ops_.free(u.send);
     ops_.free(u.master);
@@ -342,8 +344,11 @@ GradientNorms FsdpEngine::measure_gradients() {
   // Every replica now holds the same gradient shards, so the norm needs only
   // the shard group's sum. One value per unit (a few dozen floats, one
   // collective) names the units behind a non-finite norm for free.
+  std::vector<Tensor> grads;
+  for (const Unit& u : units_) grads.push_back(u.grad);
+  ops_.sum_squares_each(norm_sums_, grads);
   std::vector<float> sums(units_.size());
-  for (size_t i = 0; i < units_.size(); ++i) sums[i] = float(ops_.sum_squares(units_[i].grad));
+  ops_.to_host(sums.data(), norm_sums_);  // the step's one wait for the device
   shard_host_.all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum)->wait();
   GradientNorms n;
   double total = 0;

@@ -163,6 +163,7 @@ class FsdpEngine final : public UnitAccess {
   bool direct_;    // one rank holds whole units: no gather, no reduce-scatter
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
+  Tensor norm_sums_;  // f32 per unit: each one's share of the gradient norm
   int steps_ = 0;
   int micro_batch_ = 0;                          // within the current step, for --debug's messages
   int in_flight_ = 0;                            // collectives posted and not yet waited

@@ -466,6 +466,18 @@ double CudaOps::sum_squares(Tensor x) {
   return *host;
 }
 
+void CudaOps::sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
+  float* o = f32(out, int64_t(xs.size()), "sum_squares_each out");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].numel == 0) {
+      FSDP_CUDA_CHECK(cudaMemsetAsync(o + i, 0, sizeof(float), impl_->stream));
+      continue;
+    }
+    cuda::sum_squares(o + i, xs[i].f32(), xs[i].numel, impl_->dev, *impl_, impl_->stream);
+  }
+  after("sum_squares_each");
+}
+
 void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
                     const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
   FSDP_CHECK(h.step >= 1, "adamw step counts from 1, got ", h.step);

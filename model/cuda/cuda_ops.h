@@ -98,6 +98,7 @@ class CudaOps final : public Ops {
   void cast(Tensor dst, Tensor src) override;
   void accumulate(Tensor dst, Tensor src, float scale) override;
   double sum_squares(Tensor x) override;
+  void sum_squares_each(Tensor out, const std::vector<Tensor>& xs) override;
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
              const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
 

@@ -62,8 +62,10 @@ void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t strea
 void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
 void accumulate_f32(float* dst, const float* src, float scale, int64_t n, cudaStream_t stream);
 void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaStream_t stream);
-// Writes the sum of squares into *result (device memory, double).
+// Writes the sum of squares into *result (device memory; summed in double).
 void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                 cudaStream_t stream);
+void sum_squares(float* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
                  cudaStream_t stream);
 struct AdamWStep {
   float lr, beta1, beta2, eps, grad_scale;

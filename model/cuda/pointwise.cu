@@ -208,12 +208,13 @@ __global__ void sum_squares_kernel(double* partial, const float* x, int64_t n) {
   s = block_sum(s, warp_sums);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
-__global__ void sum_partials_kernel(double* result, const double* partial, int blocks) {
+template <typename R>
+__global__ void sum_partials_kernel(R* result, const double* partial, int blocks) {
   __shared__ double warp_sums[kThreads / 32];
   double s = 0.0;
   for (int i = threadIdx.x; i < blocks; i += blockDim.x) s += partial[i];
   s = block_sum(s, warp_sums);
-  if (threadIdx.x == 0) *result = s;
+  if (threadIdx.x == 0) *result = R(s);
 }
 
 // torch.optim.AdamW order: decoupled decay of the weight, then the
@@ -301,15 +302,26 @@ void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaSt
   FSDP_LAUNCH_CHECK("accumulate_kernel");
 }
 
-void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
-                 cudaStream_t stream) {
+template <typename R>
+void sum_squares_into(R* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                      cudaStream_t stream) {
   const int blocks = int(std::min<int64_t>(std::max<int64_t>(1, (n + kThreads - 1) / kThreads),
                                            int64_t(dev.sm_count) * 8));
   auto* partial = static_cast<double*>(scratch.get(size_t(blocks) * sizeof(double)));
   sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(partial, x, n);
   FSDP_LAUNCH_CHECK("sum_squares_kernel");
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(result, partial, blocks);
+  sum_partials_kernel<R><<<1, kThreads, 0, stream>>>(result, partial, blocks);
   FSDP_LAUNCH_CHECK("sum_partials_kernel");
+}
+
+void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                 cudaStream_t stream) {
+  sum_squares_into(result, x, n, dev, scratch, stream);
+}
+
+void sum_squares(float* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
+                 cudaStream_t stream) {
+  sum_squares_into(result, x, n, dev, scratch, stream);
 }
 
 void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* send,

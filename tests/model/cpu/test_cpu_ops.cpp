@@ -656,6 +656,13 @@ TEST_F(CpuOpsTest, AccumulateAndSumSquares) {
   EXPECT_NEAR(ops_.sum_squares(dst), want, 1e-12 * want);
   Buf empty(ops_, DType::f32, 0);
   EXPECT_EQ(ops_.sum_squares(empty), 0.0);
+  // The per-unit form the gradient norm uses: one f32 result per tensor.
+  Buf each(ops_, DType::f32, 3);
+  poison(each);
+  ops_.sum_squares_each(each, {k, empty, dst});
+  EXPECT_EQ(each[0], 25.25f);
+  EXPECT_EQ(each[1], 0.0f);
+  EXPECT_EQ(each[2], float(want));
 }
 
 TEST_F(CpuOpsTest, AdamWTwoStepsByHand) {

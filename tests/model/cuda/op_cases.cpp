@@ -404,6 +404,29 @@ OpCase sum_squares_case(int64_t n) {
 // The engine's optimizer call: three spans with their own decay and gaps
 // between them (padding, untouched), the bf16 all-gather copy and the
 // cleared gradient, three steps.
+// The gradient norm's per-unit sums, left on the device for one read: three
+// tensors of different lengths and an empty one.
+OpCase sum_squares_each_case(int64_t n) {
+  OpCase c;
+  c.op = "sum_squares_each";
+  c.shape = fmt("n=%lld, %lld, 0, 7", (long long)n, (long long)(n / 3 + 1));
+  c.variant = "f32 results on the device";
+  c.dtypes = "x f32; out f32";
+  c.fwd_bytes = 4.0 * (n + n / 3 + 1 + 7);
+  c.bind = [=](Env& e) {
+    std::vector<Tensor> xs = {e.in(F32, not_bf16(e.rnd(n, -3.0f, 3.0f))),
+                              e.in(F32, not_bf16(e.rnd(n / 3 + 1, -0.5f, 0.5f))),
+                              e.in(F32, std::vector<float>{}), e.in(F32, e.rnd(7))};
+    Tensor out = e.out(F32, 4);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.sum_squares_each(out, xs); };
+    b.fwd_checks = {vs_ref("sum_squares_each", out, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
 OpCase adamw_case(int64_t n) {
   constexpr int kSteps = 3;  // bias correction differs per step
   OpCase c;
@@ -532,6 +555,7 @@ std::vector<OpCase> op_cases() {
   t.push_back(cast_case(n));
   for (DType src : {BF, F32}) t.push_back(accumulate_case(n, src));
   t.push_back(sum_squares_case(n));
+  t.push_back(sum_squares_each_case(n));
   t.push_back(adamw_case(n));
   return t;
 }
