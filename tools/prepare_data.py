@@ -1,45 +1,68 @@
 #!/usr/bin/env python3
-"""Makes fsdptrain token files (DESIGN.md, "Token dataset") from text or token arrays.
+"""Makes fsdptrain token files (DESIGN.md, "Token dataset") from text corpora or token arrays.
 
-  prepare_data.py text INPUT.txt [INPUT2.txt ...] --out PREFIX
-                  [--tokenizer byte|bpe] [--vocab-size 4096] [--val-fraction 0.05]
+  prepare_data.py text INPUT [INPUT ...] --out PREFIX [--tokenizer byte|bpe|hf:PATH|tiktoken:NAME]
+                  [--shard-tokens 100M [--resume]] [--val-tokens N | --val-fraction F]
+                  [--doc-per-line] [--text-field text] [--workers N]
   prepare_data.py array INPUT.npy|INPUT.bin --out PREFIX --vocab-size V
                   [--eos-id ID] [--tokenizer-name NAME] [--val-fraction 0.05]
 
-Writes PREFIX_train.h5 and PREFIX_val.h5 (the last --val-fraction of the tokens,
-contiguous; no val file when it is 0), each holding a chunked 1-D dataset
-/tokens (uint16 when vocab_size <= 65536, else uint32) with attributes
-vocab_size, and eos_id and tokenizer where known.
+text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
+  .ndjson: one object per line, the document in --text-field) or Parquet (the
+  string column --text-field, as on the Hugging Face hub), optionally .gz,
+  .zst, .xz or .bz2 (not Parquet). A plain text file is one document, or one
+  per line with --doc-per-line; a JSONL line or Parquet row is one document;
+  empty ones are skipped. The end-of-text token follows every document.
+  Tokenizers:
+    byte           UTF-8 bytes, vocab 256, no end-of-text token: files are
+                   joined as they are, lines and records each end in a newline.
+    bpe            a byte-level BPE of --vocab-size trained on the inputs,
+                   saved as PREFIX_tokenizer.json.
+    hf:PATH        a Hugging Face tokenizer.json, copied to PREFIX_tokenizer.json;
+                   end of text: --eos-token, else <|endoftext|>, </s>, ...
+    tiktoken:NAME  gpt2 (vocab 50257, eos 50256), cl100k_base, o200k_base...,
+                   from tiktoken's cache (TIKTOKEN_CACHE_DIR) or --tiktoken-file
+                   FILE.tiktoken (copied to PREFIX_tokenizer.tiktoken and named
+                   in the tokenizer attribute as tiktoken:NAME:FILE).
+  Output: one PREFIX_train.h5, or with --shard-tokens N, shards
+  PREFIX_train_000000.h5, ... of about N tokens each (each closed at the first
+  document end at or past N) that the trainer reads as one stream through
+  --train-data 'PREFIX_train_*.h5'. PREFIX_val.h5 holds the END of the stream:
+  --val-fraction F the last F of all tokens exactly (the default, 0.05, without
+  --shard-tokens; held in memory until the end), or --val-tokens N the last
+  whole documents holding at least N tokens (the default with --shard-tokens,
+  10M). Plain text files are read in pieces of about 1 MB cut at a newline
+  between two printable ASCII characters, where GPT-style tokenizers cut
+  anyway; such pieces count as documents for where files and the split end.
+  All cores encode (--workers), in input order, with bounded memory. Files
+  are written under .tmp names and renamed when complete; with --shard-tokens,
+  PREFIX_manifest.json lists the shards complete so far (rewritten after each),
+  and --resume continues an interrupted run after the last listed shard with
+  the same inputs and flags.
 
-text, byte: tokens are the UTF-8 bytes of the files, vocab_size 256.
-text, bpe:  trains a byte-level BPE on the files themselves (package
-            `tokenizers`), saves it as PREFIX_tokenizer.json and appends the
-            end-of-text token <|endoftext|> (eos_id) after each file.
-array:      .npy holds any 1-D integer array; .bin is either llm.c's format
-            (a 256 x int32 header starting with magic 20240520, version 1 for
-            uint16 or 2 for uint32 tokens, then the token count) or, without
-            that magic, raw little-endian uint16.
+array: .npy holds any 1-D integer array; .bin is either llm.c's format (a
+  256 x int32 header starting with magic 20240520, version 1 for uint16 or 2
+  for uint32 tokens, then the token count) or, without that magic, raw
+  little-endian uint16.
+
+Each file holds a 1-D dataset /tokens (uint16 when vocab_size <= 65536, else
+uint32) with attributes vocab_size, and eos_id and tokenizer where known.
 """
 
 import argparse
 import os
+import re
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prep import UsageError, fail  # noqa: E402
+
 LLMC_MAGIC = 20240520
 LLMC_HEADER_INTS = 256
-EOT = "<|endoftext|>"
 # Elements per HDF5 chunk and per conversion pass: bounded memory for big arrays.
 CHUNK = 1 << 20
-
-
-class UsageError(Exception):
-    pass
-
-
-def fail(msg):
-    raise UsageError(msg)
 
 
 def token_dtype(vocab_size):
@@ -92,70 +115,6 @@ def write_splits(prefix, tokens, vocab_size, val_fraction, eos_id=None, tokenize
     for path, part in outputs:
         write_h5(path, part, vocab_size, eos_id, tokenizer)
         print(f"prepare_data: wrote {path}: {len(part)} tokens, vocab_size {vocab_size}")
-
-
-def read_text(paths):
-    out = []
-    for p in paths:
-        try:
-            with open(p, "rb") as f:
-                out.append(f.read())
-        except OSError as e:
-            fail(f"cannot read '{p}': {e.strerror}")
-    if not any(out):
-        fail("the input text is empty")
-    return out
-
-
-def bpe_tokens(docs, vocab_size, prefix):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    texts = []
-    for raw in docs:
-        try:
-            texts.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            fail(f"BPE needs UTF-8 text; byte {e.start} is not UTF-8 ({e.reason})")
-    tok = Tokenizer(models.BPE())
-    # No prefix space: encoding must give back exactly the input bytes.
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-
-    def lines():
-        for t in texts:
-            yield from t.splitlines(keepends=True)
-
-    tok.train_from_iterator(lines(), trainer=trainer)
-    eos_id = tok.token_to_id(EOT)
-    ids = []
-    for t in texts:
-        doc = []
-        for enc in tok.encode_batch(t.splitlines(keepends=True), add_special_tokens=False):
-            doc.extend(enc.ids)
-        if tok.decode(doc) != t:
-            fail("BPE encoding does not give back the input text; please report this")
-        ids.extend(doc)
-        ids.append(eos_id)
-    path = prefix + "_tokenizer.json"
-    tok.save(path)
-    print(f"prepare_data: wrote {path}: vocab_size {tok.get_vocab_size()}")
-    return np.asarray(ids, dtype=np.int64), tok.get_vocab_size(), eos_id, os.path.basename(path)
-
-
-def cmd_text(args):
-    docs = read_text(args.inputs)
-    if args.tokenizer == "byte":
-        tokens = np.frombuffer(b"".join(docs), dtype=np.uint8)
-        write_splits(args.out, tokens, 256, args.val_fraction, tokenizer="byte")
-        return
-    if not 257 <= args.vocab_size <= 1 << 20:
-        fail(f"--vocab-size {args.vocab_size} must be in [257, 2^20] for BPE "
-             f"(256 bytes plus end-of-text)")
-    tokens, vocab, eos_id, name = bpe_tokens(docs, args.vocab_size, args.out)
-    write_splits(args.out, tokens, vocab, args.val_fraction, eos_id=eos_id, tokenizer=name)
 
 
 def load_bin(path):
@@ -228,15 +187,54 @@ def fraction(s):
     return v
 
 
+def count(s):
+    """A token or byte count: 100000, 100K, 100M, 1.5G."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", s.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{s} is not a count like 100000 or 100M")
+    return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()])
+
+
+def positive(s):
+    v = count(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s} is not at least 1")
+    return v
+
+
 def parse_args(argv):
-    p = Parser(prog="prepare_data", description=__doc__.split("\n")[0])
+    p = Parser(prog="prepare_data", description=__doc__.split("\n")[0],
+               epilog="See the module docstring (tools/prepare_data.py) for details.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("text", help="tokenize text files (byte-level or trained BPE)")
-    t.add_argument("inputs", nargs="+", metavar="INPUT.txt")
+    t = sub.add_parser("text", help="tokenize text, JSONL or Parquet files")
+    t.add_argument("inputs", nargs="+", metavar="INPUT", help="files or quoted globs")
     t.add_argument("--out", required=True, metavar="PREFIX")
-    t.add_argument("--tokenizer", choices=["byte", "bpe"], default="byte")
-    t.add_argument("--vocab-size", type=int, default=4096, help="BPE only (default 4096)")
-    t.add_argument("--val-fraction", type=fraction, default=0.05)
+    t.add_argument("--tokenizer", default="byte",
+                   help="byte (default), bpe, hf:PATH/tokenizer.json or tiktoken:NAME")
+    t.add_argument("--vocab-size", type=int, default=4096, help="bpe only (default 4096)")
+    t.add_argument("--tiktoken-file", metavar="FILE.tiktoken",
+                   help="the encoding's ranks, instead of tiktoken's cache")
+    t.add_argument("--eos-token", help="hf: the end-of-text token's text")
+    t.add_argument("--format", choices=["auto", "text", "jsonl", "parquet"], default="auto",
+                   help="default: from the suffix (.jsonl/.json/.ndjson, .parquet, else text)")
+    t.add_argument("--doc-per-line", action="store_true",
+                   help="plain text: each line is a document (default: each file)")
+    t.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
+    t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
+                   help="invalid UTF-8: stop with an error (default) or replace it")
+    t.add_argument("--shard-tokens", type=positive, metavar="N",
+                   help="write PREFIX_train_NNNNNN.h5 of about N tokens (e.g. 100M)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue an interrupted --shard-tokens run")
+    t.add_argument("--val-tokens", type=count, metavar="N",
+                   help="validation: the last whole documents holding >= N tokens")
+    t.add_argument("--val-fraction", type=fraction,
+                   help="validation: the last fraction of the tokens (default 0.05 "
+                        "without --shard-tokens)")
+    t.add_argument("--workers", type=positive, help="processes (default: all cores)")
+    # For tests: small batches and pieces exercise the cuts with small files.
+    t.add_argument("--batch-bytes", type=positive, default=1 << 20, help=argparse.SUPPRESS)
+    t.add_argument("--piece-bytes", type=positive, default=1 << 20, help=argparse.SUPPRESS)
     a = sub.add_parser("array", help="convert a .npy or llm.c .bin token array")
     a.add_argument("input", metavar="INPUT")
     a.add_argument("--out", required=True, metavar="PREFIX")
@@ -253,10 +251,18 @@ def main(argv=None):
         out_dir = os.path.dirname(args.out) or "."
         if not os.path.isdir(out_dir):
             fail(f"--out {args.out}: directory '{out_dir}' does not exist")
-        (cmd_text if args.cmd == "text" else cmd_array)(args)
+        if args.cmd == "text":
+            from prep import pipeline
+            pipeline.run(args)
+        else:
+            cmd_array(args)
     except UsageError as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("prepare_data: error: interrupted; with --shard-tokens, --resume continues",
+              file=sys.stderr)
+        return 130
     return 0
 
 

@@ -20,8 +20,10 @@ if ((${#missing[@]})); then
 fi
 
 py=${PYTHON:-python3}
-# numpy/h5py/tokenizers for tools/; safetensors for export; cudnn-frontend headers only.
-pips=(numpy h5py tokenizers safetensors)
+# numpy/h5py/tokenizers for tools/; pyarrow (Parquet), tiktoken and zstandard (.zst)
+# for tools/prepare_data.py; matplotlib for tools/plot_metrics.py; safetensors for
+# export; cudnn-frontend headers only.
+pips=(numpy h5py tokenizers safetensors pyarrow tiktoken zstandard matplotlib)
 need=()
 for m in "${pips[@]}"; do "$py" -c "import $m" 2>/dev/null || need+=("$m"); done
 ((${#need[@]})) && "$py" -m pip install -q "${need[@]}"

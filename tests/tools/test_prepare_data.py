@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""CTest for tools/prepare_data.py's `text` command (the C++ test
+tests/data/test_prepare_data.cpp checks that its files open in the trainer).
+
+  test_prepare_data.py PREPARE_DATA_PY
+
+Every input format and compression, every tokenizer kind, sharding with 1
+and 4 workers, resume after an interruption, and the one-line errors. Inputs
+and tokenizers are made here in a temporary directory (a tiktoken encoding
+from ranks written here, a tokenizer.json trained here): nothing downloads.
+Exits 77 (skipped) when a needed python package is missing.
+"""
+
+import base64
+import glob
+import gzip
+import json
+import lzma
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import h5py
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import tiktoken
+    import tokenizers
+    import zstandard
+    from tiktoken_ext.openai_public import r50k_pat_str
+except ImportError as e:
+    print(f"SKIP: {e} (tools/setup.sh installs the packages)")
+    sys.exit(77)
+
+SCRIPT = None
+WORDS = ("the quick brown fox jumps over a lazy dog and then the cat sat on the mat "
+         "while héllo wörld naïve café 東京 données ünïcode 123 4567 it's we'll").split()
+
+
+def make_docs(n, seed=0, max_words=80):
+    rnd = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        lines = []
+        for _ in range(rnd.randint(1, 4)):
+            lines.append(" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, max_words))))
+        docs.append("\n".join(lines))
+    return docs
+
+
+def test_ranks():
+    """A small tiktoken vocabulary: the 256 bytes, then a few merges."""
+    ranks = {bytes([b]): b for b in range(256)}
+    for m in ["th", "he", "the", " t", " the", "an", "and", " a", " and", "in", "ing", "er",
+              " o", "ov", "over", " over", "ow", "own", "br", "bro", "brown", " brown"]:
+        ranks.setdefault(m.encode(), len(ranks))
+    return ranks
+
+
+def read_tokens(paths):
+    parts = []
+    for p in paths:
+        with h5py.File(p, "r") as f:
+            parts.append(f["tokens"][:])
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def attrs(path):
+    with h5py.File(path, "r") as f:
+        a = dict(f["tokens"].attrs)
+        dtype = f["tokens"].dtype
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in a.items()}, dtype
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="prepare_data_test_")
+        self.ranks = self.path("ranks.tiktoken")
+        with open(self.ranks, "wb") as f:
+            for tok, rank in test_ranks().items():
+                f.write(base64.b64encode(tok) + b" %d\n" % rank)
+        self.enc = tiktoken.Encoding("test", pat_str=r50k_pat_str, mergeable_ranks=test_ranks(),
+                                     special_tokens={"<|endoftext|>": 50256})
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write(self, name, data):
+        p = self.path(name)
+        if isinstance(data, str):
+            data = data.encode()
+        opener = {".gz": gzip.open, ".xz": lzma.open}.get(os.path.splitext(p)[1], open)
+        if p.endswith(".zst"):
+            data = zstandard.ZstdCompressor().compress(data)
+        with opener(p, "wb") as f:
+            f.write(data)
+        return p
+
+    def prepare(self, *args, ok=True):
+        r = subprocess.run([sys.executable, SCRIPT, "text", *map(str, args)],
+                           capture_output=True, text=True)
+        if ok:
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r
+
+    def tik(self, *args):
+        """Arguments for the test tiktoken encoding under gpt2's name."""
+        return ["--tokenizer", "tiktoken:gpt2", "--tiktoken-file", self.ranks, *args]
+
+    def expected(self, docs):
+        out = []
+        for d in docs:
+            if d:
+                out += self.enc.encode_ordinary(d) + [50256]
+        return out
+
+    def stream(self, prefix):
+        """All tokens, train files in name order then val, and the train files."""
+        train = sorted(glob.glob(prefix + "_train*.h5"))
+        val = [prefix + "_val.h5"] if os.path.exists(prefix + "_val.h5") else []
+        return read_tokens(train + val).tolist(), train
+
+
+class Formats(Base):
+    """The same documents in every input layout give the same tokens."""
+
+    def check(self, inputs, docs, *extra):
+        prefix = self.path("out")
+        for p in glob.glob(prefix + "*"):
+            os.remove(p)
+        self.prepare(*inputs, "--out", prefix, *self.tik("--val-fraction", "0", *extra))
+        got, _ = self.stream(prefix)
+        self.assertEqual(got, self.expected(docs), inputs)
+
+    def test_text_one_document_per_file_and_globs(self):
+        docs = make_docs(12, seed=1)
+        for i, d in enumerate(docs):
+            self.write(f"doc_{i:02d}.txt", d + "\n")
+        files = [self.path(f"doc_{i:02d}.txt") for i in range(12)]
+        self.check([self.path("doc_*.txt")], [d + "\n" for d in docs])
+        # Several arguments keep their order; a glob is sorted.
+        self.check([files[3], self.path("doc_0[01].txt")], [docs[3] + "\n", docs[0] + "\n",
+                                                            docs[1] + "\n"])
+
+    def test_text_one_document_per_line(self):
+        docs = [d.replace("\n", " ") for d in make_docs(50, seed=2)]
+        text = "\n".join(docs[:20]) + "\n\n   \n" + "\r\n".join(docs[20:])  # blank lines skipped
+        self.check([self.write("lines.txt", text)], docs, "--doc-per-line")
+
+    def test_jsonl_with_a_text_field(self):
+        docs = make_docs(40, seed=3)
+        lines = [json.dumps({"id": i, "body": d}) for i, d in enumerate(docs)]
+        self.check([self.write("c.jsonl", "\n".join(lines) + "\n\n")], docs,
+                   "--text-field", "body")
+
+    def test_parquet_like_the_hub(self):
+        docs = make_docs(300, seed=4)
+        table = pa.table({"text": docs + [None, ""], "id": list(range(302))})
+        pq.write_table(table, self.path("train-00000-of-00001.parquet"), row_group_size=64)
+        self.check([self.path("train-*.parquet")], docs, "--batch-bytes", "3000")
+
+    def test_compressed_inputs(self):
+        docs = make_docs(30, seed=5)
+        jsonl = "\n".join(json.dumps({"text": d}) for d in docs) + "\n"
+        for ext in (".gz", ".zst", ".xz"):
+            self.check([self.write("c.jsonl" + ext, jsonl)], docs)
+            self.check([self.write("c.txt" + ext, docs[0])], docs[:1])
+        # zstd files made by concatenation hold several frames.
+        c = zstandard.ZstdCompressor()
+        with open(self.path("multi.txt.zst"), "wb") as f:
+            f.write(c.compress(docs[0].encode()) + c.compress(docs[1].encode()))
+        self.check([self.path("multi.txt.zst")], [docs[0] + docs[1]])
+
+    def test_big_text_file_in_pieces_encodes_like_the_whole(self):
+        docs = make_docs(400, seed=6)
+        text = "\n".join(docs) + "\n"
+        p = self.write("big.txt.gz", text)
+        self.check([p], [text], "--piece-bytes", "700", "--batch-bytes", "1500")
+        self.check([p], [text], "--piece-bytes", "700", "--workers", "3")
+
+
+class Tokenizers(Base):
+    def setUp(self):
+        super().setUp()
+        self.docs = make_docs(60, seed=7)
+        self.input = self.write("c.jsonl", "".join(json.dumps({"text": d}) + "\n"
+                                                   for d in self.docs))
+
+    def test_byte(self):
+        prefix = self.path("byte")
+        self.prepare(self.input, "--out", prefix, "--val-fraction", "0")
+        got, _ = self.stream(prefix)
+        self.assertEqual(bytes(got), "".join(d + "\n" for d in self.docs).encode())
+        a, dtype = attrs(prefix + "_train.h5")
+        self.assertEqual((a["vocab_size"], a["tokenizer"], "eos_id" in a, dtype),
+                         (256, "byte", False, np.uint16))
+
+    def test_bpe_trained_on_the_corpus(self):
+        prefix = self.path("bpe")
+        self.prepare(self.input, "--out", prefix, "--tokenizer", "bpe", "--vocab-size", "400")
+        got, _ = self.stream(prefix)
+        a, _ = attrs(prefix + "_val.h5")
+        self.assertEqual(a["tokenizer"], "bpe_tokenizer.json")
+        tok = tokenizers.Tokenizer.from_file(prefix + "_tokenizer.json")
+        self.assertLessEqual(a["vocab_size"], 400)
+        self.assertEqual(a["eos_id"], tok.token_to_id("<|endoftext|>"))
+        docs, cur = [], []
+        for t in got:
+            if t == a["eos_id"]:
+                docs.append(tok.decode(cur))
+                cur = []
+            else:
+                cur.append(t)
+        self.assertEqual(docs, self.docs)
+        self.assertLess(len(got), sum(len(d.encode()) for d in self.docs) / 2)
+
+    def test_hf_tokenizer_json(self):
+        from tokenizers import models, pre_tokenizers, trainers
+        tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.train_from_iterator(self.docs, trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+        path = self.path("tokenizer.json")
+        tok.save(path)
+        # A document that spells a special token is text, not a boundary.
+        docs = self.docs + ["before </s> after"]
+        self.write("c.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+        prefix = self.path("hf")
+        self.prepare(self.input, "--out", prefix, "--tokenizer", "hf:" + path,
+                     "--val-fraction", "0")
+        got, _ = self.stream(prefix)
+        eos = tok.token_to_id("</s>")
+        tok.encode_special_tokens = True
+        want = []
+        for d in docs:
+            want += tok.encode(d, add_special_tokens=False).ids + [eos]
+        self.assertEqual(got, want)
+        self.assertEqual(got.count(eos), len(docs))
+        a, _ = attrs(prefix + "_train.h5")
+        self.assertEqual((a["eos_id"], a["tokenizer"], a["vocab_size"]),
+                         (eos, "hf_tokenizer.json", tok.get_vocab_size()))
+        self.assertTrue(os.path.exists(prefix + "_tokenizer.json"))
+        r = self.prepare(self.input, "--out", prefix, "--tokenizer", "hf:" + path,
+                         "--eos-token", "<|eot|>", ok=False)
+        self.assertIn("--eos-token <|eot|> is not in its vocabulary", r.stderr)
+
+    def test_tiktoken_from_a_file(self):
+        prefix = self.path("tik")
+        self.prepare(self.input, "--out", prefix, *self.tik("--val-fraction", "0"))
+        got, _ = self.stream(prefix)
+        self.assertEqual(got, self.expected(self.docs))
+        a, dtype = attrs(prefix + "_train.h5")
+        self.assertEqual((a["vocab_size"], a["eos_id"], a["tokenizer"], dtype),
+                         (50257, 50256, "tiktoken:gpt2:tik_tokenizer.tiktoken", np.uint16))
+        # cl100k_base's end of text is 100257: the tokens need uint32.
+        prefix = self.path("cl")
+        self.prepare(self.input, "--out", prefix, "--tokenizer", "tiktoken:cl100k_base",
+                     "--tiktoken-file", self.ranks, "--val-fraction", "0")
+        a, dtype = attrs(prefix + "_train.h5")
+        self.assertEqual((a["eos_id"], dtype), (100257, np.uint32))
+        self.assertEqual(self.stream(prefix)[0].count(100257), len(self.docs))
+
+
+class Sharding(Base):
+    def setUp(self):
+        super().setUp()
+        self.docs = make_docs(600, seed=8)
+        for i in range(3):
+            part = self.docs[i * 200:(i + 1) * 200]
+            self.write(f"part{i}.jsonl.gz", "".join(json.dumps({"text": d}) + "\n" for d in part))
+        self.args = [self.path("part*.jsonl.gz"), *self.tik("--shard-tokens", "5K",
+                     "--val-tokens", "2000", "--batch-bytes", "4000")]
+
+    def run_to(self, prefix, *extra):
+        return self.prepare(*self.args, "--out", prefix, *extra)
+
+    def test_shards_are_one_stream_whatever_the_workers(self):
+        self.run_to(self.path("w1"), "--workers", "1")
+        self.run_to(self.path("w4"), "--workers", "4")
+        got1, train1 = self.stream(self.path("w1"))
+        got4, train4 = self.stream(self.path("w4"))
+        self.assertEqual(got1, self.expected(self.docs))
+        self.assertEqual(got4, got1)
+        self.assertEqual([os.path.basename(p)[3:] for p in train4],
+                         [os.path.basename(p)[3:] for p in train1])
+        self.assertEqual(os.path.basename(train1[0]), "w1_train_000000.h5")
+        sizes = [len(read_tokens([p])) for p in train1]
+        self.assertGreater(len(sizes), 3)
+        self.assertTrue(all(s >= 5000 for s in sizes[:-1]), sizes)
+        for p in train1 + [self.path("w1_val.h5")]:
+            # Every file ends with a document.
+            self.assertEqual(read_tokens([p])[-1], 50256, p)
+        val = read_tokens([self.path("w1_val.h5")])
+        self.assertGreaterEqual(len(val), 2000)
+        # The smallest run of whole documents at the end: without its first one,
+        # it would hold fewer than 2000 tokens.
+        first_end = list(val).index(50256) + 1
+        self.assertLess(len(val) - first_end, 2000)
+        with open(self.path("w1_manifest.json")) as f:
+            m = json.load(f)
+        self.assertTrue(m["done"])
+        self.assertEqual([s["file"] for s in m["shards"]], [os.path.basename(p) for p in train1])
+
+    def test_resume_after_an_interruption(self):
+        ref = self.path("ref")
+        self.run_to(ref, "--workers", "1")
+        want, ref_train = self.stream(ref)
+
+        # As if killed while writing shard 3: shards 0-1 listed, shard 2 renamed
+        # but not yet listed, shard 3 half written.
+        prefix = self.path("cut")
+        for p in glob.glob(ref + "_*"):
+            shutil.copy(p, prefix + os.path.basename(p)[3:])
+        with open(prefix + "_manifest.json") as f:
+            m = json.load(f)
+        for s in m["shards"]:
+            s["file"] = "cut" + s["file"][3:]
+        m["shards"], m["done"], m["val"] = m["shards"][:2], False, None
+        with open(prefix + "_manifest.json", "w") as f:
+            json.dump(m, f)
+        self.assertGreater(len(ref_train), 4)
+        for p in sorted(glob.glob(prefix + "_train_*.h5"))[4:] + [prefix + "_val.h5"]:
+            os.remove(p)
+        os.rename(prefix + "_train_000003.h5", prefix + "_train_000003.h5.tmp")
+        with open(prefix + "_train_000002.h5", "r+b") as f:
+            f.truncate(100)  # not listed: must be written again
+
+        r = self.prepare(*self.args, "--out", prefix, ok=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("pass --resume", r.stderr)
+        r = self.prepare(*self.args, "--out", prefix, "--resume", "--workers", "2")
+        self.assertIn("resuming after 2 complete shards", r.stdout)
+        got, train = self.stream(prefix)
+        self.assertEqual(got, want)
+        self.assertEqual(len(train), len(ref_train))
+        self.assertEqual(glob.glob(prefix + "*.tmp"), [])
+        r = self.prepare(*self.args, "--out", prefix, "--resume")
+        self.assertIn("nothing to do", r.stdout)
+        r = self.prepare(*self.args[:-2], "--batch-bytes", "4000", "--out", prefix, "--resume",
+                         "--val-tokens", "3000", ok=False)
+        self.assertIn("val_tokens differ", r.stderr)
+
+    def test_resume_after_kill(self):
+        # A real SIGKILL once the first shard is listed; the same result after --resume.
+        docs = make_docs(4000, seed=9)
+        self.write("big.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+        args = [self.path("big.jsonl"), *self.tik("--shard-tokens", "20K", "--val-tokens",
+                "1000", "--batch-bytes", "2000", "--workers", "1")]
+        prefix = self.path("kill")
+        proc = subprocess.Popen([sys.executable, SCRIPT, "text", *args, "--out", prefix],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        killed = False
+        deadline = time.time() + 60
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                with open(prefix + "_manifest.json") as f:
+                    if json.load(f)["shards"]:
+                        proc.send_signal(signal.SIGKILL)
+                        killed = True
+                        break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.005)
+        proc.wait()
+        r = self.prepare(*args, "--out", prefix, "--resume")
+        if killed:
+            self.assertIn("resuming after", r.stdout)
+        got, _ = self.stream(prefix)
+        self.assertEqual(got, self.expected(docs))
+        if not killed:
+            print("note: the run ended before it could be killed; resume checked on a whole run")
+
+
+class Errors(Base):
+    def fails(self, args, *needles):
+        r = self.prepare(*args, ok=False)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertTrue(r.stderr.startswith("prepare_data: error: "), r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+
+    def test_one_line_each(self):
+        out = ["--out", self.path("x")]
+        good = self.write("good.txt", "some text\n" * 50)
+        self.fails([self.path("absent.txt"), *out], "absent.txt", "no such file")
+        self.fails([self.path("none_*.txt"), *out], "none_*.txt", "matches no file")
+        self.fails([self.dir, *out], "is a directory", "glob")
+        self.fails([self.write("bad.jsonl", '{"text": "a"}\n{"text": \n'), *out],
+                   "bad.jsonl' line 2", "not JSON")
+        self.fails([self.write("field.jsonl", '{"body": "a"}\n'), *out],
+                   "field.jsonl' line 1", "no field 'text'", "--text-field")
+        self.fails([self.write("num.jsonl", '{"text": 5}\n'), *out], "is a int, not a string")
+        pq.write_table(pa.table({"content": ["a"]}), self.path("t.parquet"))
+        self.fails([self.path("t.parquet"), *out], "no column 'text'", "content", "--text-field")
+        self.fails([self.write("bad.txt", b"fine\n\xff\xfe bad"), *out, *self.tik()],
+                   "bad.txt' byte 0: byte 5", "--utf8-errors replace")
+        self.prepare(self.path("bad.txt"), *out, *self.tik("--utf8-errors", "replace",
+                     "--val-fraction", "0"))
+        with open(self.write("cut.txt.gz", "x" * 10000), "r+b") as f:
+            f.truncate(30)
+        self.fails([self.path("cut.txt.gz"), *out], "cut.txt.gz", "decompress")
+        self.fails([self.write("t.parquet.gz", "x"), *out], "decompress the file first")
+        self.fails([good, *out, "--tokenizer", "sentencepiece"], "--tokenizer sentencepiece",
+                   "tiktoken:NAME")
+        self.fails([good, *out, "--tokenizer", "hf:" + self.path("no.json")], "no such file")
+        self.fails([good, *out, "--tokenizer", "hf:" + good], "not a Hugging Face tokenizer")
+        self.fails([good, *out, "--tokenizer", "tiktoken:gpt5", "--tiktoken-file", self.ranks],
+                   "unknown encoding")
+        self.fails([good, *out, "--tokenizer", "tiktoken:gpt2", "--tiktoken-file",
+                    self.path("no.tiktoken")], "--tiktoken-file", "no such file")
+        self.fails([good, *out, "--tokenizer", "tiktoken:gpt2", "--tiktoken-file", good],
+                   "not a .tiktoken file")
+        self.fails([good, *out, "--resume"], "--resume needs --shard-tokens")
+        self.fails([good, *out, "--val-tokens", "10", "--val-fraction", "0.1"], "not both")
+        self.fails([good, *out, "--shard-tokens", "1X"], "--shard-tokens", "100M")
+        self.fails([good, *out, "--val-tokens", "10K"], "--val-tokens")
+        self.fails([good, "--out", self.path("nodir/x")], "does not exist")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    SCRIPT = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,261 @@
+"""Tokenizers: parsing --tokenizer, loading it once in the parent, and the
+per-batch encoding that the worker processes run.
+
+  byte              the UTF-8 bytes, vocab 256, no end-of-text token
+  bpe               a byte-level BPE trained on the corpus (saved as PREFIX_tokenizer.json)
+  hf:PATH           any Hugging Face tokenizers file (copied to PREFIX_tokenizer.json)
+  tiktoken:NAME     a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...)
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+
+from . import UsageError, fail
+
+EOT = "<|endoftext|>"
+# Tried in order when --eos-token is not given (GPT-2 style, Llama/T5 style, Llama 3, Gemma).
+EOS_CANDIDATES = (EOT, "</s>", "<|end_of_text|>", "<eos>")
+
+
+def token_dtype(vocab_size):
+    return np.uint16 if vocab_size <= 1 << 16 else np.uint32
+
+
+class Tokenizer:
+    """What the parent knows: the attributes for the files, and a picklable
+    spec from which each worker builds its Encoder."""
+
+    def __init__(self, kind, obj, vocab_size, eos_id, name):
+        self.kind, self.obj = kind, obj
+        self.vocab_size, self.eos_id, self.name = vocab_size, eos_id, name
+
+
+def _copy_beside(src, prefix, suffix):
+    dst = prefix + suffix
+    if not os.path.exists(dst) or not os.path.samefile(src, dst):
+        shutil.copyfile(src, dst + ".tmp")
+        os.replace(dst + ".tmp", dst)
+    return dst
+
+
+def load_hf(path, prefix, eos_token):
+    try:
+        from tokenizers import Tokenizer as HF
+    except ImportError:
+        fail("--tokenizer hf: needs the python package tokenizers (tools/setup.sh installs it)")
+    if not os.path.isfile(path):
+        fail(f"--tokenizer hf:{path}: no such file")
+    try:
+        tok = HF.from_file(path)
+    except Exception as e:  # tokenizers raises a bare Exception for a bad file
+        fail(f"--tokenizer hf:{path}: not a Hugging Face tokenizer.json ({e})")
+    vocab = tok.get_vocab(with_added_tokens=True)
+    names = [eos_token] if eos_token else [t for t in EOS_CANDIDATES if t in vocab]
+    if not names or names[0] not in vocab:
+        fail(f"--tokenizer hf:{path}: " +
+             (f"--eos-token {eos_token} is not in its vocabulary" if eos_token else
+              f"none of {', '.join(EOS_CANDIDATES)} is in its vocabulary; "
+              f"name its end-of-text token with --eos-token"))
+    # Text that spells a special token (say "<|endoftext|>" in a web page) is
+    # data, not a document boundary.
+    tok.encode_special_tokens = True
+    saved = _copy_beside(path, prefix, "_tokenizer.json")
+    return Tokenizer("hf", tok, max(vocab.values()) + 1, vocab[names[0]],
+                     os.path.basename(saved))
+
+
+def load_tiktoken(name, path, prefix):
+    try:
+        import tiktoken
+        import tiktoken.load
+        from tiktoken_ext import openai_public
+    except ImportError:
+        fail("--tokenizer tiktoken: needs the python package tiktoken (tools/setup.sh installs it)")
+    ctors = getattr(openai_public, "ENCODING_CONSTRUCTORS", {})
+    if name not in ctors:
+        fail(f"--tokenizer tiktoken:{name}: unknown encoding; expected one of {', '.join(ctors)}")
+    if path is None:
+        try:
+            enc = tiktoken.get_encoding(name)
+        except Exception as e:  # requests' errors when offline, ValueError for a bad hash
+            cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get(
+                "DATA_GYM_CACHE_DIR") or "the system temp dir's data-gym-cache"
+            fail(f"--tokenizer tiktoken:{name}: the encoding is not in tiktoken's cache "
+                 f"({cache}) and could not be downloaded ({type(e).__name__}); give its "
+                 f".tiktoken file with --tiktoken-file or set TIKTOKEN_CACHE_DIR")
+        return Tokenizer("tiktoken", enc, enc.n_vocab, enc.eot_token, f"tiktoken:{name}")
+    if not os.path.isfile(path):
+        fail(f"--tiktoken-file {path}: no such file")
+    try:
+        ranks = tiktoken.load.load_tiktoken_bpe(path)
+    except (ValueError, OSError) as e:
+        fail(f"--tiktoken-file {path}: not a .tiktoken file (base64 token, rank per line): {e}")
+    # The constructor knows the encoding's split pattern and special tokens;
+    # its loader is replaced for the call so the given file stands for the
+    # download.
+    loaders = openai_public.load_tiktoken_bpe, openai_public.data_gym_to_mergeable_bpe_ranks
+    openai_public.load_tiktoken_bpe = openai_public.data_gym_to_mergeable_bpe_ranks = \
+        lambda *a, **k: ranks
+    try:
+        spec = ctors[name]()
+    finally:
+        openai_public.load_tiktoken_bpe, openai_public.data_gym_to_mergeable_bpe_ranks = loaders
+    # A file of another size than the named encoding's is allowed (tests and
+    # benchmarks build their own), as long as no rank collides with a special token.
+    clash = set(ranks.values()) & set(spec["special_tokens"].values())
+    if clash or EOT not in spec["special_tokens"]:
+        fail(f"--tiktoken-file {path}: rank {min(clash)} is also the id of a special token "
+             f"of {name}" if clash else f"tiktoken:{name} has no {EOT} token")
+    if len(set(ranks.values())) != len(ranks):
+        fail(f"--tiktoken-file {path}: two tokens share a rank")
+    spec.pop("explicit_n_vocab", None)
+    enc = tiktoken.Encoding(**spec)
+    saved = _copy_beside(path, prefix, "_tokenizer.tiktoken")
+    return Tokenizer("tiktoken", enc, enc.n_vocab, enc.eot_token,
+                     f"tiktoken:{name}:{os.path.basename(saved)}")
+
+
+def train_bpe(texts, vocab_size, prefix):
+    """A byte-level BPE trained on the corpus, saved as PREFIX_tokenizer.json."""
+    try:
+        from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        fail("--tokenizer bpe: needs the python package tokenizers (tools/setup.sh installs it)")
+    tok = HF(models.BPE())
+    # No prefix space: encoding must give back exactly the input bytes.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    path = prefix + "_tokenizer.json"
+    tok.save(path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def parse(spec):
+    """--tokenizer's value as (kind, argument)."""
+    kind, _, arg = spec.partition(":")
+    if spec in ("byte", "bpe") or (kind in ("hf", "tiktoken") and arg):
+        return kind, arg
+    fail(f"--tokenizer {spec}: expected byte, bpe, hf:PATH/tokenizer.json or "
+         f"tiktoken:NAME (gpt2, cl100k_base, o200k_base)")
+
+
+# ---- worker side ----
+
+class Encoder:
+    """Turns a batch of records into tokens: (tokens, record ends, documents)."""
+
+    def __init__(self, spec):
+        self.kind, self.tok, self.eos = spec["kind"], spec["tok"], spec["eos"]
+        self.dtype, self.errors, self.field = spec["dtype"], spec["errors"], spec["field"]
+
+    def texts(self, batch):
+        """(text or None, ends document) per record; None: no document here."""
+        kind, records, eos, where = batch
+        as_bytes = self.kind == "byte"
+        if kind == "text":
+            for i, raw in enumerate(records):
+                yield (raw if as_bytes else self._decode(raw, where[i][0], f"byte {where[i][1]}")), eos[i]
+        elif kind == "lines":
+            for i, raw in enumerate(records):
+                if not raw.strip():
+                    yield None, False
+                elif as_bytes:
+                    yield raw + b"\n", True
+                else:
+                    yield self._decode(raw, where[0], f"line {where[1] + i}"), True
+        elif kind == "json":
+            for i, raw in enumerate(records):
+                text = self._json_text(raw, where[0], where[1] + i) if raw.strip() else None
+                yield self._record(text, as_bytes)
+        else:
+            for text in records:
+                yield self._record(text, as_bytes)
+
+    @staticmethod
+    def _record(text, as_bytes):
+        if not text:
+            return None, False
+        if as_bytes:
+            raw = text.encode("utf-8", "surrogatepass")
+            return (raw if raw.endswith(b"\n") else raw + b"\n"), True
+        return text, True
+
+    def _decode(self, raw, path, at):
+        try:
+            return raw.decode("utf-8", self.errors)
+        except UnicodeDecodeError as e:
+            fail(f"'{path}' {at}: byte {e.start} of it is not UTF-8 ({e.reason}); "
+                 f"fix the file or pass --utf8-errors replace")
+
+    def _json_text(self, raw, path, line):
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            fail(f"'{path}' line {line}: not JSON ({e}); JSONL needs one object per line")
+        if not isinstance(obj, dict):
+            fail(f"'{path}' line {line}: a JSON {type(obj).__name__}, not an object")
+        if self.field not in obj:
+            fail(f"'{path}' line {line}: no field '{self.field}' (it has "
+                 f"{', '.join(list(obj)[:10])}); name the text field with --text-field")
+        text = obj[self.field]
+        if text is not None and not isinstance(text, str):
+            fail(f"'{path}' line {line}: field '{self.field}' is a "
+                 f"{type(text).__name__}, not a string")
+        return text
+
+    def encode(self, batch):
+        items = list(self.texts(batch))
+        texts = [t for t, _ in items if t]
+        if self.kind == "byte":
+            ids = [np.frombuffer(t, np.uint8) for t in texts]
+        elif self.kind == "tiktoken":
+            ids = [self.tok.encode_ordinary(t) for t in texts]
+        else:
+            ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        parts, ends, total, docs, j = [], np.empty(len(items), np.int64), 0, 0, 0
+        for i, (text, doc_end) in enumerate(items):
+            if text:
+                parts.append(ids[j])
+                total += len(ids[j])
+                j += 1
+            if doc_end and self.eos is not None:
+                parts.append((self.eos,))
+                total += 1
+            docs += doc_end
+            ends[i] = total
+        tokens = np.empty(total, self.dtype)
+        pos = 0
+        for p in parts:
+            tokens[pos:pos + len(p)] = p
+            pos += len(p)
+        return tokens, ends, docs
+
+
+_encoder = None
+
+
+def init_worker(spec):
+    global _encoder
+    # One process per core already: the tokenizer's own threads would only compete.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _encoder = Encoder(spec)
+
+
+def encode_batch(batch):
+    try:
+        return _encoder.encode(batch)
+    except UsageError:
+        raise
+    except Exception as e:
+        # The traceback stays in the worker; carry what and where to the parent.
+        kind, _, _, where = batch
+        at = where[0][0] if kind == "text" else where[0]
+        raise UsageError(f"'{at}': encoding failed ({type(e).__name__}: {e}); please report this")

@@ -1,0 +1,199 @@
+"""The `text` command: inputs -> worker processes -> token files, streaming.
+
+The parent reads and batches records; a pool of processes encodes batches;
+results come back in input order (a bounded queue of pending batches keeps
+memory flat however large the input); the parent appends them to the current
+train file and holds back the validation tail.
+"""
+
+import collections
+import multiprocessing
+import os
+import sys
+import time
+
+from . import encoders, fail, inputs, shards
+
+DEFAULT_SHARDED_VAL_TOKENS = 10_000_000
+
+
+class Progress:
+    """Documents, tokens, MB and rates on stderr: one line rewritten in place
+    on a terminal, a new line every few seconds in a log."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.tty = stream, stream.isatty()
+        self.start = self.last = time.monotonic()
+        self.docs = self.tokens = self.bytes = 0
+        self.shown = False
+
+    def add(self, docs, tokens, nbytes):
+        self.docs += docs
+        self.tokens += tokens
+        self.bytes += nbytes
+        now = time.monotonic()
+        if now - self.last >= (0.5 if self.tty else 5.0):
+            self.last = now
+            self.stream.write(("\r" if self.tty else "") + "prepare_data: " + self.line() +
+                              ("\033[K" if self.tty else "\n"))
+            self.stream.flush()
+            self.shown = True
+
+    def line(self):
+        s = max(time.monotonic() - self.start, 1e-9)
+        return (f"{self.docs:,} documents, {self.tokens:,} tokens, {self.bytes / 1e6:,.1f} MB "
+                f"in {s:.1f} s ({self.bytes / 1e6 / s:.1f} MB/s, {self.tokens / s:,.0f} tokens/s)")
+
+    def end(self):
+        if self.tty and self.shown:
+            self.stream.write("\n")
+
+
+def encode_all(stream, spec, workers):
+    """(encoded batch, input bytes) in input order."""
+    if workers <= 1:
+        enc = encoders.Encoder(spec)
+        for batch, n in stream:
+            yield enc.encode(batch), n
+        return
+    # A fresh interpreter per worker (not fork): the parent may already run
+    # tokenizer threads, which do not survive a fork.
+    ctx = multiprocessing.get_context("forkserver")
+    with ctx.Pool(workers, encoders.init_worker, (spec,)) as pool:
+        pending = collections.deque()
+        for batch, n in stream:
+            pending.append((pool.apply_async(encoders.encode_batch, (batch,)), n))
+            if len(pending) > 2 * workers:
+                r, m = pending.popleft()
+                yield r.get(), m
+        while pending:
+            r, m = pending.popleft()
+            yield r.get(), m
+
+
+def fingerprint(path):
+    st = os.stat(path)
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
+def load_tokenizer(args, paths, resuming):
+    kind, arg = encoders.parse(args.tokenizer)
+    if kind == "byte":
+        return encoders.Tokenizer("byte", None, 256, None, "byte")
+    if kind == "hf":
+        return encoders.load_hf(arg, args.out, args.eos_token)
+    if kind == "tiktoken":
+        return encoders.load_tiktoken(arg, args.tiktoken_file, args.out)
+    if not 257 <= args.vocab_size <= 1 << 20:
+        fail(f"--vocab-size {args.vocab_size} must be in [257, 2^20] for BPE "
+             f"(256 bytes plus end-of-text)")
+    path = args.out + "_tokenizer.json"
+    if not (resuming and os.path.exists(path)):
+        reader = encoders.Encoder(dict(kind="bpe", tok=None, eos=None, dtype=None,
+                                       errors=args.utf8_errors, field=args.text_field))
+        texts = (t for batch, _ in batches(args, paths) for t, _ in reader.texts(batch) if t)
+        encoders.train_bpe(texts, args.vocab_size, args.out)
+        print(f"prepare_data: wrote {path}", flush=True)
+    return encoders.load_hf(path, args.out, encoders.EOT)
+
+
+def batches(args, paths):
+    return inputs.batches(paths, args.format, args.doc_per_line, args.text_field,
+                          args.batch_bytes, args.piece_bytes)
+
+
+def run(args):
+    paths = inputs.resolve(args.inputs)
+    for p in paths:
+        inputs.detect_format(p, args.format)
+    sharded = args.shard_tokens is not None
+    if args.resume and not sharded:
+        fail("--resume needs --shard-tokens (a single output file is written in one go)")
+    if args.val_tokens is not None and args.val_fraction is not None:
+        fail("give --val-tokens or --val-fraction, not both")
+    val_tokens, val_fraction = args.val_tokens, args.val_fraction
+    if val_tokens is None and val_fraction is None:
+        if sharded:
+            val_tokens = DEFAULT_SHARDED_VAL_TOKENS
+        else:
+            val_fraction = 0.05
+    workers = args.workers
+    if workers is None:
+        workers = len(os.sched_getaffinity(0))
+        # Starting the pool costs about a second: not worth it for small inputs.
+        if sum(os.path.getsize(p) for p in paths) < 4 * args.batch_bytes:
+            workers = 1
+
+    manifest, done = None, []
+    if sharded:
+        config = dict(inputs=[fingerprint(p) for p in paths], format=args.format,
+                      doc_per_line=args.doc_per_line, text_field=args.text_field,
+                      tokenizer=args.tokenizer, utf8_errors=args.utf8_errors,
+                      piece_bytes=args.piece_bytes, shard_tokens=args.shard_tokens,
+                      val_tokens=val_tokens, val_fraction=val_fraction)
+        kind = encoders.parse(args.tokenizer)[0]
+        if kind == "bpe":
+            config["vocab_size"] = args.vocab_size
+        if kind == "hf":
+            config["tokenizer_file"] = fingerprint(args.tokenizer[3:])
+        if args.tiktoken_file:
+            config["tiktoken_file"] = fingerprint(args.tiktoken_file)
+        if args.eos_token:
+            config["eos_token"] = args.eos_token
+        manifest = shards.Manifest(args.out, config)
+        done = manifest.start(args.resume)
+        if manifest.data["done"]:
+            print(f"prepare_data: {args.out} is complete ({len(done)} shards, "
+                  f"{sum(s['tokens'] for s in done):,} train tokens); nothing to do")
+            return
+        if done:
+            print(f"prepare_data: resuming after {len(done)} complete shards "
+                  f"({done[-1]['records_end']:,} input records)", flush=True)
+
+    tok = load_tokenizer(args, paths, resuming=bool(done))
+    dtype = encoders.token_dtype(tok.vocab_size)
+    spec = dict(kind=tok.kind, tok=tok.obj, eos=tok.eos_id, dtype=dtype,
+                errors=args.utf8_errors, field=args.text_field)
+    attrs = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer": tok.name}
+    train = shards.Train(args.out, dtype, attrs, args.shard_tokens, done,
+                         manifest.add if manifest else None)
+    tail = shards.ValTail(val_tokens, val_fraction or 0.0, seen=train.tokens)
+    records = done[-1]["records_end"] if done else 0
+    stream = inputs.skip_records(batches(args, paths), records)
+    progress = Progress()
+    try:
+        for (tokens, ends, docs), nbytes in encode_all(stream, spec, workers):
+            for chunk in tail.push(tokens, ends, records):
+                train.push(*chunk)
+            records += len(ends)
+            progress.add(docs, len(tokens), nbytes)
+        progress.end()
+        rest, val = tail.finish()
+        n, n_train = tail.seen, tail.seen - len(val)
+        if val_fraction and len(val) < 2:
+            fail(f"{n} tokens give a validation split of {len(val)}; it needs at least 2 "
+                 f"(use more data or a larger --val-fraction)")
+        if n_train < 2:
+            fail(f"{n} tokens leave {n_train} for training; it needs at least 2"
+                 + (f" (use a smaller --val-tokens)" if val_tokens else ""))
+        if rest is not None:
+            train.push(*rest)
+        train.finish(records)
+    except BaseException:
+        train.abort()
+        raise
+    if len(val):
+        path = args.out + "_val.h5"
+        f = shards.H5File(path, dtype, attrs)
+        f.append(val)
+        f.close()
+        print(f"prepare_data: wrote {path}: {len(val)} tokens", flush=True)
+    if manifest:
+        manifest.save(val={"file": os.path.basename(path), "tokens": len(val)}
+                      if len(val) else None, done=True)
+    files = train.index - len(done)
+    before = f" (after {len(done)} from before)" if done else ""
+    print(f"prepare_data: done: {progress.line()} with {workers} worker"
+          f"{'s' * (workers > 1)}; train {n_train - sum(s['tokens'] for s in done):,} tokens "
+          f"in {files} file{'s' * (files != 1)}{before}, val {len(val):,}; "
+          f"vocab_size {tok.vocab_size}, tokenizer {tok.name}")
