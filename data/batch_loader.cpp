@@ -229,13 +229,27 @@ int64_t ValBatches::window(int64_t batch_index, int row) const {
   return ((batch_index * world_ + rank_) * batch_ + row) % windows_.count();
 }
 
-void ValBatches::get(int64_t batch_index, int32_t* inputs, int32_t* targets) {
+int64_t ValBatches::batches_per_pass() const {
+  const int64_t per_batch = int64_t(world_) * batch_;
+  return (windows_.count() + per_batch - 1) / per_batch;
+}
+
+void ValBatches::get(int64_t batch_index, int32_t* inputs, int32_t* targets, bool once) {
   std::vector<TokenRange> ranges;
-  for (int b = 0; b < batch_; ++b)
+  int real = batch_;  // rows that hold a window; the rest are padding
+  for (int b = 0; b < batch_; ++b) {
+    if (once && (batch_index * world_ + rank_) * batch_ + b >= windows_.count()) {
+      real = b;
+      break;
+    }
     ranges.push_back(TokenRange{windows_.start(window(batch_index, b)), seq_len_ + 1,
                                 rows_.data() + int64_t{b} * (seq_len_ + 1)});
-  data_->read(std::move(ranges));
-  split_rows(rows_.data(), batch_, seq_len_, inputs, targets);
+  }
+  if (!ranges.empty()) data_->read(std::move(ranges));
+  split_rows(rows_.data(), real, seq_len_, inputs, targets);
+  const int64_t used = int64_t{real} * seq_len_, all = int64_t{batch_} * seq_len_;
+  std::fill(inputs + used, inputs + all, 0);
+  std::fill(targets + used, targets + all, -1);
 }
 
 }  // namespace fsdp

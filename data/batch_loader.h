@@ -114,7 +114,11 @@ class ValBatches {
  public:
   ValBatches(const TokenStream& data, int seq_len, int batch_size, int rank, int world);
 
-  void get(int64_t batch_index, int32_t* inputs, int32_t* targets);
+  // With `once`, rows past the last window are padding (inputs 0, targets -1,
+  // which the loss ignores) instead of wrapping around, so batches
+  // [0, batches_per_pass()) see every window exactly once.
+  void get(int64_t batch_index, int32_t* inputs, int32_t* targets, bool once = false);
+  int64_t batches_per_pass() const;
   int64_t window(int64_t batch_index, int row) const;
   int64_t windows() const { return windows_.count(); }
 

@@ -76,7 +76,7 @@ DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
   return lock;
 }
 
-RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader& loader,
+RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader* loader,
                             MPI_Comm world, bool lead) {
   RunPosition pos;
   if (o.resume.empty()) return pos;
@@ -111,16 +111,17 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
                   o.checkpoint_dir.c_str());
     return pos;
   }
-  loader.restore(sampler);
+  if (loader) loader->restore(sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
   pos.resumed_from = choice.path;
-  if (pos.step >= o.steps)
+  if (loader && pos.step >= o.steps)
     throw_error("--resume: '", choice.path, "' is at step ", pos.step,
                 ", which already reaches --steps ", o.steps, "; raise --steps to train further");
   if (lead)
-    std::printf("fsdptrain: resumed from '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
-                choice.path.c_str(), (long long)pos.step, meta.world_size, meta.shard_group_size);
+    std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
+                loader ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
+                meta.world_size, meta.shard_group_size);
   return pos;
 }
 

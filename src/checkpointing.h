@@ -28,9 +28,10 @@ struct RunPosition {
 // and what to do. Collective; without --checkpoint-dir it does nothing.
 DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world);
 
-// Applies --resume: loads engine state and the data order, or returns step 0.
+// Applies --resume: loads engine state and the data order (into `loader`;
+// none under --eval-only, which needs only the weights), or returns step 0.
 // Prints (rank 0) what it resumed from and any damaged checkpoint it skipped.
-RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader& loader,
+RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader* loader,
                             MPI_Comm world, bool lead);
 
 // Saves after `pos.step` steps; returns the file written. Collective.

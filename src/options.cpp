@@ -80,7 +80,9 @@ void check_combinations(const Options& o) {
     throw_error(
         "--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
         "--checkpoint-dir DIR");
-  if (o.train_data.empty())
+  if (o.eval_only && o.val_data.empty())
+    throw_error("--eval-only needs --val-data: the HDF5 token file to evaluate on");
+  if (o.train_data.empty() && !o.eval_only)
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }
 

@@ -37,8 +37,9 @@ struct Options {
   DType reduce_dtype = DType::f32;  // gradient reduce-scatter
   DeviceComm device_comm = DeviceComm::automatic;
 
-  int eval_every = 0;  // 0: only at the end
-  int eval_batches = 8;
+  int eval_every = 0;    // 0: only at the end
+  int eval_batches = 8;  // 0: the whole split once
+  bool eval_only = false;
   int log_every = 1;
   std::string metrics;  // JSON-lines file, rank 0
 

@@ -57,7 +57,10 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
       world_(world),
       lead_(world.rank == 0),
       shard_group_size_(resolve_shard_group_size(o_.shard_group_size, world, &shard_group_why_)),
-      train_data_(open_checked(o_.train_data, "--train-data", o_)) {
+      // --eval-only may leave out the training data: the validation file
+      // then stands in where a stream is needed for checks, never read.
+      train_data_(o_.train_data.empty() ? open_checked(o_.val_data, "--val-data", o_)
+                                        : open_checked(o_.train_data, "--train-data", o_)) {
   // Collective steps (data opening, process groups, resume) agree on errors
   // themselves; steps that can fail on some ranks only go through
   // all_or_none, so no rank is left waiting in a collective.
@@ -69,7 +72,9 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     device = resolve_device(o_);  // a configuration error before any file is created
     if (lead_) metrics_.open(o_.metrics);
   });
-  checkpoint_lock_ = claim_checkpoint_dir(o_, W);
+  // Evaluation only reads a checkpoint (saves are renamed into place whole),
+  // so it may run beside the training run that owns the directory.
+  if (!o_.eval_only) checkpoint_lock_ = claim_checkpoint_dir(o_, W);
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
@@ -95,7 +100,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   {
     // Collective parallel-HDF5 reads: a rank stuck here holds up all of them.
     WatchScope watch("checkpoint load (--resume)");
-    pos_ = resume_if_asked(o_, *engine_, *ops_, *loader_, W, lead_);
+    pos_ = resume_if_asked(o_, *engine_, *ops_, loader_.get(), W, lead_);
   }
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
@@ -114,8 +119,9 @@ void Trainer::build(ProcessGroups& engine_groups) {
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
-  loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
-                                          world_.rank, world_.size, o_.seed);
+  if (!o_.eval_only)
+    loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
+                                            world_.rank, world_.size, o_.seed);
   if (val_data_)
     val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size, world_.rank,
                                                 world_.size);
@@ -142,12 +148,17 @@ void Trainer::print_memory_plan() const {
       "activations %.1f | total %.1f\n",
       mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
       mib(p.grad_buffers), mib(p.activations), mib(p.total()));
-  std::printf(
-      "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
-      "(%lld tokens, %lld windows per epoch)\n",
-      (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
-      train_data_.describe().c_str(), (long long)train_data_.size(),
-      (long long)loader_->sampler().windows_per_epoch());
+  if (loader_)
+    std::printf(
+        "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
+        "(%lld tokens, %lld windows per epoch)\n",
+        (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+        train_data_.describe().c_str(), (long long)train_data_.size(),
+        (long long)loader_->sampler().windows_per_epoch());
+  else
+    std::printf("fsdptrain: evaluation only: %s (%lld tokens, %lld windows of %d)\n",
+                val_data_->describe().c_str(), (long long)val_data_->size(),
+                (long long)val_batches_->windows(), o_.seq_len + 1);
   std::fflush(stdout);
 }
 
@@ -175,16 +186,20 @@ double Trainer::train_step(int step) {
   return s / c;
 }
 
-double Trainer::evaluate() {
+double Trainer::evaluate(double* tokens) {
   double loss_sum = 0, count = 0;
-  for (int i = 0; i < o_.eval_batches; ++i) {
-    val_batches_->get(i, inputs_.data(), targets_.data());
+  // --eval-batches 0: every window once, the last batches padded.
+  const bool once = o_.eval_batches == 0;
+  const int64_t batches = once ? val_batches_->batches_per_pass() : o_.eval_batches;
+  for (int64_t i = 0; i < batches; ++i) {
+    val_batches_->get(i, inputs_.data(), targets_.data(), once);
     model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
     engine_->forward_only();
     loss_sum += model_->loss_sum();
     count += double(model_->loss_count());
   }
   auto [s, c] = global_sum(loss_sum, count);
+  if (tokens) *tokens = c;
   return s / c;
 }
 
@@ -269,6 +284,33 @@ void Trainer::save() {
     std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
 }
 
+// --eval-only: the validation loss of the loaded weights, printed and written
+// to the metrics with the step they were saved at.
+void Trainer::evaluate_only(TrainSummary& summary) {
+  if (!o_.resume.empty() && pos_.resumed_from.empty())
+    throw_agreed_error("--eval-only --resume auto: no checkpoint in '", o_.checkpoint_dir,
+                       "' to evaluate; name one with --resume PATH, or leave out --resume to "
+                       "evaluate the initial weights");
+  const auto t0 = std::chrono::steady_clock::now();
+  double tokens = 0;
+  const double v = evaluate(&tokens);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary.val_loss.emplace_back(int(pos_.step), v);
+  const std::string source = pos_.resumed_from.empty() ? "initial weights" : pos_.resumed_from;
+  metrics_.write({{"step", std::to_string(pos_.step)},
+                  {"val_loss", json_number(v)},
+                  {"eval_tokens", json_number(tokens)},
+                  {"eval_only", "true"},
+                  {"weights", json_string(source)}});
+  if (lead_)
+    std::printf(
+        "fsdptrain: eval of %s (step %lld): val_loss %.4f, perplexity %.2f, over %.0f tokens%s "
+        "in %.1f s\n",
+        source.c_str(), (long long)pos_.step, v, std::exp(v), tokens,
+        o_.eval_batches == 0 ? " (the whole split)" : "", seconds);
+}
+
 // One forward+backward on the shapes of a real step, gradients then dropped:
 // cuDNN graphs, cuBLASLt plans and NCCL connections are built here, so a
 // configuration the GPU libraries cannot run stops before step 1, and step 1's
@@ -279,8 +321,10 @@ void Trainer::warm_up() {
   std::fill(inputs_.begin(), inputs_.end(), 0);
   std::fill(targets_.begin(), targets_.end(), 0);
   model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
-  engine_->forward_backward();
-  engine_->discard_gradients();
+  if (!o_.eval_only) {
+    engine_->forward_backward();
+    engine_->discard_gradients();
+  }
   if (val_batches_) {
     model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
     engine_->forward_only();
@@ -288,7 +332,8 @@ void Trainer::warm_up() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!lead_) return;
-  std::printf("fsdptrain: warm-up (one forward+backward, discarded) took %.2f s\n", seconds);
+  std::printf("fsdptrain: warm-up (one %s, discarded) took %.2f s\n",
+              o_.eval_only ? "forward" : "forward+backward", seconds);
   for (const std::string& line : ops_->runtime_report())
     std::printf("fsdptrain: %s\n", line.c_str());
   std::fflush(stdout);
@@ -324,6 +369,10 @@ TrainSummary Trainer::run() {
           "limit, the --signal lead time is longer than the job's --time)\n",
           stop_signal_name() ? stop_signal_name() : "a stop signal", kExitStoppedBeforeFirstStep);
     summary.stopped_before_first_step = true;
+    return summary;
+  }
+  if (o_.eval_only) {
+    evaluate_only(summary);
     return summary;
   }
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);

@@ -46,7 +46,9 @@ class Trainer {
  private:
   void warm_up();
   double train_step(int step);  // returns the global mean loss
-  double evaluate();
+  // Mean validation loss; `tokens` (if given) gets how many it covered.
+  double evaluate(double* tokens = nullptr);
+  void evaluate_only(TrainSummary& summary);
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);

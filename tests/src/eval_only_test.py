@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""--eval-only (issue 11): the validation loss of a checkpoint without training.
+
+A short run saves its last step and evaluates the whole validation split
+(--eval-batches 0); --eval-only on that checkpoint must print and record the
+same loss over the same number of tokens on 1 rank and on 3 ranks with another
+micro-batch (every window once, padding ignored), leave the checkpoint
+directory as it was, and need no --train-data. Bad combinations are one error
+line and a non-zero exit."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+exe, example, work = sys.argv[1:4]
+mpiexec = os.environ.get("MPIEXEC", "mpirun")
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+val = os.path.join(example, "kjv_val.h5")
+base = [exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-data", val]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def run(cmd, ranks=1):
+    if ranks > 1:
+        cmd = [mpiexec, "--oversubscribe", "-np", str(ranks)] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def records(path):
+    return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+
+
+ckpt = os.path.join(work, "ckpt")
+train = run(base + ["--train-data", os.path.join(example, "kjv_train.h5"), "--batch-size", "8",
+                    "--steps", "30", "--lr", "3e-3", "--eval-batches", "0", "--checkpoint-dir",
+                    ckpt, "--checkpoint-every", "30", "--metrics", os.path.join(work, "train.jsonl")])
+check(train.returncode == 0, f"the training run exits 0 ({train.stderr[-300:]})")
+want = [r["val_loss"] for r in records(os.path.join(work, "train.jsonl")) if "val_loss" in r]
+check(len(want) == 1, f"one whole-split validation at the end: {want}")
+before = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
+saved = os.path.join(ckpt, "step_00000030.h5")
+check(os.path.exists(saved), "step 30 was saved")
+
+for ranks, batch, resume in ((1, 8, ["--resume", saved]),
+                             (3, 5, ["--resume", "auto", "--checkpoint-dir", ckpt])):
+    tag = f"np{ranks} batch {batch}:"
+    m = os.path.join(work, f"eval_np{ranks}.jsonl")
+    p = run(base + ["--eval-only", "--eval-batches", "0", "--batch-size", str(batch), "--metrics", m]
+            + resume, ranks)
+    check(p.returncode == 0, f"{tag} exits 0 ({p.stderr[-300:]})")
+    line = re.search(r"eval of (\S+) \(step (\d+)\): val_loss ([0-9.]+), perplexity [0-9.]+, over (\d+) "
+                     r"tokens \(the whole split\)", p.stdout)
+    check(line is not None and line.group(2) == "30", f"{tag} one line names the checkpoint and step 30")
+    rec = records(m)
+    check(len(rec) == 1 and rec[0].get("eval_only") is True and rec[0].get("step") == 30,
+          f"{tag} one eval_only metrics record at step 30: {rec}")
+    if rec and want:
+        got = rec[0]["val_loss"]
+        check(abs(got - want[0]) <= 1e-5 * want[0],
+              f"{tag} val_loss {got} equals the training run's {want[0]} (1e-5)")
+        windows = int(re.search(r"(\d+) windows of 65", p.stdout).group(1))
+        check(rec[0]["eval_tokens"] == windows * 64,
+              f"{tag} {rec[0]['eval_tokens']} tokens: every one of {windows} windows once")
+    check(sorted(os.listdir(ckpt)) == before, f"{tag} the checkpoint directory is unchanged")
+    check(re.search(r"^step +\d+/", p.stdout, re.M) is None, f"{tag} no training step ran")
+
+# A fixed number of batches per rank, as during training: fewer tokens.
+p = run(base + ["--eval-only", "--eval-batches", "2", "--batch-size", "4", "--resume", saved])
+n = re.search(r"over (\d+) tokens in", p.stdout)
+check(p.returncode == 0 and n is not None and int(n.group(1)) == 2 * 4 * 64,
+      f"--eval-batches 2 covers 2 x 4 x 64 tokens: {p.stdout[-200:]}")
+
+
+def one_error(args, needle, what):
+    p = run(base[:1] + args)
+    errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+    check(p.returncode != 0 and len(errors) == 1 and needle in errors[0],
+          f"{what}: one error line with '{needle}' (exit {p.returncode}, {errors})")
+
+
+one_error(["--device", "cpu", "--model", "tiny", "--eval-only"], "--eval-only needs --val-data",
+          "no --val-data")
+empty = os.path.join(work, "empty")
+os.makedirs(empty)
+one_error(base[1:] + ["--eval-only", "--resume", "auto", "--checkpoint-dir", empty],
+          "no checkpoint", "--resume auto on an empty directory")
+one_error(["--device", "cpu", "--model", "tiny", "--val-data", val], "--train-data is required",
+          "training without --train-data")
+
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("eval-only: all checks passed")
