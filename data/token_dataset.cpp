@@ -231,6 +231,44 @@ void check_filters(hid_t dset, const Where& w) {
   }
 }
 
+// A chunked dataset's index (which chunk lives where) is metadata HDF5 1.10
+// reads without checking a chunk's coordinates; a damaged entry can then
+// serve other bytes, or crash a later read. Every entry must sit on the chunk
+// grid inside the dataset, once each, with storage behind it.
+void check_chunk_index(hid_t dset, int64_t size, const Where& w) {
+  H5Id dcpl(H5Dget_create_plist(dset), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return;
+  hsize_t chunk = 0;
+  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0)
+    throw_error(w.flag, ": ", w.in(),
+                " has a damaged chunk layout; remake the file with "
+                "tools/prepare_data.py");
+  H5Id space(H5Dget_space(dset), H5Sclose);
+  hsize_t n = 0;
+  if (!space.valid() || H5Dget_num_chunks(dset, space.get(), &n) < 0)
+    throw_error(w.flag, ": ", w.in(),
+                " has a damaged chunk index; remake the file with "
+                "tools/prepare_data.py");
+  const hsize_t grid = (hsize_t(size) + chunk - 1) / chunk;
+  if (n > grid)
+    throw_error(w.flag, ": ", w.in(), " lists ", n, " chunks where ", grid,
+                " fit; the file is "
+                "damaged, remake it with tools/prepare_data.py");
+  std::vector<bool> seen(size_t(grid), false);
+  for (hsize_t i = 0; i < n; ++i) {
+    hsize_t offset = 0, bytes = 0;
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    const bool bad = H5Dget_chunk_info(dset, space.get(), i, &offset, &mask, &addr, &bytes) < 0 ||
+                     offset % chunk != 0 || offset >= hsize_t(size) ||
+                     seen[size_t(offset / chunk)] || addr == HADDR_UNDEF || bytes == 0;
+    if (bad)
+      throw_error(w.flag, ": ", w.in(), " has a damaged chunk index (entry ", i, " of ", n,
+                  "); remake the file with tools/prepare_data.py");
+    seen[size_t(offset / chunk)] = true;
+  }
+}
+
 std::string read_string_attr(hid_t dset, hid_t file, const char* name, const Where& w) {
   H5Id attr = open_attr(dset, file, name);
   if (!attr.valid()) return "";
@@ -330,6 +368,7 @@ TokenDataset TokenDataset::open(const DataSource& source, const std::string& fla
   H5Id dset = open_dataset(file.get(), w);
   ds.size_ = check_shape(dset.get(), w, &ds.bytes_per_token_);
   check_filters(dset.get(), w);
+  check_chunk_index(dset.get(), ds.size_, w);
 
   const auto vocab = read_int_attr(dset.get(), file.get(), "vocab_size", w);
   if (!vocab)

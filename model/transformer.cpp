@@ -266,6 +266,21 @@ bool all_finite(Ops& ops, Tensor t) {
   return true;
 }
 
+std::vector<float> Transformer::logits_row(int64_t row) {
+  FSDP_CHECK(row >= 0 && row < N_, "logits row ", row, " of ", N_);
+  const int64_t Vp = cfg_.padded_vocab(), V = cfg_.vocab_size;
+  const Tensor r = logits_.slice(row * Vp, V);
+  std::vector<float> out(static_cast<size_t>(V));
+  if (r.dtype == DType::f32) {
+    ops_.to_host(out.data(), r);
+  } else {
+    std::vector<uint16_t> h(static_cast<size_t>(V));
+    ops_.to_host(h.data(), r);
+    for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
+  }
+  return out;
+}
+
 double Transformer::loss_sum() {
   std::vector<float> host(static_cast<size_t>(N_));
   ops_.to_host(host.data(), losses_);

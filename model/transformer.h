@@ -58,6 +58,10 @@ class Transformer {
   // Sum of token losses and number of counted targets of the last forward.
   double loss_sum();
   int64_t loss_count() const { return loss_count_; }
+  // The vocab_size logits of token row `row` (b * seq_len + t) after a
+  // forward without training (which leaves the logits in place), as f32 on
+  // the host: what sampling picks the next token from.
+  std::vector<float> logits_row(int64_t row);
 
  private:
   struct BlockActs {

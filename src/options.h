@@ -40,6 +40,11 @@ struct Options {
   int eval_every = 0;    // 0: only at the end
   int eval_batches = 8;  // 0: the whole split once
   bool eval_only = false;
+  int samples = 0;  // text samples to print (0: none)
+  int sample_length = 64;
+  int sample_every = 0;  // 0: at the end only
+  float temperature = 1.0f;
+  int top_k = 40;
   int log_every = 1;
   std::string metrics;  // JSON-lines file, rank 0
 

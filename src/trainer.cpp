@@ -2,8 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 
 #include "comm/agree.h"
 #include "comm/watchdog.h"
@@ -12,6 +14,7 @@
 #include "src/checkpointing.h"
 #include "src/lr_schedule.h"
 #include "src/memory_check.h"
+#include "src/sampling.h"
 #include "src/stop_signal.h"
 
 namespace fsdp {
@@ -105,6 +108,13 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
+  if (o_.samples > 0)
+    all_or_none(W, [&] {
+      if (!lead_) return;
+      const TokenStream& s = val_data_ ? *val_data_ : train_data_;
+      decoder_ =
+          TokenDecoder::open(s.source(0).file, o_.model.vocab_size, s.tokenizer(), &decoder_note_);
+    });
   if (lead_) print_memory_plan();
 }
 
@@ -311,6 +321,65 @@ void Trainer::evaluate_only(TrainSummary& summary) {
         o_.eval_batches == 0 ? " (the whole split)" : "", seconds);
 }
 
+// Text from the current weights, as llm.c prints while it trains. Every rank
+// runs the same forwards (the weights are gathered collectively); rank 0's
+// first rows are the samples. The prompt is the end-of-text token where the
+// data has one (a fresh document), else the data's first tokens. There is no
+// KV cache: each new token costs one forward of the micro-batch, which is
+// cheap next to training.
+void Trainer::print_samples(int step) {
+  if (o_.samples == 0) return;
+  const int T = o_.seq_len, B = o_.batch_size, rows = std::min(o_.samples, B);
+  const TokenStream& data = val_data_ ? *val_data_ : train_data_;
+  std::vector<int32_t> prompt;
+  if (data.eos_id()) {
+    prompt.push_back(*data.eos_id());
+  } else {
+    prompt.resize(size_t(std::min<int64_t>({8, T / 4, data.size()})));
+    data.read(0, int64_t(prompt.size()), prompt.data());
+  }
+  const int P = int(prompt.size()), n = std::min(o_.sample_length, T - P);
+  std::fill(inputs_.begin(), inputs_.end(), 0);
+  std::fill(targets_.begin(), targets_.end(), -1);
+  for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
+  std::mt19937_64 rng(o_.seed * 1000003u + uint64_t(step));
+  std::vector<std::vector<int32_t>> out(size_t(rows), prompt);
+  for (int t = P - 1; t < P - 1 + n; ++t) {
+    model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
+    engine_->forward_only();
+    if (!lead_) continue;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t tok =
+          pick_token(model_->logits_row(int64_t(r) * T + t), o_.temperature, o_.top_k, rng);
+      inputs_[size_t(r) * T + t + 1] = tok;
+      out[size_t(r)].push_back(tok);
+    }
+  }
+  if (!lead_) return;
+  if (!decoder_) std::printf("fsdptrain: note: %s; samples are token ids\n", decoder_note_.c_str());
+  std::printf(
+      "fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %d prompt token(s), "
+      "%d new):\n",
+      rows, step, double(o_.temperature), o_.top_k, P, n);
+  for (int r = 0; r < rows; ++r) {
+    std::string text;
+    if (decoder_) {
+      text = decoder_->decode(out[size_t(r)]);
+    } else {
+      for (int32_t id : out[size_t(r)]) {
+        if (!text.empty()) text += ' ';
+        text += std::to_string(id);
+      }
+    }
+    std::printf("--- sample %d ---\n%s\n", r + 1, text.c_str());
+    metrics_.write({{"step", std::to_string(step)},
+                    {"sample", std::to_string(r + 1)},
+                    {"text", json_string(text)}});
+  }
+  std::printf("---\n");
+  std::fflush(stdout);
+}
+
 // One forward+backward on the shapes of a real step, gradients then dropped:
 // cuDNN graphs, cuBLASLt plans and NCCL connections are built here, so a
 // configuration the GPU libraries cannot run stops before step 1, and step 1's
@@ -373,6 +442,7 @@ TrainSummary Trainer::run() {
   }
   if (o_.eval_only) {
     evaluate_only(summary);
+    print_samples(int(pos_.step));
     return summary;
   }
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
@@ -398,6 +468,7 @@ TrainSummary Trainer::run() {
 
     const bool last = step + 1 == o_.steps;
     if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);
+    if (last || (o_.sample_every > 0 && (step + 1) % o_.sample_every == 0)) print_samples(step + 1);
     const bool stop = (o_.stop_at_step > 0 && step + 1 == o_.stop_at_step) || stop_requested();
     const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
     if (checkpoints && (last || stop || periodic)) save();

@@ -10,6 +10,7 @@
 #include "comm/process_groups.h"
 #include "comm/runtime.h"
 #include "data/batch_loader.h"
+#include "data/token_decoder.h"
 #include "data/token_stream.h"
 #include "model/ops.h"
 #include "model/transformer.h"
@@ -49,6 +50,7 @@ class Trainer {
   // Mean validation loss; `tokens` (if given) gets how many it covered.
   double evaluate(double* tokens = nullptr);
   void evaluate_only(TrainSummary& summary);
+  void print_samples(int step);
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);
@@ -75,6 +77,8 @@ class Trainer {
   std::unique_ptr<ValBatches> val_batches_;
   MetricsLog metrics_;
   std::vector<int32_t> inputs_, targets_;
+  std::optional<TokenDecoder> decoder_;  // rank 0, for --samples
+  std::string decoder_note_;             // why there is none
   RunPosition pos_;
   std::chrono::steady_clock::time_point start_;
   double step_seconds_total_ = 0;

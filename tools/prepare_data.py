@@ -47,6 +47,19 @@ array: .npy holds any 1-D integer array; .bin is either llm.c's format (a
 
 Each file holds a 1-D dataset /tokens (uint16 when vocab_size <= 65536, else
 uint32) with attributes vocab_size, and eos_id and tokenizer where known.
+Every file `text` writes (PREFIX_train.h5, each shard, PREFIX_val.h5) also
+holds the tokenizer's decode table, so the trainer can print generated ids as
+text without Python:
+  /token_offsets  int64, 1-D, vocab_size + 1 entries, non-decreasing, from 0
+  /token_bytes    uint8, 1-D, token_offsets[vocab_size] bytes
+Token id i is the raw bytes token_bytes[token_offsets[i]:token_offsets[i+1]]
+(a piece of a UTF-8 character, possibly: join a sequence's bytes, then decode
+with replacement). byte: id i is the byte i. Byte-level BPE (bpe, GPT-2 style
+hf:): each vocabulary character mapped back through GPT-2's byte alphabet.
+tiktoken: each id's bytes. Special and added tokens (<|endoftext|>, </s>) are
+their literal text; ids the tokenizer lacks are empty. Other hf: tokenizers
+(WordPiece, SentencePiece-like): each id decoded alone, an approximation
+(word-initial spaces, byte-fallback pieces). `array` files have no table.
 """
 
 import argparse

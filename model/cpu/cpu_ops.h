@@ -4,24 +4,12 @@
 // easy to check by eye. Speed matters only enough to train tiny models.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 
+#include "common/dtype.h"  // f32_to_bf16, bf16_to_f32
 #include "model/ops.h"
 
 namespace fsdp {
-
-// bf16 is the top half of an f32. Rounding is to nearest, ties to even (what
-// the hardware does), and NaN stays a (quiet) NaN instead of rounding to inf.
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-inline float bf16_to_f32(uint16_t h) {
-  return std::bit_cast<float>(uint32_t(h) << 16);
-}
 
 class CpuOps final : public Ops {
  public:

@@ -80,6 +80,27 @@ check(p.returncode == 0 and n is not None and int(n.group(1)) == 2 * 4 * 64,
       f"--eval-batches 2 covers 2 x 4 x 64 tokens: {p.stdout[-200:]}")
 
 
+# Samples from the checkpoint: greedy text is a function of the weights alone,
+# so 1 rank and 3 ranks (sharded weights, gathered) print the same; each
+# sample starts with the data's first tokens (no eos_id in the example) and is
+# written to the metrics.
+texts = {}
+for ranks in (1, 3):
+    m = os.path.join(work, f"samples_np{ranks}.jsonl")
+    p = run(base + ["--eval-only", "--batch-size", "3", "--resume", saved, "--samples", "2",
+                    "--sample-length", "24", "--temperature", "0", "--metrics", m], ranks)
+    got = [r for r in records(m) if "text" in r]
+    check(p.returncode == 0 and len(got) == 2 and all(r["step"] == 30 for r in got),
+          f"np{ranks}: two samples at step 30 in the metrics ({p.stderr[-200:]})")
+    check(p.stdout.count("--- sample ") == 2, f"np{ranks}: two samples printed")
+    texts[ranks] = [r["text"] for r in got]
+check(texts.get(1) == texts.get(3) and len(texts.get(1, [])) == 2,
+      f"greedy samples equal on 1 and 3 ranks: {texts}")
+check(all(t.startswith("whether") and len(t.encode()) >= 8 + 24 for t in texts.get(1, [""])),
+      f"each sample is the 8-token prompt plus 24 new bytes: {texts.get(1)}")
+check(len(set(texts.get(1, []))) == 1, "greedy gives one text for every row")
+
+
 def one_error(args, needle, what):
     p = run(base[:1] + args)
     errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]

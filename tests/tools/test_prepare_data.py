@@ -72,6 +72,33 @@ def read_tokens(paths):
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
+def decode_table(path):
+    """A file's decode table as a list of each id's bytes, after checking its
+    layout: int64 offsets, vocab_size + 1 of them, from 0, non-decreasing, to
+    the length of the uint8 bytes."""
+    with h5py.File(path, "r") as f:
+        off, data = f["token_offsets"], f["token_bytes"]
+        vocab = int(f["tokens"].attrs["vocab_size"])
+        assert (off.dtype, data.dtype, off.shape, data.ndim) == \
+            (np.int64, np.uint8, (vocab + 1,), 1), (path, off.dtype, data.dtype, off.shape)
+        off, data = off[:], data[:].tobytes()
+    assert off[0] == 0 and off[-1] == len(data), (path, off[0], off[-1], len(data))
+    assert np.all(np.diff(off) >= 0), path
+    return [data[off[i]:off[i + 1]] for i in range(vocab)]
+
+
+def same_table(paths):
+    """The table of the first file, after checking that every file has it."""
+    tables = [decode_table(p) for p in paths]
+    for p, t in zip(paths[1:], tables[1:]):
+        assert t == tables[0], p
+    return tables[0]
+
+
+def detok(table, ids):
+    return b"".join(table[i] for i in ids)
+
+
 def attrs(path):
     with h5py.File(path, "r") as f:
         a = dict(f["tokens"].attrs)
@@ -204,6 +231,9 @@ class Tokenizers(Base):
         a, dtype = attrs(prefix + "_train.h5")
         self.assertEqual((a["vocab_size"], a["tokenizer"], "eos_id" in a, dtype),
                          (256, "byte", False, np.uint16))
+        table = decode_table(prefix + "_train.h5")
+        self.assertEqual(table, [bytes([i]) for i in range(256)])
+        self.assertEqual(detok(table, got), "".join(d + "\n" for d in self.docs).encode())
 
     def test_bpe_trained_on_the_corpus(self):
         prefix = self.path("bpe")
@@ -223,6 +253,26 @@ class Tokenizers(Base):
                 cur.append(t)
         self.assertEqual(docs, self.docs)
         self.assertLess(len(got), sum(len(d.encode()) for d in self.docs) / 2)
+        self.check_byte_level(prefix, got, tok, a["eos_id"], "<|endoftext|>")
+
+    def check_byte_level(self, prefix, got, tok, eos, eos_text, docs=None):
+        """The decode table of a byte-level BPE gives back each document's bytes."""
+        table = same_table([prefix + "_train.h5", prefix + "_val.h5"])
+        self.assertEqual(len(table), tok.get_vocab_size())
+        self.assertEqual(table[eos], eos_text.encode())
+        self.assertEqual(detok(table, got),
+                         "".join(d + eos_text for d in docs or self.docs).encode())
+        # The single-character tokens are the 256 bytes, each once, as the
+        # tokenizer's own byte-level mapping has them (some bytes never occur
+        # in UTF-8: those are checked by being the ones left).
+        from tokenizers import pre_tokenizers
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        single = {c: table[tok.token_to_id(c)] for c in alphabet}
+        self.assertEqual(sorted(single.values()), [bytes([b]) for b in range(256)])
+        text = "".join(map(chr, range(0x800))) + "東京😀\uffff"
+        mapped = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False) \
+            .pre_tokenize_str(text)[0][0]
+        self.assertEqual(b"".join(single[c] for c in mapped), text.encode())
 
     def test_hf_tokenizer_json(self):
         from tokenizers import models, pre_tokenizers, trainers
@@ -250,9 +300,43 @@ class Tokenizers(Base):
         self.assertEqual((a["eos_id"], a["tokenizer"], a["vocab_size"]),
                          (eos, "hf_tokenizer.json", tok.get_vocab_size()))
         self.assertTrue(os.path.exists(prefix + "_tokenizer.json"))
+        # Not byte-level (Whitespace drops the spaces): each id decoded alone,
+        # special tokens as their text.
+        table = decode_table(prefix + "_train.h5")
+        self.assertEqual(table, [tok.decode([i], skip_special_tokens=False).encode()
+                                 for i in range(tok.get_vocab_size())])
+        self.assertEqual((table[eos], table[tok.token_to_id("<unk>")]), (b"</s>", b"<unk>"))
         r = self.prepare(self.input, "--out", prefix, "--tokenizer", "hf:" + path,
                          "--eos-token", "<|eot|>", ok=False)
         self.assertIn("--eos-token <|eot|> is not in its vocabulary", r.stderr)
+
+    def test_hf_byte_level_like_gpt2(self):
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(self.docs, trainers.BpeTrainer(
+            vocab_size=350, special_tokens=["<pad>"], show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        # Added after training, as model files often have them: the end of
+        # text, and a token that is not special (matched in the text, so the
+        # documents spelling it hold its id).
+        tok.add_special_tokens(["</s>"])
+        tok.add_tokens(["naïve café"])
+        path = self.path("gpt2ish.json")
+        tok.save(path)
+        docs = self.docs + ["before </s> and <pad> after", "un naïve café\n"]
+        self.write("c.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+        prefix = self.path("hfb")
+        self.prepare(self.input, "--out", prefix, "--tokenizer", "hf:" + path)
+        got, _ = self.stream(prefix)
+        eos, cafe = tok.token_to_id("</s>"), tok.token_to_id("naïve café")
+        self.assertIn(cafe, got)
+        self.assertEqual(got.count(eos), len(docs))
+        self.check_byte_level(prefix, got, tok, eos, "</s>", docs)
+        table = decode_table(prefix + "_val.h5")
+        self.assertEqual((table[tok.token_to_id("<pad>")], table[cafe]),
+                         (b"<pad>", "naïve café".encode()))
 
     def test_tiktoken_from_a_file(self):
         prefix = self.path("tik")
@@ -262,13 +346,27 @@ class Tokenizers(Base):
         a, dtype = attrs(prefix + "_train.h5")
         self.assertEqual((a["vocab_size"], a["eos_id"], a["tokenizer"], dtype),
                          (50257, 50256, "tiktoken:gpt2:tik_tokenizer.tiktoken", np.uint16))
+        table = decode_table(prefix + "_train.h5")
+        ranks = test_ranks()
+        self.assertEqual(table[:len(ranks)], sorted(ranks, key=ranks.get))
+        # Ranks no token has are empty; the end of text is its text.
+        self.assertEqual(set(table[len(ranks):50256]), {b""})
+        self.assertEqual(table[50256], b"<|endoftext|>")
+        self.assertEqual(detok(table, got), "".join(d + "<|endoftext|>"
+                                                    for d in self.docs).encode())
         # cl100k_base's end of text is 100257: the tokens need uint32.
         prefix = self.path("cl")
         self.prepare(self.input, "--out", prefix, "--tokenizer", "tiktoken:cl100k_base",
                      "--tiktoken-file", self.ranks, "--val-fraction", "0")
         a, dtype = attrs(prefix + "_train.h5")
         self.assertEqual((a["eos_id"], dtype), (100257, np.uint32))
-        self.assertEqual(self.stream(prefix)[0].count(100257), len(self.docs))
+        got = self.stream(prefix)[0]
+        self.assertEqual(got.count(100257), len(self.docs))
+        table = decode_table(prefix + "_train.h5")
+        self.assertEqual(len(table), a["vocab_size"])
+        self.assertEqual((table[100257], table[-1]), (b"<|endoftext|>", b"<|endofprompt|>"))
+        self.assertEqual(detok(table, got), "".join(d + "<|endoftext|>"
+                                                    for d in self.docs).encode())
 
 
 class Sharding(Base):
@@ -302,6 +400,12 @@ class Sharding(Base):
             self.assertEqual(read_tokens([p])[-1], 50256, p)
         val = read_tokens([self.path("w1_val.h5")])
         self.assertGreaterEqual(len(val), 2000)
+        # Every shard and the val file hold the same decode table, and it gives
+        # back the documents.
+        table = same_table(train1 + [self.path("w1_val.h5")])
+        self.assertEqual(same_table(train4), table)
+        self.assertEqual(detok(table, got1), "".join(d + "<|endoftext|>"
+                                                     for d in self.docs).encode())
         # The smallest run of whole documents at the end: without its first one,
         # it would hold fewer than 2000 tokens.
         first_end = list(val).index(50256) + 1
@@ -343,6 +447,8 @@ class Sharding(Base):
         got, train = self.stream(prefix)
         self.assertEqual(got, want)
         self.assertEqual(len(train), len(ref_train))
+        self.assertEqual(same_table(train + [prefix + "_val.h5"]),
+                         decode_table(ref_train[0]))
         self.assertEqual(glob.glob(prefix + "*.tmp"), [])
         r = self.prepare(*self.args, "--out", prefix, "--resume")
         self.assertIn("nothing to do", r.stdout)

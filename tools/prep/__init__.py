@@ -1,6 +1,10 @@
-"""Pieces of tools/prepare_data.py: input readers (inputs), tokenizers
-(encoders), output files and the validation split (shards), the parallel
-pipeline (pipeline)."""
+"""Pieces of tools/prepare_data.py: input readers (inputs), tokenizers and
+their decode tables (encoders), output files and the validation split
+(shards), the parallel pipeline (pipeline).
+
+Every token file of the `text` command holds /tokens and the decode table
+/token_offsets (int64, vocab_size + 1) and /token_bytes (uint8): token id i
+is the raw bytes token_bytes[token_offsets[i]:token_offsets[i + 1]]."""
 
 
 class UsageError(Exception):

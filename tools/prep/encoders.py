@@ -5,6 +5,10 @@ per-batch encoding that the worker processes run.
   bpe               a byte-level BPE trained on the corpus (saved as PREFIX_tokenizer.json)
   hf:PATH           any Hugging Face tokenizers file (copied to PREFIX_tokenizer.json)
   tiktoken:NAME     a tiktoken encoding (gpt2, cl100k_base, o200k_base, ...)
+
+decode_table() gives each kind's table of token id -> raw bytes, written into
+every token file (as /token_offsets and /token_bytes) so that the trainer
+can turn generated ids into text without Python.
 """
 
 import json
@@ -136,6 +140,90 @@ def train_bpe(texts, vocab_size, prefix):
     tok.save(path + ".tmp")
     os.replace(path + ".tmp", path)
     return path
+
+
+# ---- the decode table ----
+
+def gpt2_byte_to_unicode():
+    """GPT-2's byte-level alphabet: byte -> the one character that stands for
+    it in a byte-level vocabulary. The printable Latin-1 bytes ('!'..'~',
+    '\xa1'..'\xac', '\xae'..'\xff') stand for themselves; the other 68 bytes
+    (controls, space, DEL, 0x80-0xa0, soft hyphen), in byte order, for
+    U+0100, U+0101, ..."""
+    printable = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + n)
+            n += 1
+    return table
+
+
+def _mentions(part, type_name):
+    """Whether a tokenizer.json component (or a Sequence of them) has this type."""
+    if isinstance(part, dict):
+        return part.get("type") == type_name or any(_mentions(v, type_name)
+                                                    for v in part.values())
+    if isinstance(part, list):
+        return any(_mentions(v, type_name) for v in part)
+    return False
+
+
+def _hf_token_bytes(tok, vocab_size):
+    cfg = json.loads(tok.to_str())
+    added = {int(a["id"]): a["content"] for a in cfg.get("added_tokens") or ()}
+    parts = [b""] * vocab_size
+    if any(_mentions(cfg.get(k), "ByteLevel") for k in ("decoder", "pre_tokenizer", "normalizer")):
+        # Byte-level (GPT-2 style): each character of a vocabulary entry stands
+        # for one byte. A character outside the alphabet (there should be none)
+        # stands for its own UTF-8 bytes.
+        to_byte = {c: b for b, c in gpt2_byte_to_unicode().items()}
+        for text, i in tok.get_vocab(with_added_tokens=False).items():
+            try:
+                parts[i] = bytes(to_byte[c] for c in text)
+            except KeyError:
+                parts[i] = b"".join(bytes([to_byte[c]]) if c in to_byte else c.encode("utf-8")
+                                    for c in text)
+    else:
+        # Not byte-level (WordPiece, SentencePiece-like Metaspace, ...): each id
+        # decoded on its own. Approximate: decoders drop or add spaces and
+        # prefixes by position (a word-initial "▁" or "##"), and byte-fallback
+        # pieces such as <0xE6> give U+FFFD rather than their byte, so the
+        # concatenation need not equal the decoded sequence.
+        known = [i for i in range(vocab_size) if tok.id_to_token(i) is not None]
+        texts = tok.decode_batch([[i] for i in known], skip_special_tokens=False)
+        for i, text in zip(known, texts):
+            parts[i] = text.encode("utf-8", "surrogatepass")
+    # Added and special tokens (<|endoftext|>, </s>, ...) are their literal text.
+    for i, text in added.items():
+        if 0 <= i < vocab_size:
+            parts[i] = text.encode("utf-8")
+    return parts
+
+
+def decode_table(tok):
+    """(offsets int64 [vocab_size + 1], data uint8): token id i is the raw bytes
+    data[offsets[i]:offsets[i + 1]], empty for ids the tokenizer lacks. Raw
+    bytes, not text: a byte-level token may hold part of a UTF-8 character, so
+    a reader joins the bytes of a sequence and then decodes the whole."""
+    n = tok.vocab_size
+    if tok.kind == "byte":
+        parts = [bytes([i]) for i in range(256)]
+    elif tok.kind == "tiktoken":
+        parts = []
+        for i in range(n):
+            try:
+                parts.append(tok.obj.decode_single_token_bytes(i))
+            except KeyError:  # a rank no token has (gaps below the special tokens)
+                parts.append(b"")
+    else:
+        parts = _hf_token_bytes(tok.obj, n)
+    assert len(parts) == n, (len(parts), n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(parts), np.uint8)
 
 
 def parse(spec):

@@ -3,7 +3,8 @@
 The parent reads and batches records; a pool of processes encodes batches;
 results come back in input order (a bounded queue of pending batches keeps
 memory flat however large the input); the parent appends them to the current
-train file and holds back the validation tail.
+train file and holds back the validation tail. The parent also makes the
+tokenizer's decode table once and writes it into every file.
 """
 
 import collections
@@ -155,8 +156,11 @@ def run(args):
     spec = dict(kind=tok.kind, tok=tok.obj, eos=tok.eos_id, dtype=dtype,
                 errors=args.utf8_errors, field=args.text_field)
     attrs = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer": tok.name}
+    # Once, here: the workers only encode.
+    offsets, data = encoders.decode_table(tok)
+    extra = {"token_offsets": offsets, "token_bytes": data}
     train = shards.Train(args.out, dtype, attrs, args.shard_tokens, done,
-                         manifest.add if manifest else None)
+                         manifest.add if manifest else None, extra)
     tail = shards.ValTail(val_tokens, val_fraction or 0.0, seen=train.tokens)
     records = done[-1]["records_end"] if done else 0
     stream = inputs.skip_records(batches(args, paths), records)
@@ -184,7 +188,7 @@ def run(args):
         raise
     if len(val):
         path = args.out + "_val.h5"
-        f = shards.H5File(path, dtype, attrs)
+        f = shards.H5File(path, dtype, attrs, extra)
         f.append(val)
         f.close()
         print(f"prepare_data: wrote {path}: {len(val)} tokens", flush=True)

@@ -1,6 +1,10 @@
 """Output: HDF5 token files written under .tmp names, the train shards, the
 validation tail, and the manifest that makes a sharded run resumable.
 
+Each token file holds /tokens and, beside it, the tokenizer's decode table
+(encoders.decode_table): /token_offsets (int64, vocab_size + 1) and
+/token_bytes (uint8), written into the same .tmp file before the rename.
+
 A stream of tokens arrives as chunks (tokens, ends, first record): ends[i] is
 the end offset in tokens of record first+i. Files and the validation split
 are cut only at record ends (except --val-fraction's exact cut), so a resumed
@@ -22,8 +26,9 @@ class H5File:
     """One token file, appended to and renamed into place when complete, so an
     interrupted run never leaves a file that looks finished."""
 
-    def __init__(self, path, dtype, attrs):
-        self.path, self.dtype, self.attrs = path, dtype, attrs
+    def __init__(self, path, dtype, attrs, extra=None):
+        """extra: {name: 1-D array}, more datasets beside /tokens (the decode table)."""
+        self.path, self.dtype, self.attrs, self.extra = path, dtype, attrs, extra or {}
         self.pending, self.npending, self.f, self.size = [], 0, None, 0
 
     def append(self, tokens):
@@ -63,6 +68,10 @@ class H5File:
         for k, v in self.attrs.items():
             if v is not None:
                 self.dset.attrs[k] = np.int64(v) if isinstance(v, int) else v
+        for name, data in self.extra.items():
+            # Small (about 300 KB for GPT-2's table): contiguous, no filters, so
+            # any HDF5 reader takes it in one read.
+            self.f.create_dataset(name, data=data)
         self.f.close()
         os.replace(self.path + ".tmp", self.path)
         return self.size
@@ -132,8 +141,9 @@ class Train:
     """The training files: one PREFIX_train.h5, or shards of about shard_tokens
     tokens, each closed at the first record end at or past that size."""
 
-    def __init__(self, prefix, dtype, attrs, shard_tokens=None, done=(), on_close=None):
-        self.prefix, self.dtype, self.attrs = prefix, dtype, attrs
+    def __init__(self, prefix, dtype, attrs, shard_tokens=None, done=(), on_close=None,
+                 extra=None):
+        self.prefix, self.dtype, self.attrs, self.extra = prefix, dtype, attrs, extra
         self.shard_tokens, self.on_close = shard_tokens, on_close
         self.index, self.file = len(done), None
         self.tokens = sum(s["tokens"] for s in done)
@@ -146,7 +156,7 @@ class Train:
     def push(self, tokens, ends, first):
         while len(tokens):
             if self.file is None:
-                self.file = H5File(self.name(self.index), self.dtype, self.attrs)
+                self.file = H5File(self.name(self.index), self.dtype, self.attrs, self.extra)
             if self.shard_tokens is None:
                 self.file.append(tokens)
                 return
