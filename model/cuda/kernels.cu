@@ -2,6 +2,7 @@
 // and backward. bf16 in and out, fp32 arithmetic. Every reduction here has a
 // fixed order (no float atomics), so results are bitwise reproducible.
 #include <cub/device/device_radix_sort.cuh>
+#include <type_traits>
 
 #include "model/cuda/device_utils.cuh"
 #include "model/cuda/kernels.h"
@@ -144,17 +145,31 @@ __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, cons
 // group order and writes one partial row per block; rmsnorm_dg_reduce_kernel
 // then adds the partials in block order. Each dy element is read before the
 // same thread writes that dx element, so dx may alias dy.
-template <int VEC>
+template <int VEC, int ITERS>
 __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
                                         const bf16* g, const float* rstd, int rows, int dim,
                                         bool accumulate_dx, int G) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   float* my = dg_rows + group * dim;
-  for (int c = lane; c < dim; c += G) my[c] = 0.0f;
-  // Lane l clears elements l, l+G, ... but accumulates into l*VEC.. below:
-  // order the clearing before any lane's first add.
-  __syncthreads();
+  // A lane always owns the same columns (lane*VEC + i*G*VEC), so with ITERS > 0
+  // its share of dg stays in registers across rows, and shared memory is
+  // touched once at the end instead of per row (the per-row read-modify-write
+  // of VEC consecutive floats by every lane is an 8-way bank conflict). The
+  // additions happen in the same order either way, so results do not change.
+  // ITERS == 0: dim is too wide for registers; accumulate in shared memory.
+  float acc[ITERS > 0 ? ITERS : 1][VEC];
+  if constexpr (ITERS > 0) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[i][k] = 0.0f;
+  } else {
+    for (int c = lane; c < dim; c += G) my[c] = 0.0f;
+    // Lane l clears elements l, l+G, ... but accumulates into l*VEC.. below:
+    // order the clearing before any lane's first add.
+    __syncthreads();
+  }
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
@@ -173,7 +188,7 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     if (!active) continue;
     const float rs = rstd[row];
     const float cc = rs * rs * dot / float(dim);
-    for (int c = lane * VEC; c < dim; c += G * VEC) {
+    auto column = [&](int c, float(&a)[VEC]) {
       float d[VEC], xv[VEC], gv[VEC], o[VEC];
       load_vec<VEC>(dy + off + c, d);
       load_vec<VEC>(x + off + c, xv);
@@ -187,9 +202,34 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
-        my[c + k] += d[k] * xv[k] * rs;
+        a[k] += d[k] * xv[k] * rs;
       }
       store_vec<VEC>(dx + off + c, o);
+    };
+    if constexpr (ITERS > 0) {
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int c = (lane + i * G) * VEC;
+        if (c < dim) column(c, acc[i]);
+      }
+    } else {
+      for (int c = lane * VEC; c < dim; c += G * VEC) {
+        float a[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
+        column(c, a);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
+      }
+    }
+  }
+  if constexpr (ITERS > 0) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int c = (lane + i * G) * VEC;
+      if (c < dim)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) my[c + k] = acc[i][k];
     }
   }
   __syncthreads();
@@ -200,13 +240,22 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
   }
 }
 
+// Column c of dg: the partial rows of every block added in block order. 32
+// columns per block, each summed by 8 threads over a fixed stride of blocks,
+// then those 8 in order: deterministic, and 8x the threads of one per column.
 template <typename W>
 __global__ void rmsnorm_dg_reduce_kernel(W* dg, const float* partial, int blocks, int dim) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= dim) return;
+  __shared__ float part[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
-  for (int b = 0; b < blocks; ++b) s += partial[int64_t(b) * dim + c];
-  dg[c] = from_f<W>(to_f(dg[c]) + s);
+  if (c < dim)
+    for (int b = threadIdx.y; b < blocks; b += 8) s += partial[int64_t(b) * dim + c];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= dim) return;
+  float t = 0.0f;
+  for (int k = 0; k < 8; ++k) t += part[k][threadIdx.x];
+  dg[c] = from_f<W>(to_f(dg[c]) + t);
 }
 
 // ---- RoPE ----------------------------------------------------------------------
@@ -327,21 +376,36 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
   const int blocks =
       int(std::min<int64_t>((rows + rg.gpb - 1) / rg.gpb, int64_t(dev.sm_count) * 4));
   auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * dim * sizeof(float)));
+  // Column iterations per lane: the register-resident dg for up to 8 (d_model
+  // 2048 at G = 32 lanes of 8), shared memory beyond.
+  const int per_lane = vec ? kVec : 1, iters = (dim + rg.G * per_lane - 1) / (rg.G * per_lane);
+  auto launch = [&](auto vec_c, auto iters_c) {
+    rmsnorm_backward_kernel<decltype(vec_c)::value, decltype(iters_c)::value>
+        <<<blocks, threads, smem, stream>>>(dx, partial, dy, x, g, rstd, rows, dim, accumulate_dx,
+                                            rg.G);
+  };
+  auto with_iters = [&](auto vec_c) {
+    using I = std::integral_constant<int, 0>;
+    if (iters <= 1) return launch(vec_c, std::integral_constant<int, 1>{});
+    if (iters <= 2) return launch(vec_c, std::integral_constant<int, 2>{});
+    if (iters <= 4) return launch(vec_c, std::integral_constant<int, 4>{});
+    if (iters <= 8) return launch(vec_c, std::integral_constant<int, 8>{});
+    return launch(vec_c, I{});
+  };
   if (vec) {
-    rmsnorm_backward_kernel<kVec><<<blocks, threads, smem, stream>>>(
-        dx, partial, dy, x, g, rstd, rows, dim, accumulate_dx, rg.G);
+    with_iters(std::integral_constant<int, kVec>{});
   } else {
-    rmsnorm_backward_kernel<1><<<blocks, threads, smem, stream>>>(dx, partial, dy, x, g, rstd, rows,
-                                                                  dim, accumulate_dx, rg.G);
+    with_iters(std::integral_constant<int, 1>{});
   }
   FSDP_LAUNCH_CHECK("rmsnorm_backward_kernel");
-  const unsigned rblocks = blocks_for(dim, 128);
+  const dim3 rthreads(32, 8);
+  const unsigned rblocks = blocks_for(dim, 32);
   if (dg_bf16) {
     rmsnorm_dg_reduce_kernel<bf16>
-        <<<rblocks, 128, 0, stream>>>(static_cast<bf16*>(dg), partial, blocks, dim);
+        <<<rblocks, rthreads, 0, stream>>>(static_cast<bf16*>(dg), partial, blocks, dim);
   } else {
     rmsnorm_dg_reduce_kernel<float>
-        <<<rblocks, 128, 0, stream>>>(static_cast<float*>(dg), partial, blocks, dim);
+        <<<rblocks, rthreads, 0, stream>>>(static_cast<float*>(dg), partial, blocks, dim);
   }
   FSDP_LAUNCH_CHECK("rmsnorm_dg_reduce_kernel");
 }
