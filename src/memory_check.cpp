@@ -62,11 +62,24 @@ std::string memory_shortfall(const MemoryPlan& plan, int64_t free_bytes, const s
   return message + "use " + join(advice);
 }
 
-void check_memory_fits(const MemoryPlan& plan, const Ops& ops, MemorySettings settings) {
+namespace {
+// On a GPU each rank has its own device; on the host a node's ranks share.
+MemorySettings as_seen_by(const Ops& ops, MemorySettings settings) {
   const bool host = std::string(ops.name()) == "cpu";
-  // On a GPU each rank has its own device; on the host a node's ranks share.
   if (!host) settings.ranks_sharing = 1;
   settings.node_shared = host;
+  return settings;
+}
+}  // namespace
+
+int auto_batch_size(const std::function<MemoryPlan(int)>& plan_for, const Ops& ops,
+                    MemorySettings settings) {
+  return largest_batch_that_fits(plan_for, ops.free_memory_bytes(), as_seen_by(ops, settings));
+}
+
+void check_memory_fits(const MemoryPlan& plan, const Ops& ops, MemorySettings settings) {
+  const bool host = std::string(ops.name()) == "cpu";
+  settings = as_seen_by(ops, settings);
   const std::string message = memory_shortfall(
       plan, ops.free_memory_bytes(),
       host ? "host memory (MemAvailable, or the cgroup limit if lower)" : "GPU memory", settings);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/ops.h"
@@ -43,5 +44,28 @@ std::string memory_shortfall(const MemoryPlan& plan, int64_t free_bytes, const s
 // Asks `ops` what is free and throws fsdp::Error with memory_shortfall's
 // message. Rank-local (free memory differs by node); run it in all_or_none.
 void check_memory_fits(const MemoryPlan& plan, const Ops& ops, MemorySettings settings);
+
+// --batch-size 0: the largest micro-batch, at most kMaxAutoBatch, whose plan
+// (plan_for(b)) memory_shortfall accepts in free_bytes; 0 when not even one
+// sequence fits. The plan grows with b, so a binary search finds it.
+inline constexpr int kMaxAutoBatch = 1024;
+// The same for this rank's memory as check_memory_fits sees it.
+int auto_batch_size(const std::function<MemoryPlan(int)>& plan_for, const Ops& ops,
+                    MemorySettings settings);
+template <typename PlanFor>
+int largest_batch_that_fits(PlanFor plan_for, int64_t free_bytes, MemorySettings settings) {
+  auto fits = [&](int b) {
+    settings.batch_size = b;
+    return memory_shortfall(plan_for(b), free_bytes, "", settings).empty();
+  };
+  if (!fits(1)) return 0;
+  int lo = 1, hi = kMaxAutoBatch;  // fits(lo) holds; find the last b that fits
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
 
 }  // namespace fsdp

@@ -148,7 +148,9 @@ std::vector<OptionRow> make_table() {
     row("seq-len", &O::seq_len, "tokens per sequence (0: the model's context)", "32",
         {[](const int& v, const O& o) { return v >= 0 && v <= o.model.max_seq_len; },
          "must be between 1 and the model's --max-seq-len (0 picks it)"}),
-    row("batch-size", &O::batch_size, "sequences per rank per micro-batch", "3", at_least(1)),
+    row("batch-size", &O::batch_size,
+        "sequences per rank per micro-batch (0: auto, the largest the memory plan fits, at most "
+        "1024)", "3", at_least(0)),
     row("grad-accum", &O::grad_accum, "micro-batches per optimizer step", "2", at_least(1)),
     row("steps", &O::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
     row("lr", &O::lr, "peak learning rate", "0.003", positive()),

@@ -90,6 +90,28 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     device_groups_ = make_engine_groups(device, o_, shard_group_size_);
     engine_groups = &*device_groups_;
   }
+  // --batch-size 0: the largest micro-batch the plan fits on every rank.
+  if (o_.batch_size == 0) {
+    auto plan_for = [&](int b) {
+      return plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
+                         o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype);
+    };
+    float fits = 0;
+    all_or_none(W, [&] {
+      fits = float(auto_batch_size(
+          plan_for, *ops_,
+          {world_.local_size, groups_.shard->size(), world_.size, 1, o_.recompute}));
+    });
+    fits = -fits;  // the smallest over ranks, as a max
+    groups_.world->all_reduce(&fits, 1, DType::f32, ReduceOp::max)->wait();
+    // Not even one sequence: batch 1, whose memory check below says why.
+    o_.batch_size = std::max(1, int(-fits));
+    if (lead_ && fits < 0)
+      std::printf(
+          "fsdptrain: --batch-size 0 (auto): %d sequences per rank per micro-batch, the "
+          "largest whose memory plan fits on every rank (at most %d)\n",
+          o_.batch_size, kMaxAutoBatch);
+  }
   // The plan against free memory before build() allocates anything it sizes.
   all_or_none(W, [&] {
     check_memory_fits(

@@ -55,7 +55,7 @@ cases = [  # (arguments, substrings the one error line must contain)
     (["--steps", "1"], ["--train-data"]),
     (base + ["--lr", "-1"], ["--lr", "-1"]),
     (base + ["--lr", "fast"], ["fast"]),
-    (base + ["--batch-size", "0"], ["--batch-size"]),
+    (base + ["--batch-size", "-1"], ["--batch-size", "-1"]),
     (base + ["--seq-len", "100000"], ["--seq-len", "100000"]),
     (base + ["--model", "gpt-7b"], ["gpt-7b", "gpt-350m"]),
     (base + ["--n-kv-head", "3"], ["--n-kv-head", "3"]),

@@ -35,6 +35,24 @@ TEST(MemoryCheck, FitsWithinNinetyPercentOfFree) {
   EXPECT_NE(memory_shortfall(p, 0, "host memory", {}), "");
 }
 
+// --batch-size 0: the largest micro-batch whose plan fits, found by bisection.
+TEST(MemoryCheck, AutoBatchIsTheLargestThatFits) {
+  // 4 GiB of model state and 300 MiB of activations per sequence in 40 GiB
+  // free: 36 GiB usable, so (36 - 4) GiB / 300 MiB = 109.2 -> 109 sequences.
+  auto plan_for = [](int b) { return plan_of(4 * GiB, 0, int64_t(b) * 300 * (1 << 20)); };
+  const int b = largest_batch_that_fits(plan_for, 40 * GiB, {});
+  EXPECT_EQ(b, 109);
+  EXPECT_EQ(memory_shortfall(plan_for(b), 40 * GiB, "", {}), "");
+  EXPECT_NE(memory_shortfall(plan_for(b + 1), 40 * GiB, "", {}), "");
+  // Two ranks sharing the memory halve what each may plan.
+  MemorySettings shared;
+  shared.ranks_sharing = 2;
+  EXPECT_EQ(largest_batch_that_fits(plan_for, 40 * GiB, shared), 47);  // (18 - 4) / 0.293
+  // Capped, and 0 when not even one sequence fits.
+  EXPECT_EQ(largest_batch_that_fits(plan_for, 4096 * GiB, {}), kMaxAutoBatch);
+  EXPECT_EQ(largest_batch_that_fits(plan_for, 4 * GiB, {}), 0);
+}
+
 TEST(MemoryCheck, MessageGivesBothNumbersAndWhatToChange) {
   MemorySettings s;
   s.shard_size = 2;
