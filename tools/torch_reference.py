@@ -13,10 +13,23 @@ On a CPU in fp32 the curves agree to ~1e-6 (the CPU reference is fp32); on a
 GPU use --device cuda --dtype bf16 (autocast), where the bar is 1%. Exit 1
 when any step differs by more than --tolerance (relative).
 
+--write-metrics FILE writes its own curve in the --metrics format that
+tools/plot_metrics.py reads: one {"step", "loss", "lr", "grad_norm",
+"tokens_seen", "tokens_per_s", "elapsed_s"} line per step and, when the
+checkpoint's run validated (--val-data with --eval-every), {"step",
+"val_loss"} at the same steps on the same windows. With it, --metrics is
+optional (no comparison then). --perturb REL multiplies every starting weight
+by (1 + REL * N(0, 1)): with REL ~1e-7 (one fp32 rounding) a replay against an
+unperturbed one shows how fast rounding differences grow in this training,
+the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
+
 What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU,
   final RMSNorm, tied or untied head, mean cross-entropy);
+- validation: data/batch_loader.cpp ValBatches (batch i row b reads window
+  (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
+  window once) and src/trainer.cpp evaluate (mean over all tokens);
 - batches: data/permutation.cpp and data/sampler.cpp (Feistel permutation
   per epoch keyed by seed and epoch; step s uses global positions
   s*G .. s*G+G-1, G = global batch); single-file datasets only;
@@ -27,6 +40,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -151,16 +165,53 @@ def read_checkpoint(path):
     return cfg, model, avg, avg_sq, root, sampler, opts
 
 
+def read_tokens(spec, what):
+    path, _, dset = spec.partition(":/")
+    if "," in path or "*" in path:
+        sys.exit(f"torch_reference: error: multi-file datasets are not mirrored here; pass {what} FILE.h5")
+    with h5py.File(path, "r") as f:
+        return f["/" + (dset or "tokens")][()].astype(np.int64)
+
+
+def val_loss(model, tokens, T, B, world, batches, dev, autocast):
+    """fsdptrain's evaluate(): the mean loss over every token of the batches
+    that all ranks together read (batches 0..batches-1 of every rank; 0: each
+    window once)."""
+    windows = (len(tokens) - 1) // T
+    if batches == 0:
+        ids = list(range(windows))
+    else:
+        ids = [((i * world + r) * B + b) % windows for i in range(batches) for r in range(world) for b in range(B)]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for k in range(0, len(ids), B):
+            rows = torch.from_numpy(np.stack([tokens[w * T: w * T + T + 1] for w in ids[k:k + B]])).to(dev)
+            with autocast():
+                loss = model(rows[:, :-1], rows[:, 1:])
+            total += loss.item() * rows[:, 1:].numel()
+            count += rows[:, 1:].numel()
+    return total / count
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint", help="an fsdptrain checkpoint (.h5); training continues from it")
-    ap.add_argument("--metrics", required=True, help="fsdptrain's --metrics file of the same run")
+    ap.add_argument("--metrics", help="fsdptrain's --metrics file of the same run (required without "
+                    "--write-metrics)")
+    ap.add_argument("--write-metrics", metavar="FILE", help="write this replay's curve as JSON lines "
+                    "(the --metrics format, for tools/plot_metrics.py)")
     ap.add_argument("--steps", type=int, default=50, help="steps to train and compare")
     ap.add_argument("--train-data", help="override the data file named in the checkpoint's config")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--tolerance", type=float, default=1e-2, help="largest relative loss difference")
+    ap.add_argument("--val-data", help="override the validation file named in the checkpoint's config")
+    ap.add_argument("--perturb", type=float, default=0.0, metavar="REL",
+                    help="multiply the starting weights by 1 + REL*N(0,1) (a rounding-growth baseline)")
+    ap.add_argument("--log-every", type=int, default=1, metavar="N", help="print every N-th step")
     a = ap.parse_args()
+    if not a.metrics and not a.write_metrics:
+        ap.error("give --metrics (compare with fsdptrain), --write-metrics (write the curve), or both")
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(a.device == "cpu")
 
@@ -172,16 +223,17 @@ def main():
     lr, min_lr = float(opts["lr"]), float(opts["min-lr"])
     wd, clip = float(opts["weight-decay"]), float(opts["grad-clip"])
     betas, eps = (float(opts["beta1"]), float(opts["beta2"])), float(opts["adam-eps"])
-    data_spec = a.train_data or opts["train-data"]
-    path, _, dset = data_spec.partition(":/")
-    if "," in path or "*" in path:
-        sys.exit("torch_reference: error: multi-file datasets are not mirrored here; pass --train-data FILE.h5")
-    with h5py.File(path, "r") as f:
-        tokens = f["/" + (dset or "tokens")][()].astype(np.int64)
+    tokens = read_tokens(a.train_data or opts["train-data"], "--train-data")
     windows = (len(tokens) - 1) // T
+    eval_every = int(opts.get("eval-every", "0"))
+    val_spec = a.val_data or opts.get("val-data", "")
+    val_tokens = read_tokens(val_spec, "--val-data") if a.write_metrics and val_spec else None
     seed = sampler["seed"] & M64
 
     dev = torch.device(a.device)
+    if a.perturb:
+        g = np.random.default_rng(0)
+        weights = {k: (v * (1 + a.perturb * g.standard_normal(v.shape))).astype(v.dtype) for k, v in weights.items()}
     model = Model(cfg, weights).to(dev)
     decay = [p for n, p in model.p.items() if p.ndim >= 2]
     no_decay = [p for n, p in model.p.items() if p.ndim < 2]
@@ -193,30 +245,55 @@ def main():
                         "exp_avg": torch.from_numpy(avg[name].copy()).to(dev),
                         "exp_avg_sq": torch.from_numpy(avg_sq[name].copy()).to(dev)}
 
-    theirs = {l["step"]: l["loss"] for l in map(json.loads, open(a.metrics)) if "loss" in l}
+    theirs = {}
+    if a.metrics:
+        theirs = {l["step"]: l["loss"] for l in map(json.loads, open(a.metrics)) if "loss" in l}
+    out = open(a.write_metrics, "w") if a.write_metrics else None
+    autocast = lambda: torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
+    end = min(start + a.steps, total)
     worst, failures = 0.0, 0
-    for s in range(start, min(start + a.steps, total)):
+    t_start = time.perf_counter()
+    for s in range(start, end):
+        t0 = time.perf_counter()
         rows = [tokens[w * T: w * T + T + 1] for w in (window_of(s * G + j, windows, seed) for j in range(G))]
         batch = torch.from_numpy(np.stack(rows)).to(dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+        with autocast():
             loss = model(batch[:, :-1], batch[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
+        step_lr = float(lr_at(s, total, warmup, lr, min_lr))
         for g in opt.param_groups:
-            g["lr"] = float(lr_at(s, total, warmup, lr, min_lr))
+            g["lr"] = step_lr
         opt.step()
         ours = loss.item()
+        if out:
+            dt = time.perf_counter() - t0
+            out.write(json.dumps({"step": s + 1, "loss": ours, "lr": step_lr, "grad_norm": norm.item(),
+                                  "tokens_seen": (s + 1) * G * T, "tokens_per_s": G * T / dt,
+                                  "elapsed_s": time.perf_counter() - t_start}) + "\n")
+            if val_tokens is not None and (s + 1 == total or (eval_every > 0 and (s + 1) % eval_every == 0)):
+                v = val_loss(model, val_tokens, T, B, int(root["world_size"]), int(opts["eval-batches"]), dev,
+                             autocast)
+                out.write(json.dumps({"step": s + 1, "val_loss": v}) + "\n")
+            out.flush()
+        if not a.metrics:
+            if (s + 1 - start) % a.log_every == 0 or s + 1 == end:
+                print(f"step {s + 1:5d} | torch {ours:.6f}", flush=True)
+            continue
         ref = theirs.get(s + 1)
         diff = abs(ours - ref) / abs(ref) if ref is not None else float("nan")
         worst = max(worst, diff) if ref is not None else worst
         bad = ref is None or not diff <= a.tolerance
         failures += bad
-        print(f"step {s + 1:5d} | torch {ours:.6f} | fsdptrain {ref if ref is not None else float('nan'):.6f} "
-              f"| rel. diff {diff:.2e}{'  <-- over tolerance' if bad else ''}")
-    print(f"worst relative difference {worst:.2e} over steps {start + 1}..{min(start + a.steps, total)} "
-          f"(tolerance {a.tolerance:g}, {a.dtype} on {a.device})")
+        if bad or (s + 1 - start) % a.log_every == 0 or s + 1 == end:
+            print(f"step {s + 1:5d} | torch {ours:.6f} | fsdptrain {ref if ref is not None else float('nan'):.6f} "
+                  f"| rel. diff {diff:.2e}{'  <-- over tolerance' if bad else ''}", flush=True)
+    if out:
+        out.close()
+    if a.metrics:
+        print(f"worst relative difference {worst:.2e} over steps {start + 1}..{end} "
+              f"(tolerance {a.tolerance:g}, {a.dtype} on {a.device})")
     sys.exit(1 if failures else 0)
 
 
