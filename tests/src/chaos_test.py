@@ -210,6 +210,7 @@ def main():
     modes = ["startup", "step", "step", "save", "save", "publish"]
     targets = ["all", "all", "rank", "mpirun"]
     kills, starts, done, resumed_from = 0, 0, False, ""
+    resume_lines = []  # every start's "resumed from" line, killed or not
     while not done and starts < KILLS * 3 + 5 and time.time() - t0 < 240:
         starts += 1
         plan = (rng.choice(modes), rng.choice(targets)) if kills < KILLS else None
@@ -219,6 +220,8 @@ def main():
               f"exit {rc}; {resumed[0] if resumed else 'no resume line'}; on disk: "
               f"{sorted(n for n in listing(ckpt) if n.startswith('step_') or n.endswith('.tmp'))}",
               flush=True)
+        if resumed:
+            resume_lines.append(resumed[0])
         if killed:
             kills += 1
             continue
@@ -227,8 +230,11 @@ def main():
         if rc == 0:
             done = True
         elif errors and "already reaches --steps" in errors[0]:
-            # Killed after its final save: nothing was left to do.
+            # The previous start was killed after its final save: nothing was
+            # left to do, and the pruning that counts was that start's, which
+            # protected the file it had resumed from.
             done = True
+            resumed_from = resume_lines[-1] if resume_lines else ""
         else:
             check(False, f"start {starts} after {kills} kills failed (exit {rc}): "
                   f"{(errors or err.strip().splitlines() or ['no output'])[-1]}")
