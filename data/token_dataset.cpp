@@ -81,13 +81,7 @@ H5Id open_file(const Where& w) {
   if (is_hdf5 < 0)
     throw_error(w.flag, ": cannot open '", w.src.file, "': HDF5 cannot read its signature");
 
-  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid()) throw_error(w.flag, ": H5Pcreate(H5P_FILE_ACCESS) failed");
-  // Readers never race writers of a token file, and locks fail or hang on
-  // NFS/Lustre (PLATFORM-NOTES.md), so do not take one.
-  if (H5Pset_file_locking(fapl.get(), false, true) < 0)
-    throw_error(w.flag, ": H5Pset_file_locking failed");
-  H5Id file(H5Fopen(w.src.file.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  H5Id file = open_read_only(w.src.file.c_str());
   if (!file.valid())
     throw_error(w.flag, ": cannot open '", w.src.file,
                 "' as HDF5: the file may be truncated or corrupt");
@@ -236,24 +230,20 @@ void check_filters(hid_t dset, const Where& w) {
 // serve other bytes, or crash a later read. Every entry must sit on the chunk
 // grid inside the dataset, once each, with storage behind it.
 void check_chunk_index(hid_t dset, int64_t size, const Where& w) {
+  auto damaged = [&](const std::string& what) {
+    throw_error(w.flag, ": ", w.in(), " has a damaged chunk ", what,
+                "; remake the file with tools/prepare_data.py");
+  };
   H5Id dcpl(H5Dget_create_plist(dset), H5Pclose);
   if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return;
   hsize_t chunk = 0;
-  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0)
-    throw_error(w.flag, ": ", w.in(),
-                " has a damaged chunk layout; remake the file with "
-                "tools/prepare_data.py");
+  if (H5Pget_chunk(dcpl.get(), 1, &chunk) != 1 || chunk == 0) damaged("layout");
   H5Id space(H5Dget_space(dset), H5Sclose);
   hsize_t n = 0;
-  if (!space.valid() || H5Dget_num_chunks(dset, space.get(), &n) < 0)
-    throw_error(w.flag, ": ", w.in(),
-                " has a damaged chunk index; remake the file with "
-                "tools/prepare_data.py");
+  if (!space.valid() || H5Dget_num_chunks(dset, space.get(), &n) < 0) damaged("index");
   const hsize_t grid = (hsize_t(size) + chunk - 1) / chunk;
   if (n > grid)
-    throw_error(w.flag, ": ", w.in(), " lists ", n, " chunks where ", grid,
-                " fit; the file is "
-                "damaged, remake it with tools/prepare_data.py");
+    damaged("index (" + std::to_string(n) + " chunks where " + std::to_string(grid) + " fit)");
   std::vector<bool> seen(size_t(grid), false);
   for (hsize_t i = 0; i < n; ++i) {
     hsize_t offset = 0, bytes = 0;
@@ -262,9 +252,7 @@ void check_chunk_index(hid_t dset, int64_t size, const Where& w) {
     const bool bad = H5Dget_chunk_info(dset, space.get(), i, &offset, &mask, &addr, &bytes) < 0 ||
                      offset % chunk != 0 || offset >= hsize_t(size) ||
                      seen[size_t(offset / chunk)] || addr == HADDR_UNDEF || bytes == 0;
-    if (bad)
-      throw_error(w.flag, ": ", w.in(), " has a damaged chunk index (entry ", i, " of ", n,
-                  "); remake the file with tools/prepare_data.py");
+    if (bad) damaged("index (entry " + std::to_string(i) + " of " + std::to_string(n) + ")");
     seen[size_t(offset / chunk)] = true;
   }
 }

@@ -33,10 +33,7 @@ void read_all(hid_t file, const char* name, hid_t mem_type, void* out, const std
 std::optional<TokenDecoder> TokenDecoder::open(const std::string& path, int64_t vocab_size,
                                                const std::string& tokenizer, std::string* why_not) {
   Hdf5Lock lock;
-  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid() || H5Pset_file_locking(fapl.get(), false, true) < 0)
-    throw_error("'", path, "': cannot set up HDF5 to read the decode table");
-  H5Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  H5Id file = open_read_only(path.c_str());
   if (!file.valid()) throw_error("'", path, "': cannot open it to read the decode table");
   const int64_t n_off = length_of(file.get(), "/token_offsets", path);
   const int64_t n_bytes = length_of(file.get(), "/token_bytes", path);
