@@ -24,7 +24,7 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 // run it before anything sized by the model exists. The engine's per-unit
 // slots (plan_slots) give the same figures; tests/shard compares them.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
-                       int seq_len, Recompute recompute, DType reduce) {
+                       int seq_len, Recompute recompute, DType reduce, bool direct_when_unsharded) {
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
@@ -45,8 +45,9 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   // blocks alternate in (one for a single block); without it, one per unit.
   // A single rank needs none: the engine computes in its shards
   // (EngineOptions::direct_when_unsharded).
-  const int64_t block_slots = shard_size == 1 ? 0 : reshard ? std::min<int64_t>(blocks, 2) : blocks;
-  const int64_t edge_slots = shard_size == 1 ? 0 : 1;
+  const bool direct = direct_when_unsharded && shard_size == 1;
+  const int64_t block_slots = direct ? 0 : reshard ? std::min<int64_t>(blocks, 2) : blocks;
+  const int64_t edge_slots = direct ? 0 : 1;
   const int64_t slots[3] = {edge_slots, block_slots, edge_slots};
   for (int u = 0; u < 3; ++u) {
     const int64_t n = layouts[u].padded;

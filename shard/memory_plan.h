@@ -39,9 +39,11 @@ inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 
 // Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
 // batch x seq_len, computing in `compute`. Costs the same for any n_layer.
-// One rank has no gather or gradient buffers (the engine's direct path).
+// One rank has no gather or gradient buffers (the engine's direct path)
+// unless direct_when_unsharded is false (EngineOptions).
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
-                       Recompute recompute = Recompute::none, DType reduce = DType::f32);
+                       Recompute recompute = Recompute::none, DType reduce = DType::f32,
+                       bool direct_when_unsharded = true);
 
 }  // namespace fsdp

@@ -169,12 +169,19 @@ std::vector<OptionRow> make_table() {
     run_control(bare_switch(row("debug", &O::debug,
                     "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
                     "also deterministic attention and a sync after every op", "true"))),
+    run_control(bare_switch(row("profile-ops", &O::profile_ops,
+                    "time every op on the device (stream-ordered marks) from the second step "
+                    "of this run and print a table per op and shape at the end", "true"))),
     row("shard-group-size", &O::shard_group_size,
         "shard within groups of K ranks, replicate across groups (0: the ranks of a node "
         "when there are several nodes, else all ranks)", "2",
         at_least(0)),
     row("reshard-after-forward", &O::reshard_after_forward,
         "free gathered weights after forward, re-gather for backward", "false"),
+    run_control(row("single-rank-direct", &O::single_rank_direct,
+                    "with a shard group of one rank, compute in the shards in place instead of "
+                    "through gather and reduce-scatter (false: the full FSDP path, to measure "
+                    "its cost)", "false")),
     row("recompute", &O::recompute,
         "activation recomputation in backward (less memory, more compute)", "block"),
     row("reduce-dtype", &O::reduce_dtype,

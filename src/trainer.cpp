@@ -81,6 +81,11 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
+  if (o_.profile_ops) {
+    auto p = std::make_unique<ProfiledOps>(std::move(ops_));
+    profiler_ = p.get();
+    ops_ = std::move(p);
+  }
   groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
@@ -94,7 +99,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   if (o_.batch_size == 0) {
     auto plan_for = [&](int b) {
       return plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
-                         o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype);
+                         o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype,
+                         o_.single_rank_direct);
     };
     float fits = 0;
     all_or_none(W, [&] {
@@ -117,7 +123,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     check_memory_fits(
         plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
                     o_.reshard_after_forward, o_.batch_size, o_.seq_len, o_.recompute,
-                    o_.reduce_dtype),
+                    o_.reduce_dtype, o_.single_rank_direct),
         *ops_,
         {world_.local_size, groups_.shard->size(), world_.size, o_.batch_size, o_.recompute});
   });
@@ -148,6 +154,7 @@ void Trainer::build(ProcessGroups& engine_groups) {
   eo.seed = o_.seed;
   eo.check_finite = o_.debug;
   eo.reduce_dtype = o_.reduce_dtype;
+  eo.direct_when_unsharded = o_.single_rank_direct;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
@@ -164,8 +171,9 @@ Trainer::~Trainer() = default;
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
-  const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
-                                   o_.batch_size, o_.seq_len, o_.recompute, o_.reduce_dtype);
+  const MemoryPlan p =
+      plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward, o_.batch_size, o_.seq_len,
+                  o_.recompute, o_.reduce_dtype, o_.single_rank_direct);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
@@ -468,6 +476,7 @@ TrainSummary Trainer::run() {
     return summary;
   }
   if (o_.eval_every > 0 && pos_.step == 0) validate(0);
+  const int64_t first_step = pos_.step;
   for (int step = int(pos_.step); step < o_.steps; ++step) {
     // Step time between marks on the compute stream: on a GPU what the device
     // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
@@ -475,6 +484,8 @@ TrainSummary Trainer::run() {
     engine_->discard_timing();
     ops_->clear_marks();
     const int t0 = ops_->mark();
+    // --profile-ops: the first step of a run builds plans and caches; it is left out
+    if (profiler_ && step > int(first_step)) profiler_->set_enabled(true), profiler_->count_step();
     const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
     const double loss = train_step(step);
     // The update waits until the loss and the gradient norm are known to be
@@ -483,6 +494,7 @@ TrainSummary Trainer::run() {
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
     engine_->apply_update(adam, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());
+    if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;
     summary.train_loss.push_back(loss);
@@ -501,6 +513,7 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  if (profiler_ && lead_) std::printf("%s", profiler_->report().c_str());
   return summary;
 }
 

@@ -23,6 +23,7 @@
 #   results.txt   RESULT lines of the speed checks (also on stdout)
 #   header.log    GPU, driver, library versions, commits, environment
 #   kernels.txt   per-kernel GPU time of a few gpt-350m steps (check h2)
+#   profile.txt   fsdptrain --profile-ops: device time per op and shape (check p1)
 #   logs.tar.gz   every check's log, the commands run, the metrics files;
 #                 refreshed after every check, so a killed run still returns it
 #
@@ -59,14 +60,15 @@ if [ "$DEV" = cuda ]; then
   export SPEED_SEQ=${SPEED_SEQ:-1024} SPEED_STEPS=${SPEED_STEPS:-30} TORCH_STEPS=${TORCH_STEPS:-20}
   # model:micro-batch, in order; gpt-1.3b at 8x1024 needs ~21 GiB of fp32
   # state plus ~30 GiB of activations: it fits the H100's 80 GB.
-  SPEED_RUNS=${SPEED_RUNS:-gpt-350m:8 gpt-350m:16 gpt-760m:8 gpt-1.3b:8}
-  export PROF_MODEL=${PROF_MODEL:-gpt-350m} PROF_BATCH=${PROF_BATCH:-8}
+  # (model:micro-batch:collective keeps FSDP's gather/reduce-scatter on one rank)
+  SPEED_RUNS=${SPEED_RUNS:-gpt-350m:8 gpt-350m:16 gpt-350m:16:collective gpt-760m:8 gpt-1.3b:8}
+  export PROF_MODEL=${PROF_MODEL:-gpt-350m} PROF_BATCH=${PROF_BATCH:-16}
   export STAGED=${STAGED---device-comm staged}
 else
   export TORCH_DEV=${TORCH_DEV:-cpu} TORCH_DTYPE=${TORCH_DTYPE:-fp32} PARITY_TOL=${PARITY_TOL:-1e-4}
   export PARITY_MODEL=${PARITY_MODEL:---model tiny --seq-len 64 --batch-size 4}
   export SPEED_SEQ=${SPEED_SEQ:-64} SPEED_STEPS=${SPEED_STEPS:-12} TORCH_STEPS=${TORCH_STEPS:-5}
-  SPEED_RUNS=${SPEED_RUNS:-tiny:8 tiny:16}
+  SPEED_RUNS=${SPEED_RUNS:-tiny:8 tiny:16 tiny:16:collective}
   export PROF_MODEL=${PROF_MODEL:-tiny} PROF_BATCH=${PROF_BATCH:-8}
   export STAGED=${STAGED---device-comm staged} PRECISION=fp32   # a host stager on the CPU
 fi
@@ -258,15 +260,17 @@ chk_f2() {
 
 # g: speed. fsdptrain and PyTorch (eager, torch.compile) on the same shapes;
 #    each measurement is one RESULT line in results.txt
-g_fsdp() {  # MODEL MICRO_BATCH
-  local m=$RUNS/g_fsdp_$1_mb$2.jsonl rc peak
-  mem_poll_start "$RUNS/g_mem_$1_mb$2.txt"
+g_fsdp() {  # MODEL MICRO_BATCH [collective]: "collective" keeps the gather/reduce-scatter path on one rank
+  local tag=$1_mb$2${3:+_$3} system=fsdptrain${3:+-$3} extra=()
+  [ "${3:-}" = collective ] && extra=(--single-rank-direct false)
+  local m=$RUNS/g_fsdp_$tag.jsonl rc peak
+  mem_poll_start "$RUNS/g_mem_$tag.txt"
   x fsdptrain --device "$DEV" --model "$1" --train-data "$DATA" --seq-len "$SPEED_SEQ" --batch-size "$2" \
-    --steps "$SPEED_STEPS" --warmup-steps 5 --lr 3e-4 --log-every 5 --metrics "$m"; rc=$?
-  peak=$(mem_poll_stop "$RUNS/g_mem_$1_mb$2.txt")
+    --steps "$SPEED_STEPS" --warmup-steps 5 --lr 3e-4 --log-every 5 --metrics "$m" "${extra[@]}"; rc=$?
+  peak=$(mem_poll_stop "$RUNS/g_mem_$tag.txt")
   [ "$rc" = 0 ] || { note "fsdptrain exited $rc: $(grep -m1 'error' "$LOGS/$CHECK_ID.log" | head -c 150)"; return 1; }
   local line
-  line=$(python3 "$ROOT/bench/cuda/result_line.py" "$m" --system fsdptrain --model "$1" --precision "$PRECISION" \
+  line=$(python3 "$ROOT/bench/cuda/result_line.py" "$m" --system "$system" --model "$1" --precision "$PRECISION" \
     --micro-batch "$2" --seq "$SPEED_SEQ" --peak-gib "$peak" --device "$GPU_NAME") || { note "no RESULT"; return 1; }
   echo "$line"; echo "$line" >> "$OUT/results.txt"
   note "$(sed -E 's/.*(tokens_per_s=[^ ]+ mfu=[^ ]+ peak_gib=[^ ]+).*/\1/' <<< "$line") (nvidia-smi: $peak GiB)"
@@ -307,6 +311,23 @@ chk_h1() {
     "${ours:-nan}" "${theirs:-nan}" > "$RUNS/bench_ops_cmp.txt" 2>&1
   rc=$?; cat "$RUNS/bench_ops_cmp.txt"; note "$(tail -1 "$RUNS/bench_ops_cmp.txt")"
   return $rc
+}
+
+# p: fsdptrain --profile-ops: every op of a whole step (optimizer and casts
+#    included) timed between CUDA events on the stream, per op and shape, with
+#    its rate; PROF_STEPS steps after the first. The table is profile.txt.
+chk_p1() {
+  local out=$RUNS/profile_run.txt rc
+  x fsdptrain --device "$DEV" --model "$PROF_MODEL" --train-data "$DATA" --seq-len "$SPEED_SEQ" \
+    --batch-size "$PROF_BATCH" --steps "${PROF_STEPS:-6}" --warmup-steps 1 --log-every 1 --profile-ops \
+    2>&1 | tee "$out"; rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { note "fsdptrain exited $rc"; return 1; }
+  { echo "# fsdptrain --profile-ops, $PROF_MODEL, micro-batch $PROF_BATCH x $SPEED_SEQ, on $GPU_NAME"
+    grep '^step ' "$out" | tail -2
+    sed -n '/^op profile/,$p' "$out"; } > "$OUT/profile.txt"
+  grep -q '^op profile' "$out" || { note "no profile table"; return 1; }
+  note "$(grep -m1 '^op profile' "$out" | sed 's/; rate.*//' | head -c 150)"
+  return 78
 }
 
 # h2: per-kernel GPU time of a few gpt-350m steps. nsys if
@@ -392,7 +413,9 @@ add_g() { gi=$((gi + 1)); CHECKS+=("g$gi|$1|$2|$3|$3"); }
 # fsdptrain's own numbers first, then one PyTorch baseline, the kernel profile
 # (what the speed work needs next), the compiled baseline, then the rest
 first=${SPEED_RUNS%% *}; rest=${SPEED_RUNS#"$first"}
-for r in $SPEED_RUNS; do add_g 25 120 "g_fsdp ${r%%:*} ${r##*:}"; done
+rest=$(for r in $rest; do [[ $r == *:*:* ]] || echo "$r"; done)   # PyTorch has no "collective" variant
+for r in $SPEED_RUNS; do add_g 25 120 "g_fsdp ${r//:/ }"; done
+CHECKS+=("p1|40|120|chk_p1|fsdptrain --profile-ops $PROF_MODEL micro-batch $PROF_BATCH: device time per op and shape (profile.txt)")
 CHECKS+=("h1|45|150|chk_h1|bench_cuda_ops $PROF_MODEL: GEMM, attention, fwd+bwd timings; first-batch loss vs PyTorch (1%)")
 add_g 30 150 "g_torch ${first%%:*} ${first##*:} eager"
 CHECKS+=("h2|180|240|chk_h2|per-kernel GPU time of the warm-up forward+backward of $PROF_MODEL (nsys, else ncu)")

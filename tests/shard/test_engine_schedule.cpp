@@ -166,6 +166,13 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
   // One rank computes in place: no gather or gradient buffers at all.
   EXPECT_EQ(one.buffers(), 0);
+  // ... unless the collective path is kept (--single-rank-direct false): then
+  // the same buffers as two ranks, whose gradient buffers add half a unit
+  // less for the reduce-scatter output.
+  const MemoryPlan kept =
+      plan_memory(c, 1, DType::bf16, true, 8, 1024, Recompute::none, DType::f32, false);
+  EXPECT_EQ(kept.persistent(), one.persistent());
+  EXPECT_GT(kept.gather_buffers, 0);
   const MemoryPlan two = plan_memory(c, 2, DType::bf16, true, 8, 1024);
   for (int n : {2, 4, 8, 32}) {
     const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
@@ -201,6 +208,14 @@ TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   const int n = g.shard->size();
   EXPECT_GE(per_param, 16.0 / n);
   EXPECT_LE(per_param, 16.0 / n * 1.05 + 16.0 * kShardAlign * (cfg.n_layer + 2) / cfg.num_params());
+  // The collective path kept on one rank (--single-rank-direct false) is planned too.
+  EngineOptions eo;
+  eo.direct_when_unsharded = false;
+  EngineRun kept(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, eo);
+  EXPECT_EQ(
+      kept.engine.buffer_bytes(),
+      plan_memory(cfg, n, DType::f32, true, 2, 16, Recompute::none, DType::f32, false).buffers());
+  EXPECT_GT(kept.engine.buffer_bytes(), 0);
 }
 
 }  // namespace

@@ -1,0 +1,115 @@
+// ProfiledOps must be invisible to the results (same bits as the bare
+// backend) and must account for every op call the model makes, each under
+// its op and shape, only while enabled.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "model/cpu/cpu_ops.h"
+#include "model/profiled_ops.h"
+#include "model/transformer.h"
+#include "tests/model/full_weights.h"
+
+namespace fsdp {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 29;
+  c.n_layer = 2;
+  c.d_model = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_ff = 24;
+  c.max_seq_len = 8;
+  return c;
+}
+
+// One forward and backward; returns the loss sum, leaves gradients in w.
+double step(Ops& ops, const ModelConfig& c, testing::FullWeights& w, int B, int T) {
+  Transformer m(c, ops, B, T);
+  std::vector<int32_t> in(size_t(B) * T), tgt(size_t(B) * T);
+  std::mt19937 rng(5);
+  for (auto& x : in) x = int32_t(rng() % c.vocab_size);
+  for (auto& x : tgt) x = int32_t(rng() % c.vocab_size);
+  m.set_batch(in.data(), tgt.data(), 1.0f);
+  for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
+  for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+  return m.loss_sum();
+}
+
+TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
+  const ModelConfig c = small_config();
+  const int B = 2, T = 8;
+  CpuOps bare;
+  testing::FullWeights w0(model_units(c), 9), w1(model_units(c), 9);
+  const double want = step(bare, c, w0, B, T);
+
+  ProfiledOps prof(std::make_unique<CpuOps>());
+  prof.set_enabled(true);
+  prof.count_step();
+  const double got = step(prof, c, w1, B, T);
+  EXPECT_EQ(got, want);  // bit for bit: the wrapper only forwards
+  for (int u = 0; u < int(model_units(c).size()); ++u)
+    EXPECT_EQ(w1.unit_grads(u), w0.unit_grads(u));
+
+  std::map<std::string, ProfiledOps::Row> by_key;
+  for (const auto& r : prof.rows()) by_key[r.key] = r;
+  const int M = B * T, L = c.n_layer;
+  // Per block forward: q, k, v, o, w1, w3, w2 (7 GEMMs); the head adds one.
+  ASSERT_TRUE(by_key.count("linear 16x16x16"));  // wq and wo: q_dim == d_model here
+  EXPECT_EQ(by_key["linear 16x16x16"].calls, 2 * L);
+  EXPECT_EQ(by_key["linear 16x8x16"].calls, 2 * L);   // wk, wv (kv_dim 8)
+  EXPECT_EQ(by_key["linear 16x24x16"].calls, 2 * L);  // w1, w3
+  EXPECT_EQ(by_key["linear 16x16x24"].calls, L);      // w2
+  EXPECT_DOUBLE_EQ(by_key["linear 16x24x16"].flops, 2 * L * 2.0 * M * 24 * 16);
+  EXPECT_EQ(by_key["attention 2x8x4x2x4"].calls, L);
+  EXPECT_EQ(by_key["attention_backward 2x8x4x2x4"].calls, L);
+  EXPECT_EQ(by_key["rmsnorm 64x4"].calls, L);  // q-norm: M * n_head rows of head_dim
+  EXPECT_EQ(by_key["rmsnorm 32x4"].calls, L);  // k-norm: M * n_kv_head rows
+  EXPECT_EQ(by_key["rmsnorm 16x16"].calls, 2 * L + 1);
+  EXPECT_EQ(by_key["embedding 16x16"].calls, 1);
+  int64_t calls = 0;
+  for (const auto& [k, r] : by_key) {
+    calls += r.calls;
+    EXPECT_GE(r.seconds, 0) << k;
+    EXPECT_GT(r.flops + r.bytes, 0) << k;  // every row has a rate
+  }
+  const std::string table = prof.report(0);
+  EXPECT_NE(table.find("op profile (cpu, 1 steps)"), std::string::npos) << table;
+  EXPECT_NE(table.find("TFLOP/s  linear 16x24x16"), std::string::npos) << table;
+  // One line per row, plus the two header lines.
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), int64_t(by_key.size()) + 2) << table;
+
+  // Disabled: calls pass through untimed.
+  prof.set_enabled(false);
+  step(prof, c, w1, B, T);
+  int64_t after = 0;
+  for (const auto& r : prof.rows()) after += r.calls;
+  EXPECT_EQ(after, calls);
+}
+
+// Marks the caller holds stay valid across the profiler's own, and clearing
+// settles the profiler's spans before the backend recycles them.
+TEST(ProfiledOps, ClearMarksKeepsCollectedTimes) {
+  ProfiledOps prof(std::make_unique<CpuOps>());
+  prof.set_enabled(true);
+  Tensor t = prof.alloc(DType::f32, 1 << 16);
+  const int a = prof.mark();
+  prof.zero(t);
+  prof.zero(t);
+  const int b = prof.mark();
+  EXPECT_GE(prof.seconds(a, b), 0);
+  prof.clear_marks();
+  prof.zero(t);
+  const auto rows = prof.rows();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].key, "zero 65536");
+  EXPECT_EQ(rows[0].calls, 3);
+  EXPECT_DOUBLE_EQ(rows[0].bytes, 3.0 * 4 * 65536);
+  prof.free(t);
+}
+
+}  // namespace
+}  // namespace fsdp
