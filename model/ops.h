@@ -98,6 +98,10 @@ class Ops {
   // dx[M, K] (=|+=) dy W;  dw[N, K] += dy^T x.  dx may be empty (numel 0) to skip it.
   virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
                                int K, bool accumulate_dx) = 0;
+  // y[M, N] = x[M, K] W[N, K]^T + r[M, N]: a linear layer and the residual add
+  // after it, the residual added in the GEMM's epilogue (one rounding on a
+  // GPU instead of two, and no second pass over y). r may alias y.
+  virtual void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) = 0;
 
   // In place on x[B, T, heads, head_dim], rotating the two halves of each head
   // (the "rotate_half" convention of Llama-style checkpoints) by angle
@@ -105,6 +109,18 @@ class Ops {
   virtual void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
   // In place on dx: the transpose (inverse) rotation.
   virtual void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) = 0;
+
+  // QK-norm and RoPE in one op: for every head vector of x[B, T, heads,
+  // head_dim], y = rope(rmsnorm(x) * g), i.e. rmsnorm over the B*T*heads rows
+  // of width head_dim (rstd[B*T*heads], f32, kept for backward) followed by
+  // rope on the result.
+  virtual void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                         int head_dim, float eps, float theta) = 0;
+  // dx = d/dx (overwritten), dg += d/dg, from dy = dL/dy and the forward's
+  // rstd. dy's contents after the call are unspecified: a backend may rotate
+  // it back in place.
+  virtual void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                  int B, int T, int heads, int head_dim, float theta) = 0;
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the

@@ -134,6 +134,10 @@ void ProfiledOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Te
 void ProfiledOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
   timed(shape("linear", {M, N, K}), 2.0 * M * N * K, 0, [&] { inner_->linear(y, x, w, M, N, K); });
 }
+void ProfiledOps::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
+  timed(shape("linear_add", {M, N, K}), 2.0 * M * N * K, 0,
+        [&] { inner_->linear_add(y, x, w, r, M, N, K); });
+}
 void ProfiledOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
                                   int K, bool accumulate_dx) {
   const bool with_dx = dx.numel > 0;
@@ -149,6 +153,18 @@ void ProfiledOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim
   timed(shape("rope_backward", {B * T, heads, head_dim}), 0,
         2.0 * B * T * heads * head_dim * sz(dx),
         [&] { inner_->rope_backward(dx, B, T, heads, head_dim, theta); });
+}
+void ProfiledOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                            int head_dim, float eps, float theta) {
+  timed(shape("norm_rope", {B * T, heads, head_dim}), 0, 2.0 * B * T * heads * head_dim * sz(x),
+        [&] { inner_->norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta); });
+}
+void ProfiledOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
+                                     Tensor rstd, int B, int T, int heads, int head_dim,
+                                     float theta) {
+  timed(shape("norm_rope_backward", {B * T, heads, head_dim}), 0,
+        3.0 * B * T * heads * head_dim * sz(dy),
+        [&] { inner_->norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta); });
 }
 // Causal attention: half the T x T score matrix, two GEMMs forward (QK^T, PV)
 // and five backward (as FlashAttention counts them).

@@ -68,8 +68,13 @@ class ProfiledOps final : public Ops {
   void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
                        bool accumulate_dx) override;
+  void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
   void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
   void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
+                 float eps, float theta) override;
+  void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
+                          int T, int heads, int head_dim, float theta) override;
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
                  int n_kv_head, int head_dim) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,

@@ -165,20 +165,17 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   ops_.linear(a.q_raw, a.h1, w.weight(u, kWq), M, cfg_.q_dim(), d);
   ops_.linear(a.k_raw, a.h1, w.weight(u, kWk), M, cfg_.kv_dim(), d);
   ops_.linear(a.v, a.h1, w.weight(u, kWv), M, cfg_.kv_dim(), d);
-  // QK-norm: RMSNorm over each head's vector, before the rotation.
-  ops_.rmsnorm(a.q, a.q_rstd, a.q_raw, w.weight(u, kQNorm), M * H, hd, eps);
-  ops_.rmsnorm(a.k, a.k_rstd, a.k_raw, w.weight(u, kKNorm), M * Hkv, hd, eps);
-  ops_.rope(a.q, B_, T_, H, hd, cfg_.rope_theta);
-  ops_.rope(a.k, B_, T_, Hkv, hd, cfg_.rope_theta);
+  // QK-norm (RMSNorm over each head's vector), then the rotation, in one op.
+  ops_.norm_rope(a.q, a.q_rstd, a.q_raw, w.weight(u, kQNorm), B_, T_, H, hd, eps, cfg_.rope_theta);
+  ops_.norm_rope(a.k, a.k_rstd, a.k_raw, w.weight(u, kKNorm), B_, T_, Hkv, hd, eps,
+                 cfg_.rope_theta);
   ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
-  ops_.linear(a.mid, a.att, w.weight(u, kWo), M, d, cfg_.q_dim());
-  ops_.add(a.mid, a.mid, x, int64_t(M) * d);
+  // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
+  ops_.linear_add(a.mid, a.att, w.weight(u, kWo), x, M, d, cfg_.q_dim());
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
   mlp_forward(layer, w);
-  Tensor out = res_[layer + 1];
-  ops_.linear(out, a.s, w.weight(u, kW2), M, d, ff);
-  ops_.add(out, out, a.mid, int64_t(M) * d);
+  ops_.linear_add(res_[layer + 1], a.s, w.weight(u, kW2), a.mid, M, d, ff);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
@@ -213,12 +210,12 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // Attention branch.
   ops_.linear_backward(datt_, w.grad(u, kWo), dres_, a.att, w.weight(u, kWo), M, d, qd, false);
   ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
-  ops_.rope_backward(dq_, B_, T_, H, hd, cfg_.rope_theta);
-  ops_.rope_backward(dk_, B_, T_, Hkv, hd, cfg_.rope_theta);
-  ops_.rmsnorm_backward(dq_raw_, w.grad(u, kQNorm), dq_, a.q_raw, w.weight(u, kQNorm), a.q_rstd,
-                        M * H, hd, false);
-  ops_.rmsnorm_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
-                        M * Hkv, hd, false);
+  // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
+  // rotate them in place.
+  ops_.norm_rope_backward(dq_raw_, w.grad(u, kQNorm), dq_, a.q_raw, w.weight(u, kQNorm), a.q_rstd,
+                          B_, T_, H, hd, cfg_.rope_theta);
+  ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
+                          B_, T_, Hkv, hd, cfg_.rope_theta);
   ops_.linear_backward(dh_, w.grad(u, kWq), dq_raw_, a.h1, w.weight(u, kWq), M, qd, d, false);
   ops_.linear_backward(dh_, w.grad(u, kWk), dk_raw_, a.h1, w.weight(u, kWk), M, kvd, d, true);
   ops_.linear_backward(dh_, w.grad(u, kWv), dv_, a.h1, w.weight(u, kWv), M, kvd, d, true);

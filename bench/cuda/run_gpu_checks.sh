@@ -61,7 +61,7 @@ if [ "$DEV" = cuda ]; then
   # model:micro-batch, in order; gpt-1.3b at 8x1024 needs ~21 GiB of fp32
   # state plus ~30 GiB of activations: it fits the H100's 80 GB.
   # (model:micro-batch:collective keeps FSDP's gather/reduce-scatter on one rank)
-  SPEED_RUNS=${SPEED_RUNS:-gpt-350m:8 gpt-350m:16 gpt-350m:16:collective gpt-760m:8 gpt-1.3b:8}
+  SPEED_RUNS=${SPEED_RUNS:-gpt-350m:8 gpt-350m:16 gpt-350m:32 gpt-350m:16:collective gpt-760m:8 gpt-1.3b:8}
   export PROF_MODEL=${PROF_MODEL:-gpt-350m} PROF_BATCH=${PROF_BATCH:-16}
   export STAGED=${STAGED---device-comm staged}
 else

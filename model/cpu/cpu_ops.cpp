@@ -228,12 +228,43 @@ void CpuOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w
                 K);
 }
 
+void CpuOps::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
+  const int64_t n = int64_t(M) * N;
+  float* yo = f32(y, n, "linear_add y");
+  const float* ri = f32(r, n, "linear_add r");
+  // The product goes to a temporary first: r may alias y, and linear's beta 0
+  // would overwrite it before it is read.
+  std::vector<float> tmp(static_cast<size_t>(n));
+  linear({tmp.data(), DType::f32, n}, x, w, M, N, K);
+  for (int64_t i = 0; i < n; ++i) yo[i] = tmp[size_t(i)] + ri[i];
+}
+
 void CpuOps::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
   rotate(x, B, T, heads, head_dim, theta, +1.0);
 }
 
 void CpuOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
   rotate(dx, B, T, heads, head_dim, theta, -1.0);
+}
+
+void CpuOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                       int head_dim, float eps, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+  rmsnorm(y, rstd, x, g, B * T * heads, head_dim, eps);
+  rope(y, B, T, heads, head_dim, theta);
+}
+
+void CpuOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                int B, int T, int heads, int head_dim, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+  const int rows = B * T * heads;
+  const int64_t n = int64_t(rows) * head_dim;
+  const float* dyi = f32(dy, n, "norm_rope dy");
+  // Rotated back in a copy, so the caller's dy stays as it was.
+  std::vector<float> tmp(dyi, dyi + n);
+  const Tensor d{tmp.data(), DType::f32, n};
+  rope_backward(d, B, T, heads, head_dim, theta);
+  rmsnorm_backward(dx, dg, d, x, g, rstd, rows, head_dim, false);
 }
 
 void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,

@@ -35,9 +35,17 @@ class CpuOps final : public Ops {
   void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
                        bool accumulate_dx) override;
+  // The product into a temporary, then y = product + r (so r may alias y).
+  void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
 
   void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
   void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  // The reference is the composition: rmsnorm then rope; backward rotates a
+  // copy of dy back and runs rmsnorm_backward on it (dy is left untouched).
+  void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
+                 float eps, float theta) override;
+  void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
+                          int T, int heads, int head_dim, float theta) override;
 
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
                  int n_kv_head, int head_dim) override;

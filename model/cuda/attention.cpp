@@ -2,6 +2,7 @@
 
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -108,20 +109,33 @@ GraphPtr describe_graph(const AttentionShape& s, bool backward, bool determinist
 
 }  // namespace
 
+// One shape and direction: the graph with every plan heuristic A offers
+// built, and the plan chosen by timing them on the first call's own buffers.
+struct Built {
+  GraphPtr g;
+  bool fallback = false;
+  bool chosen = false;  // timed (or only one plan)
+  int64_t plan = 0, ws = 0;
+};
+
 struct Attention::Impl {
   cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
   bool deterministic = false, allow_fallback = false;
-  std::vector<std::string> engines;  // one line per built graph, for the log
+  std::vector<std::string> engines;  // one line per shape and direction, for the log
   // Key: B, T, H, Hkv, hd, backward.
-  std::map<std::tuple<int, int, int, int, int, bool>, std::pair<GraphPtr, int64_t>> graphs;
+  std::map<std::tuple<int, int, int, int, int, bool>, Built> graphs;
 
-  std::pair<GraphPtr, int64_t>& graph(const AttentionShape& s, bool backward);
+  Built& graph(const AttentionShape& s, bool backward);
+  void choose(Built& b, const AttentionShape& s, bool backward,
+              std::unordered_map<int64_t, void*>& pack, Scratch& scratch);
   void run(const AttentionShape& s, bool backward, std::unordered_map<int64_t, void*>& pack,
            Scratch& scratch);
 };
 
 Attention::Attention(cudaStream_t stream, bool deterministic, bool allow_fallback)
     : impl_(std::make_unique<Impl>()) {
+  impl_->stream = stream;
   impl_->deterministic = deterministic;
   impl_->allow_fallback = allow_fallback;
   FSDP_CUDNN_CHECK(cudnnCreate(&impl_->handle));
@@ -133,7 +147,18 @@ Attention::~Attention() {
   cudnnDestroy(impl_->handle);
 }
 
-std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bool backward) {
+namespace {
+// Every plan the heuristic lists that this GPU supports, built.
+fe::error_t build_all(fe::graph::Graph& g, cudnnHandle_t handle, fe::HeurMode_t mode) {
+  if (auto e = g.validate(); e.is_bad()) return e;
+  if (auto e = g.build_operation_graph(handle); e.is_bad()) return e;
+  if (auto e = g.create_execution_plans({mode}); e.is_bad()) return e;
+  if (auto e = g.check_support(handle); e.is_bad()) return e;
+  return g.build_plans(handle, fe::BuildPlanPolicy_t::ALL);
+}
+}  // namespace
+
+Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
   const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, backward);
   auto it = graphs.find(key);
   if (it != graphs.end()) return it->second;
@@ -143,29 +168,80 @@ std::pair<GraphPtr, int64_t>& Attention::Impl::graph(const AttentionShape& s, bo
   // head sizes, deterministic GQA backward) have none, and cuDNN's FALLBACK
   // engine runs them many times slower: a training run that silently lands
   // there is a performance bug, so only --debug accepts it.
-  GraphPtr g = describe_graph(s, backward, deterministic);
-  bool fallback = false;
-  if (fe::error_t e = g->build(handle, {fe::HeurMode_t::A}); e.is_bad()) {
+  Built b;
+  b.g = describe_graph(s, backward, deterministic);
+  if (fe::error_t e = build_all(*b.g, handle, fe::HeurMode_t::A); e.is_bad()) {
     if (!allow_fallback)
       throw_error("cuDNN has no fast fused-attention engine for the ", what, " pass (B=", s.B,
                   " T=", s.T, " heads=", s.H, " kv_heads=", s.Hkv, " head_dim=", s.hd,
                   "): ", e.get_message(),
                   "; its FALLBACK engine is much slower, so it runs only under --debug. "
                   "head_dim 64 or 128 with T a multiple of 64 is supported everywhere");
-    g = describe_graph(s, backward, deterministic);  // a failed build leaves no usable graph
-    check_fe(g->build(handle, {fe::HeurMode_t::FALLBACK}), what, s);
-    fallback = true;
+    b.g = describe_graph(s, backward, deterministic);  // a failed build leaves no usable graph
+    check_fe(b.g->build(handle, {fe::HeurMode_t::FALLBACK}), what, s);
+    b.fallback = true;
   }
-  int64_t ws = 0;
-  check_fe(g->get_workspace_size(ws), what, s);
-  std::string plan;
-  if (g->get_plan_name(plan).is_bad()) plan = "(unnamed)";
+  return graphs.emplace(key, std::move(b)).first->second;
+}
+
+// The plans differ in tiling and scheduling, not in what they compute, and
+// the heuristic's first is not always the fastest here, so each is timed
+// (best of three after a warm-up) on the first call's buffers: the outputs
+// it overwrites are written again by the call itself. --debug keeps the
+// heuristic's first (deterministic runs want no timing-dependent choice).
+void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward,
+                             std::unordered_map<int64_t, void*>& pack, Scratch& scratch) {
+  const char* what = backward ? "backward" : "forward";
+  const int64_t n = b.fallback ? 1 : b.g->get_execution_plan_count();
+  std::vector<float> ms(size_t(n), -1.0f);
+  if (n > 1 && !deterministic) {
+    int64_t ws_max = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t w = 0;
+      if (b.g->get_workspace_size_plan_at_index(i, w).is_good()) ws_max = std::max(ws_max, w);
+    }
+    void* workspace = ws_max > 0 ? scratch.get(size_t(ws_max)) : nullptr;
+    cudaEvent_t e0, e1;
+    FSDP_CUDA_CHECK(cudaEventCreate(&e0));
+    FSDP_CUDA_CHECK(cudaEventCreate(&e1));
+    for (int64_t i = 0; i < n; ++i) {
+      if (b.g->execute_plan_at_index(handle, pack, workspace, i).is_bad()) continue;
+      for (int rep = 0; rep < 3; ++rep) {
+        FSDP_CUDA_CHECK(cudaEventRecord(e0, stream));
+        (void)b.g->execute_plan_at_index(handle, pack, workspace, i);
+        FSDP_CUDA_CHECK(cudaEventRecord(e1, stream));
+        FSDP_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0;
+        FSDP_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (ms[size_t(i)] < 0 || t < ms[size_t(i)]) ms[size_t(i)] = t;
+      }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    for (int64_t i = 0; i < n; ++i)
+      if (ms[size_t(i)] >= 0 && (ms[size_t(b.plan)] < 0 || ms[size_t(i)] < ms[size_t(b.plan)]))
+        b.plan = i;
+  }
+  check_fe(b.g->get_workspace_size_plan_at_index(b.plan, b.ws), what, s);
+  b.chosen = true;
+
   std::ostringstream line;
+  auto name = [&](int64_t i) {
+    std::string p;
+    if (b.g->get_plan_name_at_index(i, p).is_bad()) p = "(unnamed)";
+    return p;
+  };
   line << "cuDNN SDPA " << what << " B=" << s.B << " T=" << s.T << " heads=" << s.H << "/" << s.Hkv
-       << " head_dim=" << s.hd << ": " << plan << (fallback ? " [FALLBACK]" : "") << ", workspace "
-       << ws << " B";
+       << " head_dim=" << s.hd << ": " << name(b.plan) << (b.fallback ? " [FALLBACK]" : "")
+       << ", workspace " << b.ws << " B";
+  if (ms[size_t(b.plan)] >= 0) {
+    line << "; timed " << n << " plans:";
+    for (int64_t i = 0; i < n; ++i)
+      line << " " << name(i)
+           << (ms[size_t(i)] >= 0 ? " " + std::to_string(ms[size_t(i)]) : " failed")
+           << (ms[size_t(i)] >= 0 ? " ms" : "");
+  }
   engines.push_back(line.str());
-  return graphs.emplace(key, std::make_pair(g, ws)).first->second;
 }
 
 const std::vector<std::string>& Attention::engines() const {
@@ -174,9 +250,11 @@ const std::vector<std::string>& Attention::engines() const {
 
 void Attention::Impl::run(const AttentionShape& s, bool backward,
                           std::unordered_map<int64_t, void*>& pack, Scratch& scratch) {
-  auto& [g, ws] = graph(s, backward);
-  void* workspace = ws > 0 ? scratch.get(size_t(ws)) : nullptr;
-  check_fe(g->execute(handle, pack, workspace), backward ? "backward" : "forward", s);
+  Built& b = graph(s, backward);
+  if (!b.chosen) choose(b, s, backward, pack, scratch);
+  void* workspace = b.ws > 0 ? scratch.get(size_t(b.ws)) : nullptr;
+  check_fe(b.g->execute_plan_at_index(handle, pack, workspace, b.plan),
+           backward ? "backward" : "forward", s);
 }
 
 void Attention::forward(const AttentionShape& s, void* out, float* lse, const void* q,

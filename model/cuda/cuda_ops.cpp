@@ -149,7 +149,8 @@ CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()
   m.ss = reinterpret_cast<double*>(reinterpret_cast<char*>(m.err) + sizeof(double));
   FSDP_CUDA_CHECK(cudaMemsetAsync(m.err, 0, sizeof(int), m.stream));
   FSDP_CUDA_CHECK(cudaMallocHost(&m.host_words, 2 * sizeof(double)));
-  m.gemm = std::make_unique<cuda::Gemm>(options.gemm_workspace_bytes, m.stream);
+  m.gemm = std::make_unique<cuda::Gemm>(options.gemm_workspace_bytes, m.stream,
+                                        /*time_candidates=*/!options.deterministic);
   m.attention = std::make_unique<cuda::Attention>(m.stream, options.deterministic,
                                                   options.allow_slow_attention);
 }
@@ -196,6 +197,7 @@ std::vector<std::string> CudaOps::runtime_report() const {
      << cudnn % 100;
   std::vector<std::string> lines = {os.str()};
   for (const std::string& e : m.attention->engines()) lines.push_back(e);
+  for (const std::string& e : m.gemm->choices()) lines.push_back(e);
   return lines;
 }
 
@@ -344,6 +346,16 @@ void CudaOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
   after("linear");
 }
 
+// As linear, with beta 1 and C = r: the residual is added in the epilogue.
+void CudaOps::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
+  bf16* yo = bf(y, int64_t(M) * N, "linear_add y");
+  const bf16* xi = bf(x, int64_t(M) * K, "linear_add x");
+  const bf16* wi = bf(w, int64_t(N) * K, "linear_add w");
+  const bf16* ri = bf(r, int64_t(M) * N, "linear_add r");
+  impl_->gemm->matmul(true, false, N, M, K, wi, K, xi, K, yo, false, N, 1.0f, ri);
+  after("linear_add");
+}
+
 void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
                               int K, bool accumulate_dx) {
   const bf16* dyi = bf(dy, int64_t(M) * N, "linear dy");
@@ -373,6 +385,47 @@ void CudaOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, fl
   cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, -1.0f,
              impl_->stream);
   after("rope_backward");
+}
+
+void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                        int head_dim, float eps, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+  const int rows = B * T * heads;
+  const int64_t n = int64_t(rows) * head_dim;
+  bf16* yo = bf(y, n, "norm_rope y");
+  float* rs = f32(rstd, rows, "norm_rope rstd");
+  const bf16* xi = bf(x, n, "norm_rope x");
+  const bf16* gi = bf(g, head_dim, "norm_rope g");
+  const float* table = impl_->rope_table(T, head_dim, theta);
+  if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, impl_->stream)) {
+    cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, impl_->stream);
+    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
+  }
+  after("norm_rope");
+}
+
+void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                 int B, int T, int heads, int head_dim, float theta) {
+  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+  const int rows = B * T * heads;
+  const int64_t n = int64_t(rows) * head_dim;
+  bool dg_bf16 = false;
+  void* dgp = grad(dg, head_dim, "norm_rope dg", dg_bf16);
+  bf16* dxo = bf(dx, n, "norm_rope dx");
+  bf16* dyi = bf(dy, n, "norm_rope dy");
+  const bf16* xi = bf(x, n, "norm_rope x");
+  const bf16* gi = bf(g, head_dim, "norm_rope g");
+  const float* rs = f32(rstd, rows, "norm_rope rstd");
+  const float* table = impl_->rope_table(T, head_dim, theta);
+  if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads, head_dim,
+                                impl_->dev, *impl_, impl_->stream)) {
+    // dy's contents are unspecified after the call (Ops::norm_rope_backward),
+    // so it is rotated back in place.
+    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
+    cuda::rmsnorm_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, rows, head_dim, false, impl_->dev,
+                           *impl_, impl_->stream);
+  }
+  after("norm_rope_backward");
 }
 
 void CudaOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,

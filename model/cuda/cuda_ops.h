@@ -23,8 +23,10 @@ namespace fsdp {
 struct CudaOpsOptions {
   int device = -1;  // CUDA device ordinal; -1 keeps the calling thread's current device
   // --debug: deterministic cuDNN attention backward (the other kernels are
-  // deterministic always), and a stream synchronisation after every op so a
-  // failure names the op that caused it instead of a later one.
+  // deterministic always), the libraries' first-ranked GEMM and attention
+  // plans instead of the fastest by timing (which may differ run to run), and
+  // a stream synchronisation after every op so a failure names the op that
+  // caused it instead of a later one.
   bool deterministic = false;
   bool sync_each_op = false;
   // --debug: accept cuDNN's slow FALLBACK attention engine for shapes the
@@ -77,9 +79,16 @@ class CudaOps final : public Ops {
   void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
                        bool accumulate_dx) override;
+  void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
 
   void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
   void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  // One fused kernel each way (norm_rope.cu) where the head_dim allows, else
+  // rmsnorm and rope one after the other (backward: dy rotated in place).
+  void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
+                 float eps, float theta) override;
+  void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
+                          int T, int heads, int head_dim, float theta) override;
 
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
                  int n_kv_head, int head_dim) override;

@@ -24,9 +24,10 @@ uint32_t alignment_of(const void* p) {
 struct Key {
   bool ta, tb, d_f32, accumulate;
   int m, n, k, lda, ldb, ldd;
-  uint32_t align_a, align_b, align_d;
+  uint32_t align_a, align_b, align_c, align_d;
   auto tie() const {
-    return std::tie(ta, tb, d_f32, accumulate, m, n, k, lda, ldb, ldd, align_a, align_b, align_d);
+    return std::tie(ta, tb, d_f32, accumulate, m, n, k, lda, ldb, ldd, align_a, align_b, align_c,
+                    align_d);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -41,13 +42,14 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulAlgo_t> algos;
   size_t chosen = 0;
+  bool timed = false;
 };
 
 std::string describe(const Key& k) {
   std::ostringstream os;
   os << "gemm m=" << k.m << " n=" << k.n << " k=" << k.k << (k.ta ? " A^T" : "")
      << (k.tb ? " B^T" : "") << (k.d_f32 ? " f32 out" : " bf16 out") << ", alignments " << k.align_a
-     << "/" << k.align_b << "/" << k.align_d << " bytes";
+     << "/" << k.align_b << "/" << k.align_c << "/" << k.align_d << " bytes";
   return os.str();
 }
 
@@ -58,13 +60,25 @@ struct Gemm::Impl {
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  bool time_candidates = true;
   std::map<Key, Plan> plans;
+  std::vector<std::string> choices;
 
   Plan& plan(const Key& key);
+  cublasStatus_t launch(const Plan& p, size_t algo, const void* A, const void* B, float beta,
+                        const void* C, void* D) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(handle, p.op, &alpha, A, p.a, B, p.b, &beta, C, p.d, D, p.d,
+                          &p.algos[algo], workspace, workspace_bytes, stream);
+  }
+  void time(Plan& p, const Key& key, const void* A, const void* B, float beta, const void* C,
+            void* D);
 };
 
-Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, bool time_candidates)
+    : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
+  impl_->time_candidates = time_candidates;
   impl_->workspace_bytes = workspace_bytes;
   FSDP_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
   FSDP_CUDA_CHECK(cudaMalloc(&impl_->workspace, workspace_bytes));
@@ -109,7 +123,7 @@ Plan& Gemm::Impl::plan(const Key& key) {
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
   for (const auto& [attr, v] : aligns)
     FSDP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v));
@@ -125,23 +139,77 @@ Plan& Gemm::Impl::plan(const Key& key) {
   return plans.emplace(key, p).first->second;
 }
 
+// The heuristic ranks its candidates by a model of the GPU; on the GPU
+// itself the first is often not the fastest (narrow outputs such as the k
+// and v projections' weight gradients most of all). Each candidate runs once
+// to warm up, then three times, on the first call's operands; the fastest
+// best-of-three wins for the rest of the run. A product that adds into its
+// output (beta != 0) is timed into a scratch output, so the caller's is not
+// added to four times per candidate.
+void Gemm::Impl::time(Plan& p, const Key& key, const void* A, const void* B, float beta,
+                      const void* C, void* D) {
+  p.timed = true;
+  if (!time_candidates || p.algos.size() < 2) return;
+  void* scratch = nullptr;
+  if (beta != 0.0f) {
+    const size_t bytes = size_t(key.ldd) * size_t(key.n) * (key.d_f32 ? 4 : 2);
+    FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream));
+    if (C == D) C = scratch;  // its contents only slow nothing down
+    D = scratch;
+  }
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  FSDP_CUDA_CHECK(cudaEventCreate(&e0));
+  FSDP_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms(p.algos.size(), -1.0f);
+  for (size_t i = 0; i < p.algos.size(); ++i) {
+    if (launch(p, i, A, B, beta, C, D) != CUBLAS_STATUS_SUCCESS) continue;  // refused: skip
+    for (int rep = 0; rep < 3; ++rep) {
+      FSDP_CUDA_CHECK(cudaEventRecord(e0, stream));
+      FSDP_CUBLAS_CHECK(launch(p, i, A, B, beta, C, D), describe(key));
+      FSDP_CUDA_CHECK(cudaEventRecord(e1, stream));
+      FSDP_CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      FSDP_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      if (ms[i] < 0 || t < ms[i]) ms[i] = t;
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (scratch) FSDP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (ms[i] >= 0 && (ms[p.chosen] < 0 || ms[i] < ms[p.chosen])) p.chosen = i;
+  std::ostringstream os;
+  os << "cuBLASLt " << describe(key) << (key.accumulate ? ", beta 1" : "") << ": candidate "
+     << p.chosen + 1 << " of " << ms.size() << "; ms:";
+  for (float t : ms) os << " " << (t >= 0 ? std::to_string(t).substr(0, 6) : "refused");
+  choices.push_back(os.str());
+}
+
+std::vector<std::string> Gemm::choices() const {
+  return impl_->choices;
+}
+
 void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
-                  const void* B, int ldb, void* D, bool d_f32, int ldd, float beta) {
+                  const void* B, int ldb, void* D, bool d_f32, int ldd, float beta, const void* C) {
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // an empty sum: D = beta * D, which for beta 0 or 1 is a clear or nothing
+  if (!C) C = D;
+  if (k == 0) {  // an empty sum: D = beta * C, which for beta 0 or 1 is a clear or a copy
+    FSDP_CHECK(beta == 0.0f || beta == 1.0f, "gemm with k = 0 and beta ", beta);
+    const size_t es = d_f32 ? 4 : 2;
     if (beta == 0.0f)
-      FSDP_CUDA_CHECK(cudaMemset2DAsync(D, size_t(ldd) * (d_f32 ? 4 : 2), 0,
-                                        size_t(m) * (d_f32 ? 4 : 2), n, impl_->stream));
+      FSDP_CUDA_CHECK(cudaMemset2DAsync(D, size_t(ldd) * es, 0, size_t(m) * es, n, impl_->stream));
+    else if (C != D)
+      FSDP_CUDA_CHECK(cudaMemcpy2DAsync(D, size_t(ldd) * es, C, size_t(ldd) * es, size_t(m) * es, n,
+                                        cudaMemcpyDeviceToDevice, impl_->stream));
     return;
   }
-  const Key key{trans_a, trans_b,         d_f32,           beta != 0.0f,   m, n, k, lda, ldb,
-                ldd,     alignment_of(A), alignment_of(B), alignment_of(D)};
+  const Key key{
+      trans_a,         trans_b,         d_f32,           beta != 0.0f,   m, n, k, lda, ldb, ldd,
+      alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(D)};
   Plan& p = impl_->plan(key);
-  const float alpha = 1.0f;
+  if (!p.timed) impl_->time(p, key, A, B, beta, C, D);
   for (;;) {
-    const cublasStatus_t st =
-        cublasLtMatmul(impl_->handle, p.op, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d,
-                       &p.algos[p.chosen], impl_->workspace, impl_->workspace_bytes, impl_->stream);
+    const cublasStatus_t st = impl_->launch(p, p.chosen, A, B, beta, C, D);
     // Refusals are reported before anything is enqueued, so retrying is safe.
     const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
     if (!refused || p.chosen + 1 == p.algos.size()) {

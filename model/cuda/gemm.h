@@ -9,22 +9,33 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace fsdp::cuda {
 
 class Gemm {
  public:
-  Gemm(size_t workspace_bytes, cudaStream_t stream);
+  // time_candidates: choose each shape's algorithm by timing the heuristic's
+  // candidates on its first call (off under --debug: a choice that depends
+  // on timing may differ between runs, and --debug promises repeatable bits).
+  Gemm(size_t workspace_bytes, cudaStream_t stream, bool time_candidates = true);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // cuBLASLt's native column-major form: D[m, n] = op(A) op(B) + beta * D,
+  // cuBLASLt's native column-major form: D[m, n] = op(A) op(B) + beta * C,
   // with A and B bf16 and D bf16 or f32 (d_f32). op(A) is A^T when trans_a;
   // A is stored [trans_a ? k : m, trans_a ? m : k] with leading dimension lda,
-  // B likewise [trans_b ? n : k, ...] with ldb.
+  // B likewise [trans_b ? n : k, ...] with ldb. C has D's layout and type
+  // (a residual added in the epilogue); nullptr means D itself, and C may
+  // equal D.
   void matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
-              const void* B, int ldb, void* D, bool d_f32, int ldd, float beta);
+              const void* B, int ldb, void* D, bool d_f32, int ldd, float beta,
+              const void* C = nullptr);
+
+  // One line per shape timed so far: the candidate chosen and every time.
+  std::vector<std::string> choices() const;
 
  private:
   struct Impl;

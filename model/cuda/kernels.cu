@@ -69,16 +69,43 @@ __device__ __forceinline__ T from_f(float v) {
 // After a stable sort of (token, position) by token, each run of equal tokens
 // is one vocabulary row's contributions in position order. One block per
 // sorted index; only the block at the start of a run works, summing the run
-// in order, so no two threads ever add into the same dwte element.
+// in order, so no two threads ever add into the same dwte element. Frequent
+// tokens make long runs (a space or "the" can be a few percent of a batch),
+// so the run's end is found 32 keys a step with a ballot, and kUnroll rows are
+// loaded before they are added (still in order): the loads overlap instead of
+// waiting one after another.
 template <typename W, int VEC>
 __global__ void embedding_backward_kernel(W* dwte, const bf16* dout, const int32_t* keys,
                                           const int32_t* positions, int n, int C, int64_t vocab) {
+  constexpr int kUnroll = 8;
   const int s = blockIdx.x;
   const int key = keys[s];
   if ((s > 0 && keys[s - 1] == key) || key < 0 || key >= vocab) return;
+  const int lane = threadIdx.x % 32;
+  int e = s;  // one past the run's end; every warp finds it (blockDim is a multiple of 32)
+  for (;;) {
+    const int j = e + lane;
+    const unsigned same = __ballot_sync(0xffffffffu, j < n && keys[j] == key);
+    if (same != 0xffffffffu) {
+      e += __ffs(~same) - 1;
+      break;
+    }
+    e += 32;
+  }
   for (int c = threadIdx.x * VEC; c < C; c += blockDim.x * VEC) {
     float acc[VEC] = {};
-    for (int j = s; j < n && keys[j] == key; ++j) {
+    int j = s;
+    for (; j + kUnroll <= e; j += kUnroll) {
+      float d[kUnroll][VEC];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        load_vec<VEC>(dout + int64_t(positions[j + u]) * C + c, d[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k] += d[u][k];
+    }
+    for (; j < e; ++j) {
       float d[VEC];
       load_vec<VEC>(dout + int64_t(positions[j]) * C + c, d);
 #pragma unroll
@@ -170,12 +197,40 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     // order the clearing before any lane's first add.
     __syncthreads();
   }
+  // With ITERS > 0 the lane's g columns, and each row's dy and x, also stay
+  // in registers between the two passes over the row, which then reads
+  // memory once instead of twice (same arithmetic in the same order).
+  // (Up to 4 iterations: at 8, d_model 2048, the copies would not fit the
+  // 255 registers a thread has and would spill.)
+  constexpr bool kCache = ITERS > 0 && ITERS <= 4;
+  constexpr int R = kCache ? ITERS : 1;
+  [[maybe_unused]] float gc[R][VEC];
+  if constexpr (kCache) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int c = (lane + i * G) * VEC;
+      if (c < dim) load_vec<VEC>(g + c, gc[i]);
+    }
+  }
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * dim;
     float dot = 0.0f;
-    if (active)
+    [[maybe_unused]] float dc[R][VEC], xc[R][VEC];
+    if constexpr (kCache) {
+      if (active)
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+          const int c = (lane + i * G) * VEC;
+          if (c < dim) {
+            load_vec<VEC>(dy + off + c, dc[i]);
+            load_vec<VEC>(x + off + c, xc[i]);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) dot += dc[i][k] * gc[i][k] * xc[i][k];
+          }
+        }
+    } else if (active) {
       for (int c = lane * VEC; c < dim; c += G * VEC) {
         float d[VEC], xv[VEC], gv[VEC];
         load_vec<VEC>(dy + off + c, d);
@@ -184,42 +239,64 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
 #pragma unroll
         for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
       }
+    }
     dot = warp_sum(dot, G);
     if (!active) continue;
     const float rs = rstd[row];
     const float cc = rs * rs * dot / float(dim);
-    auto column = [&](int c, float(&a)[VEC]) {
-      float d[VEC], xv[VEC], gv[VEC], o[VEC];
-      load_vec<VEC>(dy + off + c, d);
-      load_vec<VEC>(x + off + c, xv);
-      load_vec<VEC>(g + c, gv);
-      if (accumulate_dx) {
-        load_vec<VEC>(dx + off + c, o);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
-        a[k] += d[k] * xv[k] * rs;
-      }
-      store_vec<VEC>(dx + off + c, o);
-    };
-    if constexpr (ITERS > 0) {
+    if constexpr (kCache) {
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int c = (lane + i * G) * VEC;
-        if (c < dim) column(c, acc[i]);
+        if (c >= dim) continue;
+        float o[VEC];
+        if (accumulate_dx) {
+          load_vec<VEC>(dx + off + c, o);
+        } else {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          o[k] += rs * (dc[i][k] * gc[i][k] - xc[i][k] * cc);
+          acc[i][k] += dc[i][k] * xc[i][k] * rs;
+        }
+        store_vec<VEC>(dx + off + c, o);
       }
     } else {
-      for (int c = lane * VEC; c < dim; c += G * VEC) {
-        float a[VEC];
+      auto column = [&](int c, float(&a)[VEC]) {
+        float d[VEC], xv[VEC], gv[VEC], o[VEC];
+        load_vec<VEC>(dy + off + c, d);
+        load_vec<VEC>(x + off + c, xv);
+        load_vec<VEC>(g + c, gv);
+        if (accumulate_dx) {
+          load_vec<VEC>(dx + off + c, o);
+        } else {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
-        column(c, a);
+          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
+        }
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
+        for (int k = 0; k < VEC; ++k) {
+          o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
+          a[k] += d[k] * xv[k] * rs;
+        }
+        store_vec<VEC>(dx + off + c, o);
+      };
+      if constexpr (ITERS > 0) {
+#pragma unroll
+        for (int i = 0; i < ITERS; ++i) {
+          const int c = (lane + i * G) * VEC;
+          if (c < dim) column(c, acc[i]);
+        }
+      } else {
+        for (int c = lane * VEC; c < dim; c += G * VEC) {
+          float a[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
+          column(c, a);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
+        }
       }
     }
   }
@@ -398,14 +475,20 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
     with_iters(std::integral_constant<int, 1>{});
   }
   FSDP_LAUNCH_CHECK("rmsnorm_backward_kernel");
-  const dim3 rthreads(32, 8);
+  rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, dim, stream);
+}
+
+void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks, int dim,
+                       cudaStream_t stream) {
+  if (dim == 0) return;
+  const dim3 threads(32, 8);
   const unsigned rblocks = blocks_for(dim, 32);
   if (dg_bf16) {
     rmsnorm_dg_reduce_kernel<bf16>
-        <<<rblocks, rthreads, 0, stream>>>(static_cast<bf16*>(dg), partial, blocks, dim);
+        <<<rblocks, threads, 0, stream>>>(static_cast<bf16*>(dg), partial, blocks, dim);
   } else {
     rmsnorm_dg_reduce_kernel<float>
-        <<<rblocks, rthreads, 0, stream>>>(static_cast<float*>(dg), partial, blocks, dim);
+        <<<rblocks, threads, 0, stream>>>(static_cast<float*>(dg), partial, blocks, dim);
   }
   FSDP_LAUNCH_CHECK("rmsnorm_dg_reduce_kernel");
 }

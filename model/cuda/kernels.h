@@ -1,4 +1,4 @@
-// Host-side launchers of the fused kernels (kernels.cu, optim_kernels.cu).
+// Host-side launchers of the fused kernels (kernels.cu, norm_rope.cu, pointwise.cu).
 // Each enqueues its work on `stream` and checks the launch; sizes and dtypes
 // were validated by CudaOps before the call. Pointers are device pointers.
 #pragma once
@@ -42,11 +42,29 @@ void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int row
 void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                       const bf16* g, const float* rstd, int rows, int dim, bool accumulate_dx,
                       const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream);
+// dg[dim] += the sum of `blocks` partial rows partial[blocks, dim] (f32), added
+// in block order: the last step of every RMSNorm-style backward.
+void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks, int dim,
+                       cudaStream_t stream);
 
 // cos_sin holds [T, head_dim/2] cosines followed by as many sines (f32).
 // sign +1 rotates forward, -1 applies the transpose.
 void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
           cudaStream_t stream);
+
+// QK-norm then RoPE fused (norm_rope.cu): per head vector of x[B, T, heads,
+// hd], y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates
+// dy back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when
+// dg_bf16, else f32). Both return false, having enqueued nothing, when the
+// shape or alignment is not one the fused kernels handle (hd must be
+// 16 * 2^i up to 512, pointers 16-byte aligned); the caller then composes
+// rmsnorm and rope.
+bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
+                       int B, int T, int heads, int hd, float eps, cudaStream_t stream);
+bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
+                        const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
+                        int heads, int hd, const DeviceInfo& dev, Scratch& scratch,
+                        cudaStream_t stream);
 
 void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
@@ -57,7 +75,7 @@ void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
                    float grad_scale, int* err, cudaStream_t stream);
 
-// ---- optimizer and engine (optim_kernels.cu) ---------------------------------
+// ---- optimizer and engine (pointwise.cu) -------------------------------------
 void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);
 void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
 void accumulate_f32(float* dst, const float* src, float scale, int64_t n, cudaStream_t stream);

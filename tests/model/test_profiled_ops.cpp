@@ -57,17 +57,26 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   std::map<std::string, ProfiledOps::Row> by_key;
   for (const auto& r : prof.rows()) by_key[r.key] = r;
   const int M = B * T, L = c.n_layer;
-  // Per block forward: q, k, v, o, w1, w3, w2 (7 GEMMs); the head adds one.
-  ASSERT_TRUE(by_key.count("linear 16x16x16"));  // wq and wo: q_dim == d_model here
-  EXPECT_EQ(by_key["linear 16x16x16"].calls, 2 * L);
+  // Per block forward: q, k, v, o, w1, w3, w2 (7 GEMMs), o and w2 with the
+  // residual add in the epilogue; the head adds one.
+  ASSERT_TRUE(by_key.count("linear 16x16x16"));  // wq (q_dim == d_model here)
+  EXPECT_EQ(by_key["linear 16x16x16"].calls, L);
+  EXPECT_EQ(by_key["linear_add 16x16x16"].calls, L);  // wo + residual
   EXPECT_EQ(by_key["linear 16x8x16"].calls, 2 * L);   // wk, wv (kv_dim 8)
   EXPECT_EQ(by_key["linear 16x24x16"].calls, 2 * L);  // w1, w3
-  EXPECT_EQ(by_key["linear 16x16x24"].calls, L);      // w2
+  EXPECT_EQ(by_key["linear_add 16x16x24"].calls, L);  // w2 + residual
+  EXPECT_EQ(by_key.count("linear 16x16x24"), 0u);
+  EXPECT_EQ(by_key.count("add 256"), 0u);  // no separate residual adds left
   EXPECT_DOUBLE_EQ(by_key["linear 16x24x16"].flops, 2 * L * 2.0 * M * 24 * 16);
+  EXPECT_DOUBLE_EQ(by_key["linear_add 16x16x24"].flops, L * 2.0 * M * 16 * 24);
   EXPECT_EQ(by_key["attention 2x8x4x2x4"].calls, L);
   EXPECT_EQ(by_key["attention_backward 2x8x4x2x4"].calls, L);
-  EXPECT_EQ(by_key["rmsnorm 64x4"].calls, L);  // q-norm: M * n_head rows of head_dim
-  EXPECT_EQ(by_key["rmsnorm 32x4"].calls, L);  // k-norm: M * n_kv_head rows
+  // QK-norm and RoPE fused: M rows of n_head (q) or n_kv_head (k) heads of 4.
+  EXPECT_EQ(by_key["norm_rope 16x4x4"].calls, L);
+  EXPECT_EQ(by_key["norm_rope 16x2x4"].calls, L);
+  EXPECT_EQ(by_key["norm_rope_backward 16x4x4"].calls, L);
+  EXPECT_EQ(by_key["norm_rope_backward 16x2x4"].calls, L);
+  EXPECT_EQ(by_key.count("rmsnorm 64x4") + by_key.count("rope 16x4x4"), 0u);
   EXPECT_EQ(by_key["rmsnorm 16x16"].calls, 2 * L + 1);
   EXPECT_EQ(by_key["embedding 16x16"].calls, 1);
   int64_t calls = 0;

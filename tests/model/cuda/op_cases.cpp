@@ -1,42 +1,18 @@
 // The op table (see op_cases.h): one builder per op, then the list of cases.
 // A builder's bind lambda must draw its random inputs in a fixed order and
-// never branch on the backend, so both backends see the same inputs.
+// never branch on the backend, so both backends see the same inputs. The
+// fused ops' builders are in fused_op_cases.cpp.
 #include "tests/model/cuda/op_cases.h"
 
 #include <cctype>
-#include <cstdio>
 #include <limits>
 #include <utility>
 
 #include "model/params.h"
+#include "tests/model/cuda/op_case_util.h"
 
 namespace fsdp::test {
 namespace {
-
-constexpr DType BF = DType::bf16, F32 = DType::f32;
-constexpr float kTheta = 10000.0f;  // RoPE base
-
-template <typename... A>
-std::string fmt(const char* f, A... a) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a...);
-  return buf;
-}
-
-// Compare t with the reference's tensor at the same place.
-Check vs_ref(std::string what, Tensor t, Tol tol) {
-  Check c;
-  c.what = std::move(what);
-  c.t = t;
-  c.tol = tol;
-  return c;
-}
-// Compare t with known host values (the reference is not consulted).
-Check vs_host(std::string what, Tensor t, Tol tol, std::vector<float> want) {
-  Check c = vs_ref(std::move(what), t, tol);
-  c.want = std::move(want);
-  return c;
-}
 
 // ---- embedding --------------------------------------------------------------
 // few_tokens: only 10 distinct ids (0, 7, ..., 63), so the backward's
@@ -528,9 +504,15 @@ std::vector<OpCase> op_cases() {
     t.push_back(linear_case(s.M, s.N, s.K, LinDx::skipped, BF));
   }
   t.push_back(linear_misaligned_case(64, 48, 32));
+  for (Mnk s : {Mnk{256, 192, 128}, Mnk{100, 72, 40}})
+    for (bool alias : {false, true}) t.push_back(linear_add_case(s.M, s.N, s.K, alias));
 
   // head_dim 12: the unvectorised path.
   for (int hd : {64, 16, 12}) t.push_back(rope_case(2, 40, 3, hd));
+  // QK-norm + RoPE: head_dim 64 and 128 take the fused kernels, 12 the
+  // composition of rmsnorm and rope they fall back to.
+  for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
+  t.push_back(norm_rope_case(2, 40, 3, 64, F32));
 
   // Grouped (4:2, 8:2) and plain (4:4) heads; head_dim 64, 16, 128.
   t.push_back(attention_case(2, 128, 4, 2, 64));
@@ -575,7 +557,10 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
     t.push_back(linear_case(M, p.N, p.K, LinDx::set, BF));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
   }
+  t.push_back(linear_add_case(M, d, c.d_ff, false));
+  t.back().variant = "w2 + residual, " + t.back().variant;
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
+  t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
   t.push_back(swiglu_case(int64_t(M) * c.d_ff));
   t.push_back(add_case(int64_t(M) * d, false));

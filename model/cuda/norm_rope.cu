@@ -1,0 +1,158 @@
+// QK-norm and RoPE in one kernel each way. Per head vector of q or k: the
+// RMSNorm with its gain, then the rotate-half rotation by the token's
+// position, so the normalised vector is never stored and read back, and in
+// backward the un-rotated gradient never is either. A lane holds VEC element
+// pairs (c, c + head_dim/2), exactly the pairs RoPE rotates, so nothing moves
+// between lanes but the row's sum. bf16 in and out, fp32 arithmetic, fixed
+// reduction order (dg through the same per-block partial rows as RMSNorm).
+#include <algorithm>
+
+#include "model/cuda/device_utils.cuh"
+#include "model/cuda/kernels.h"
+
+namespace fsdp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// G lanes per head vector (2 * G * VEC == head_dim), kThreads / G vectors a block.
+template <int VEC>
+__global__ void norm_rope_forward_kernel(bf16* y, float* rstd, const bf16* x, const bf16* g,
+                                         const float* cos_sin, int64_t rows, int T, int heads,
+                                         int hd, float eps, int G) {
+  const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
+  const int64_t row = int64_t(blockIdx.x) * gpb + group;
+  const bool active = row < rows;
+  const int half = hd / 2, c = lane * VEC;
+  const int64_t off = (active ? row : 0) * hd;
+  float lo[VEC], hi[VEC], ss = 0.0f;
+  load_vec<VEC>(x + off + c, lo);
+  load_vec<VEC>(x + off + half + c, hi);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) ss += lo[k] * lo[k] + hi[k] * hi[k];
+  ss = warp_sum(ss, G);
+  if (!active) return;
+  const float rs = 1.0f / sqrtf(ss / float(hd) + eps);
+  if (lane == 0) rstd[row] = rs;
+  const int t = int((row / heads) % T);
+  const float* cs = cos_sin + int64_t(t) * half + c;
+  const float* sn = cos_sin + (int64_t(T) + t) * half + c;
+  float glo[VEC], ghi[VEC];
+  load_vec<VEC>(g + c, glo);
+  load_vec<VEC>(g + half + c, ghi);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const float a = lo[k] * rs * glo[k], b = hi[k] * rs * ghi[k];
+    lo[k] = a * cs[k] - b * sn[k];
+    hi[k] = b * cs[k] + a * sn[k];
+  }
+  store_vec<VEC>(y + off + c, lo);
+  store_vec<VEC>(y + off + half + c, hi);
+}
+
+// dy is first rotated back (the transpose rotation), then RMSNorm's backward:
+// dx_j = r (d_j g_j - x_j r^2 mean_i(d_i g_i x_i)), dg_j += sum_rows d_j x_j r.
+template <int VEC>
+__global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
+                                          const bf16* g, const float* rstd, const float* cos_sin,
+                                          int64_t rows, int T, int heads, int hd, int G) {
+  extern __shared__ float dg_rows[];
+  const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
+  const int half = hd / 2, c = lane * VEC;
+  float glo[VEC], ghi[VEC], alo[VEC], ahi[VEC];
+  load_vec<VEC>(g + c, glo);
+  load_vec<VEC>(g + half + c, ghi);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) alo[k] = ahi[k] = 0.0f;
+  for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
+    const int64_t row = base + group;
+    const bool active = row < rows;
+    const int64_t off = (active ? row : 0) * hd;
+    const int t = int(((active ? row : 0) / heads) % T);
+    const float* cs = cos_sin + int64_t(t) * half + c;
+    const float* sn = cos_sin + (int64_t(T) + t) * half + c;
+    float dlo[VEC], dhi[VEC], xlo[VEC], xhi[VEC], dot = 0.0f;
+    load_vec<VEC>(dy + off + c, dlo);
+    load_vec<VEC>(dy + off + half + c, dhi);
+    load_vec<VEC>(x + off + c, xlo);
+    load_vec<VEC>(x + off + half + c, xhi);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float a = dlo[k], b = dhi[k];
+      dlo[k] = a * cs[k] + b * sn[k];
+      dhi[k] = b * cs[k] - a * sn[k];
+      dot += dlo[k] * glo[k] * xlo[k] + dhi[k] * ghi[k] * xhi[k];
+    }
+    dot = warp_sum(dot, G);
+    if (!active) continue;
+    const float rs = rstd[row], cc = rs * rs * dot / float(hd);
+    float olo[VEC], ohi[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      olo[k] = rs * (dlo[k] * glo[k] - xlo[k] * cc);
+      ohi[k] = rs * (dhi[k] * ghi[k] - xhi[k] * cc);
+      alo[k] += dlo[k] * xlo[k] * rs;
+      ahi[k] += dhi[k] * xhi[k] * rs;
+    }
+    store_vec<VEC>(dx + off + c, olo);
+    store_vec<VEC>(dx + off + half + c, ohi);
+  }
+  float* my = dg_rows + group * hd;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    my[c + k] = alo[k];
+    my[half + c + k] = ahi[k];
+  }
+  __syncthreads();
+  for (int col = threadIdx.x; col < hd; col += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < gpb; ++k) s += dg_rows[k * hd + col];
+    partial[int64_t(blockIdx.x) * hd + col] = s;
+  }
+}
+
+// Lanes per head vector when the fused kernels apply: VEC-wide pairs need
+// head_dim = 2 * G * kVec with G a power of two up to 32 (16 ... 512); 0 otherwise.
+int lanes_for(int hd) {
+  for (int G = 1; G <= 32; G *= 2)
+    if (2 * G * kVec == hd) return G;
+  return 0;
+}
+
+}  // namespace
+
+bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
+                       int B, int T, int heads, int hd, float eps, cudaStream_t stream) {
+  const int G = lanes_for(hd);
+  if (G == 0 || !aligned16(y) || !aligned16(x) || !aligned16(g)) return false;
+  const int64_t rows = int64_t(B) * T * heads;
+  if (rows == 0) return true;
+  const int gpb = kThreads / G;
+  norm_rope_forward_kernel<kVec><<<blocks_for(rows, gpb, int64_t(1) << 31), kThreads, 0, stream>>>(
+      y, rstd, x, g, cos_sin, rows, T, heads, hd, eps, G);
+  FSDP_LAUNCH_CHECK("norm_rope_forward_kernel");
+  return true;
+}
+
+bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
+                        const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
+                        int heads, int hd, const DeviceInfo& dev, Scratch& scratch,
+                        cudaStream_t stream) {
+  const int G = lanes_for(hd);
+  if (G == 0 || !aligned16(dx) || !aligned16(dy) || !aligned16(x) || !aligned16(g)) return false;
+  const int64_t rows = int64_t(B) * T * heads;
+  if (rows == 0) return true;
+  const int gpb = kThreads / G;
+  // One f32 dg row per group: (kThreads / G) * (2 * G * kVec) floats, 16 KiB
+  // for every head_dim the kernel takes, within the default 48 KiB.
+  const size_t smem = size_t(gpb) * hd * sizeof(float);
+  const int blocks = int(std::min<int64_t>((rows + gpb - 1) / gpb, int64_t(dev.sm_count) * 4));
+  auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * hd * sizeof(float)));
+  norm_rope_backward_kernel<kVec><<<blocks, kThreads, smem, stream>>>(
+      dx, partial, dy, x, g, rstd, cos_sin, rows, T, heads, hd, G);
+  FSDP_LAUNCH_CHECK("norm_rope_backward_kernel");
+  rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, hd, stream);
+  return true;
+}
+
+}  // namespace fsdp::cuda

@@ -1,0 +1,49 @@
+// What the op table's builder files (op_cases.cpp, fused_op_cases.cpp) share:
+// short dtype names, the RoPE base, a printf-style formatter for shapes, the
+// two kinds of check, and the builders that live outside op_cases.cpp (so
+// neither file grows past a readable length). Not for other users: op_cases.h
+// is the table's interface.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/model/cuda/op_cases.h"
+
+namespace fsdp::test {
+
+inline constexpr DType BF = DType::bf16, F32 = DType::f32;
+inline constexpr float kTheta = 10000.0f;  // RoPE base
+
+template <typename... A>
+std::string fmt(const char* f, A... a) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
+
+// Compare t with the reference's tensor at the same place.
+inline Check vs_ref(std::string what, Tensor t, Tol tol) {
+  Check c;
+  c.what = std::move(what);
+  c.t = t;
+  c.tol = tol;
+  return c;
+}
+// Compare t with known host values (the reference is not consulted).
+inline Check vs_host(std::string what, Tensor t, Tol tol, std::vector<float> want) {
+  Check c = vs_ref(std::move(what), t, tol);
+  c.want = std::move(want);
+  return c;
+}
+
+// ---- fused ops (fused_op_cases.cpp) -------------------------------------------
+// linear_add: y = x W^T + r; alias: r is y itself (y holds the residual on
+// entry), as the model's residual stream calls it.
+OpCase linear_add_case(int M, int N, int K, bool alias);
+// norm_rope: QK-norm and RoPE over [B, T, H, hd], backward with dg of dtype dg.
+OpCase norm_rope_case(int B, int T, int H, int hd, DType dg);
+
+}  // namespace fsdp::test
