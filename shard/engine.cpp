@@ -194,8 +194,12 @@ void FsdpEngine::issue_reduce(int unit) {
   note("reduce", unit);
   shard_.wait_stream(ops_.stream());  // the gradients were just computed there
   ++in_flight_;
-  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.rs_out.data, size_t(u.layout.shard), rt_,
-                                   ReduceOp::sum);
+  // The first micro-batch of a step finds the shard's gradient zero (the
+  // update and discard_gradients leave it so), so an f32 reduce-scatter can
+  // write it directly: no accumulate pass over the shard afterwards.
+  s.into_shard = micro_batch_ == 0 && rt_ == DType::f32 && u.grad.dtype == DType::f32;
+  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.into_shard ? u.grad.data : s.rs_out.data,
+                                   size_t(u.layout.shard), rt_, ReduceOp::sum);
   u.grad_active = false;
 }
 
@@ -222,7 +226,8 @@ void FsdpEngine::finish_reduce(Slot& s) {
   --in_flight_;
   const int unit = s.grad_owner;
   Unit& u = units_[unit];
-  ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
+  if (!s.into_shard) ops_.accumulate(u.grad, s.rs_out.slice(0, u.layout.shard), 1.0f);
+  s.into_shard = false;
   s.grad_owner = -1;
   if (last_of_step_ && replicate_) issue_replica_reduce(unit);
 }

@@ -137,7 +137,8 @@ class FsdpEngine final : public UnitAccess {
   struct Slot {
     Tensor full, grad_full, rs_out;
     int weight_owner = -1, grad_owner = -1;
-    WorkHandle reduce;  // reduce-scatter of grad_owner in flight
+    WorkHandle reduce;        // reduce-scatter of grad_owner in flight
+    bool into_shard = false;  // it writes the f32 shard itself (no accumulate after)
   };
 
   void issue_gather(int unit);

@@ -35,7 +35,7 @@ struct Key {
 // The heuristic's candidates, best first. An algorithm the heuristic offers
 // can still be refused at launch (workspace, alignment corner cases); the
 // next one is tried and the one that ran is kept.
-constexpr int kCandidates = 8;
+constexpr int kCandidates = 16;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;

@@ -197,40 +197,12 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     // order the clearing before any lane's first add.
     __syncthreads();
   }
-  // With ITERS > 0 the lane's g columns, and each row's dy and x, also stay
-  // in registers between the two passes over the row, which then reads
-  // memory once instead of twice (same arithmetic in the same order).
-  // (Up to 4 iterations: at 8, d_model 2048, the copies would not fit the
-  // 255 registers a thread has and would spill.)
-  constexpr bool kCache = ITERS > 0 && ITERS <= 4;
-  constexpr int R = kCache ? ITERS : 1;
-  [[maybe_unused]] float gc[R][VEC];
-  if constexpr (kCache) {
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int c = (lane + i * G) * VEC;
-      if (c < dim) load_vec<VEC>(g + c, gc[i]);
-    }
-  }
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * dim;
     float dot = 0.0f;
-    [[maybe_unused]] float dc[R][VEC], xc[R][VEC];
-    if constexpr (kCache) {
-      if (active)
-#pragma unroll
-        for (int i = 0; i < ITERS; ++i) {
-          const int c = (lane + i * G) * VEC;
-          if (c < dim) {
-            load_vec<VEC>(dy + off + c, dc[i]);
-            load_vec<VEC>(x + off + c, xc[i]);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) dot += dc[i][k] * gc[i][k] * xc[i][k];
-          }
-        }
-    } else if (active) {
+    if (active)
       for (int c = lane * VEC; c < dim; c += G * VEC) {
         float d[VEC], xv[VEC], gv[VEC];
         load_vec<VEC>(dy + off + c, d);
@@ -239,64 +211,42 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
 #pragma unroll
         for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
       }
-    }
     dot = warp_sum(dot, G);
     if (!active) continue;
     const float rs = rstd[row];
     const float cc = rs * rs * dot / float(dim);
-    if constexpr (kCache) {
+    auto column = [&](int c, float(&a)[VEC]) {
+      float d[VEC], xv[VEC], gv[VEC], o[VEC];
+      load_vec<VEC>(dy + off + c, d);
+      load_vec<VEC>(x + off + c, xv);
+      load_vec<VEC>(g + c, gv);
+      if (accumulate_dx) {
+        load_vec<VEC>(dx + off + c, o);
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
+        a[k] += d[k] * xv[k] * rs;
+      }
+      store_vec<VEC>(dx + off + c, o);
+    };
+    if constexpr (ITERS > 0) {
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int c = (lane + i * G) * VEC;
-        if (c >= dim) continue;
-        float o[VEC];
-        if (accumulate_dx) {
-          load_vec<VEC>(dx + off + c, o);
-        } else {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          o[k] += rs * (dc[i][k] * gc[i][k] - xc[i][k] * cc);
-          acc[i][k] += dc[i][k] * xc[i][k] * rs;
-        }
-        store_vec<VEC>(dx + off + c, o);
+        if (c < dim) column(c, acc[i]);
       }
     } else {
-      auto column = [&](int c, float(&a)[VEC]) {
-        float d[VEC], xv[VEC], gv[VEC], o[VEC];
-        load_vec<VEC>(dy + off + c, d);
-        load_vec<VEC>(x + off + c, xv);
-        load_vec<VEC>(g + c, gv);
-        if (accumulate_dx) {
-          load_vec<VEC>(dx + off + c, o);
-        } else {
+      for (int c = lane * VEC; c < dim; c += G * VEC) {
+        float a[VEC];
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-        }
+        for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
+        column(c, a);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
-          a[k] += d[k] * xv[k] * rs;
-        }
-        store_vec<VEC>(dx + off + c, o);
-      };
-      if constexpr (ITERS > 0) {
-#pragma unroll
-        for (int i = 0; i < ITERS; ++i) {
-          const int c = (lane + i * G) * VEC;
-          if (c < dim) column(c, acc[i]);
-        }
-      } else {
-        for (int c = lane * VEC; c < dim; c += G * VEC) {
-          float a[VEC];
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
-          column(c, a);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
-        }
+        for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
       }
     }
   }
