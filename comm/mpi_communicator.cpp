@@ -23,6 +23,8 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_FLOAT;
     case DType::i32:
       return MPI_INT32_T;
+    case DType::u8:
+      return MPI_UINT8_T;
     default:
       throw_error("the MPI communicator does not support ", dtype_name(t),
                   " (the CPU path communicates f32 and i32; bf16 needs the NCCL backend)");

@@ -30,11 +30,14 @@ ncclDataType_t nccl_type(DType t) {
       return ncclBfloat16;
     case DType::i32:
       return ncclInt32;
+    case DType::u8:
+      return ncclUint8;
   }
   throw_error("unknown dtype ", int(t));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op, DType t) {
+  if (t == DType::u8) throw_error("u8 (FP8) tensors are gathered, never reduced");
   switch (op) {
     case ReduceOp::sum:
       return ncclSum;

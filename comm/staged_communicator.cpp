@@ -107,6 +107,7 @@ void StagedCommunicator::reduce(const std::vector<char>& send, std::vector<char>
   const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : MPI_SUM;
   recv.resize(count * dtype_size(dtype));
   WatchScope watch(scatter ? "staged reduce_scatter" : "staged all_reduce");
+  if (dtype == DType::u8) throw_error("u8 (FP8) tensors are gathered, never reduced");
   if (dtype == DType::i32) {
     if (op == ReduceOp::avg) throw_error("ReduceOp avg needs f32 or bf16, got i32");
     check_mpi(scatter

@@ -8,13 +8,15 @@
 
 namespace fsdp {
 
-enum class DType : uint8_t { f32, bf16, i32 };
+// u8: raw bytes, the storage of FP8 tensors (their format travels beside
+// them, common/fp8.h); gathered and copied, never reduced.
+enum class DType : uint8_t { f32, bf16, i32, u8 };
 
 inline size_t dtype_size(DType t) {
-  return t == DType::bf16 ? 2 : 4;
+  return t == DType::u8 ? 1 : t == DType::bf16 ? 2 : 4;
 }
 inline const char* dtype_name(DType t) {
-  return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "i32";
+  return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : t == DType::i32 ? "i32" : "u8";
 }
 
 // bf16 is the top half of an f32. Rounding is to nearest, ties to even (what

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8.h"
 #include "model/tensor.h"
 
 namespace fsdp {
@@ -171,6 +172,22 @@ class Ops {
   // send is empty (the all-gather's copy), and grad = 0 when clear_grad.
   virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
                      const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) = 0;
+
+  // ---- FP8, per-tensor current scaling --------------------------------------
+  // q = fp8(src * s) with s = max(format) / amax, amax the largest |src|
+  // (NaN elements do not count; s = 1 when amax is 0 or not finite), rounded
+  // to nearest even with saturation (common/fp8.h); scale_inv[0] = 1 / s is
+  // what dequantizing (and an FP8 GEMM) multiplies back. src f32 or bf16,
+  // q u8 (FP8 bit patterns) of src.numel, scale_inv f32[1]. Everything stays
+  // on the device: the scale is never read by the host.
+  virtual void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
+  // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
+  virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
+  // y[M, N] = dequant(xq)[M, K] dequant(wq)[N, K]^T: linear on codes made by
+  // quantize_fp8, with fp32 accumulation (an FP8 tensor-core GEMM on a GPU;
+  // there M, N, K must be multiples of 16, and x and w not both e5m2).
+  virtual void linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
+                          Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) = 0;
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;

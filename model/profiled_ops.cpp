@@ -228,4 +228,22 @@ void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_av
         [&] { inner_->adamw(param, grad, exp_avg, exp_avg_sq, send, spans, h, clear_grad); });
 }
 
+void ProfiledOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+  timed(std::string("quantize_fp8 ") + fp8_name(format) + " " + std::to_string(src.numel), 0,
+        2.0 * double(src.bytes()) + double(q.bytes()),
+        [&] { inner_->quantize_fp8(q, scale_inv, src, format); });
+}
+void ProfiledOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
+  timed(std::string("dequantize_fp8 ") + fp8_name(format) + " " + std::to_string(dst.numel), 0,
+        double(q.bytes()) + double(dst.bytes()),
+        [&] { inner_->dequantize_fp8(dst, q, scale_inv, format); });
+}
+
+void ProfiledOps::linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
+                             Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) {
+  timed(shape("linear_fp8", {M, N, K}), 2.0 * M * N * K, 0, [&] {
+    inner_->linear_fp8(y, xq, x_scale_inv, x_format, wq, w_scale_inv, w_format, M, N, K);
+  });
+}
+
 }  // namespace fsdp

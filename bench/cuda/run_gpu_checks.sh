@@ -330,6 +330,18 @@ chk_p1() {
   return 78
 }
 
+# h3: PyTorch's FP8 GEMM (torch._scaled_mm) and bf16 matmul at gpt-350m's block
+#     shapes, beside h1's linear_fp8 lines (issue 13's yardstick)
+chk_h3() {
+  have_torch || { note "no python3 with torch"; return 77; }
+  local out=$RUNS/torch_fp8_gemm.txt rc
+  x py "$ROOT/bench/cuda/torch_fp8_gemm.py" --tokens $((PROF_BATCH * SPEED_SEQ)) 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { note "torch_fp8_gemm.py exited $rc: $(grep -m1 -E 'Error|error' "$out" | head -c 150)"; return 1; }
+  note "$(grep -m1 'w1/w3' "$out" | sed 's/.*: //' | head -c 150)"
+  return 78
+}
+
 # h2: per-kernel GPU time of a few gpt-350m steps. nsys if
 #    it works here (it was not on the image's PATH when last looked at), else
 #    Nsight Compute timing each kernel (serialised: kernel totals, not overlap)
@@ -416,6 +428,7 @@ first=${SPEED_RUNS%% *}; rest=${SPEED_RUNS#"$first"}
 rest=$(for r in $rest; do [[ $r == *:*:* ]] || echo "$r"; done)   # PyTorch has no "collective" variant
 for r in $SPEED_RUNS; do add_g 25 120 "g_fsdp ${r//:/ }"; done
 CHECKS+=("p1|40|120|chk_p1|fsdptrain --profile-ops $PROF_MODEL micro-batch $PROF_BATCH: device time per op and shape (profile.txt)")
+CHECKS+=("h3|20|90|chk_h3|torch._scaled_mm (fp8) and bf16 matmul at $PROF_MODEL's block shapes")
 CHECKS+=("h1|45|150|chk_h1|bench_cuda_ops $PROF_MODEL: GEMM, attention, fwd+bwd timings; first-batch loss vs PyTorch (1%)")
 add_g 30 150 "g_torch ${first%%:*} ${first##*:} eager"
 CHECKS+=("h2|180|240|chk_h2|per-kernel GPU time of the warm-up forward+backward of $PROF_MODEL (nsys, else ncu)")

@@ -438,7 +438,8 @@ void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, 
 
 void CpuOps::cast(Tensor dst, Tensor src) {
   FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
-  FSDP_CHECK(dst.dtype != DType::i32 && src.dtype != DType::i32, "cast is for f32/bf16 only");
+  auto float_type = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+  FSDP_CHECK(float_type(dst.dtype) && float_type(src.dtype), "cast is for f32/bf16 only");
   const int64_t n = dst.numel;
   if (dst.dtype == src.dtype) {
     copy(dst, src);

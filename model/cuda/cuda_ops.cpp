@@ -485,7 +485,8 @@ void CudaOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n,
 
 void CudaOps::cast(Tensor dst, Tensor src) {
   FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
-  FSDP_CHECK(dst.dtype != DType::i32 && src.dtype != DType::i32, "cast is for f32/bf16 only");
+  auto float_type = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+  FSDP_CHECK(float_type(dst.dtype) && float_type(src.dtype), "cast is for f32/bf16 only");
   if (dst.dtype == src.dtype) {
     copy(dst, src);
   } else if (dst.dtype == DType::bf16) {
@@ -494,6 +495,43 @@ void CudaOps::cast(Tensor dst, Tensor src) {
     cuda::cast_bf16_to_f32(dst.f32(), static_cast<const bf16*>(src.data), dst.numel, impl_->stream);
   }
   after("cast");
+}
+
+void CudaOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+  FSDP_CHECK(q.dtype == DType::u8 && q.numel == src.numel &&
+                 (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8: ", src.numel, " ", dtype_name(src.dtype), " into ", q.numel, " ",
+             dtype_name(q.dtype));
+  cuda::quantize_fp8(static_cast<uint8_t*>(q.data), f32(scale_inv, 1, "quantize_fp8 scale_inv"),
+                     src.data, src.dtype == DType::bf16, src.numel, format == Fp8::e5m2,
+                     fp8_spec(format).max, *impl_, impl_->stream);
+  after("quantize_fp8");
+}
+
+void CudaOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
+  FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel &&
+                 (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
+             "dequantize_fp8: ", q.numel, " ", dtype_name(q.dtype), " into ", dst.numel, " ",
+             dtype_name(dst.dtype));
+  cuda::dequantize_fp8(dst.data, dst.dtype == DType::bf16, static_cast<const uint8_t*>(q.data),
+                       f32(scale_inv, 1, "dequantize_fp8 scale_inv"), dst.numel,
+                       format == Fp8::e5m2, impl_->stream);
+  after("dequantize_fp8");
+}
+
+// As linear (y^T = W x^T in cuBLASLt's column-major view), on FP8 codes:
+// W is A with its scale, x is B with its.
+void CudaOps::linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
+                         Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) {
+  FSDP_CHECK(xq.dtype == DType::u8 && wq.dtype == DType::u8, "linear_fp8 takes u8 FP8 codes");
+  need(xq, int64_t(M) * K, "linear_fp8 x");
+  need(wq, int64_t(N) * K, "linear_fp8 w");
+  bf16* yo = bf(y, int64_t(M) * N, "linear_fp8 y");
+  auto code = [](Fp8 f) { return f == Fp8::e4m3 ? 1 : 2; };
+  impl_->gemm->matmul_fp8(N, M, K, wq.data, K, code(w_format),
+                          f32(w_scale_inv, 1, "linear_fp8 w_scale_inv"), xq.data, K, code(x_format),
+                          f32(x_scale_inv, 1, "linear_fp8 x_scale_inv"), yo, N);
+  after("linear_fp8");
 }
 
 void CudaOps::accumulate(Tensor dst, Tensor src, float scale) {

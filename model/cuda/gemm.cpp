@@ -25,9 +25,10 @@ struct Key {
   bool ta, tb, d_f32, accumulate;
   int m, n, k, lda, ldb, ldd;
   uint32_t align_a, align_b, align_c, align_d;
+  int a_fp8 = 0, b_fp8 = 0;  // 0: bf16 operand; 1: e4m3, 2: e5m2 (matmul_fp8)
   auto tie() const {
     return std::tie(ta, tb, d_f32, accumulate, m, n, k, lda, ldb, ldd, align_a, align_b, align_c,
-                    align_d);
+                    align_d, a_fp8, b_fp8);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -47,9 +48,11 @@ struct Plan {
 
 std::string describe(const Key& k) {
   std::ostringstream os;
-  os << "gemm m=" << k.m << " n=" << k.n << " k=" << k.k << (k.ta ? " A^T" : "")
-     << (k.tb ? " B^T" : "") << (k.d_f32 ? " f32 out" : " bf16 out") << ", alignments " << k.align_a
-     << "/" << k.align_b << "/" << k.align_c << "/" << k.align_d << " bytes";
+  const char* fp8[] = {"", " e4m3", " e5m2"};
+  os << "gemm" << (k.a_fp8 ? fp8[k.a_fp8] : "") << (k.b_fp8 ? std::string(" x") + fp8[k.b_fp8] : "")
+     << " m=" << k.m << " n=" << k.n << " k=" << k.k << (k.ta ? " A^T" : "") << (k.tb ? " B^T" : "")
+     << (k.d_f32 ? " f32 out" : " bf16 out") << ", alignments " << k.align_a << "/" << k.align_b
+     << "/" << k.align_c << "/" << k.align_d << " bytes";
   return os.str();
 }
 
@@ -73,6 +76,8 @@ struct Gemm::Impl {
   }
   void time(Plan& p, const Key& key, const void* A, const void* B, float beta, const void* C,
             void* D);
+  void run(const Key& key, const void* A, const void* B, float beta, const void* C, void* D,
+           const float* a_scale, const float* b_scale);
 };
 
 Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, bool time_candidates)
@@ -108,9 +113,12 @@ Plan& Gemm::Impl::plan(const Key& key) {
   FSDP_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   // Layouts describe the stored matrices, before op().
-  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, key.ta ? key.k : key.m,
+  auto type = [](int fp8) {
+    return fp8 == 0 ? CUDA_R_16BF : fp8 == 1 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  };
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type(key.a_fp8), key.ta ? key.k : key.m,
                                                key.ta ? key.m : key.k, key.lda));
-  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, key.tb ? key.n : key.k,
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type(key.b_fp8), key.tb ? key.n : key.k,
                                                key.tb ? key.k : key.n, key.ldb));
   FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, key.d_f32 ? CUDA_R_32F : CUDA_R_16BF, key.m,
                                                key.n, key.ldd));
@@ -135,7 +143,7 @@ Plan& Gemm::Impl::plan(const Key& key) {
   FSDP_CUBLAS_CHECK(st, describe(key));
   for (int i = 0; i < found; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) p.algos.push_back(results[i].algo);
-  if (p.algos.empty()) throw_error("cuBLASLt has no bf16 algorithm for ", describe(key));
+  if (p.algos.empty()) throw_error("cuBLASLt has no algorithm for ", describe(key));
   return plans.emplace(key, p).first->second;
 }
 
@@ -189,6 +197,60 @@ std::vector<std::string> Gemm::choices() const {
   return impl_->choices;
 }
 
+// The plan for key (timed on its first call), then the launch. An FP8
+// product's inverse scales are pointers in the cached descriptor, set for
+// each call: they name this call's tensors.
+void Gemm::Impl::run(const Key& key, const void* A, const void* B, float beta, const void* C,
+                     void* D, const float* a_scale, const float* b_scale) {
+  Plan& p = plan(key);
+  if (key.a_fp8) {
+    FSDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                     &a_scale, sizeof a_scale));
+    FSDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                     &b_scale, sizeof b_scale));
+  }
+  if (!p.timed) time(p, key, A, B, beta, C, D);
+  for (;;) {
+    const cublasStatus_t st = launch(p, p.chosen, A, B, beta, C, D);
+    // Refusals are reported before anything is enqueued, so retrying is safe.
+    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
+    if (!refused || p.chosen + 1 == p.algos.size()) {
+      FSDP_CUBLAS_CHECK(st, describe(key) + ", candidate " + std::to_string(p.chosen + 1) + " of " +
+                                std::to_string(p.algos.size()));
+      return;
+    }
+    ++p.chosen;
+  }
+}
+
+void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, const float* a_scale,
+                      const void* B, int ldb, int b_fp8, const float* b_scale, void* D, int ldd) {
+  FSDP_CHECK(a_fp8 >= 1 && a_fp8 <= 2 && b_fp8 >= 1 && b_fp8 <= 2 && !(a_fp8 == 2 && b_fp8 == 2),
+             "FP8 GEMM operand formats ", a_fp8, " x ", b_fp8, " (e5m2 x e5m2 has no kernel)");
+  if (m == 0 || n == 0) return;
+  FSDP_CHECK(k > 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldd % 8 == 0,
+             "FP8 GEMM m=", m, " n=", n, " k=", k,
+             ": k and the leading dimensions must be "
+             "multiples of 16");
+  Key key{true,
+          false,
+          false,
+          false,
+          m,
+          n,
+          k,
+          lda,
+          ldb,
+          ldd,
+          alignment_of(A),
+          alignment_of(B),
+          alignment_of(D),
+          alignment_of(D)};
+  key.a_fp8 = a_fp8;
+  key.b_fp8 = b_fp8;
+  impl_->run(key, A, B, 0.0f, D, D, a_scale, b_scale);
+}
+
 void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
                   const void* B, int ldb, void* D, bool d_f32, int ldd, float beta, const void* C) {
   if (m == 0 || n == 0) return;
@@ -206,19 +268,7 @@ void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A
   const Key key{
       trans_a,         trans_b,         d_f32,           beta != 0.0f,   m, n, k, lda, ldb, ldd,
       alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(D)};
-  Plan& p = impl_->plan(key);
-  if (!p.timed) impl_->time(p, key, A, B, beta, C, D);
-  for (;;) {
-    const cublasStatus_t st = impl_->launch(p, p.chosen, A, B, beta, C, D);
-    // Refusals are reported before anything is enqueued, so retrying is safe.
-    const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
-    if (!refused || p.chosen + 1 == p.algos.size()) {
-      FSDP_CUBLAS_CHECK(st, describe(key) + ", candidate " + std::to_string(p.chosen + 1) + " of " +
-                                std::to_string(p.algos.size()));
-      return;
-    }
-    ++p.chosen;
-  }
+  impl_->run(key, A, B, beta, C, D, nullptr, nullptr);
 }
 
 }  // namespace fsdp::cuda

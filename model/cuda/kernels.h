@@ -104,4 +104,12 @@ void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* s
            bool clear_grad, int64_t n, const AdamWStep& s, const AdamWSpans& spans,
            cudaStream_t stream);
 
+// ---- FP8 (fp8.cu) ---------------------------------------------------------------
+// Ops::quantize_fp8 / dequantize_fp8; src and dst are bf16 when the flag says
+// so, else f32. fmt_max: the format's largest finite value (common/fp8.h).
+void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream);
+void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,
+                    bool e5m2, cudaStream_t stream);
+
 }  // namespace fsdp::cuda

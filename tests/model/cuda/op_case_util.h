@@ -46,4 +46,12 @@ OpCase linear_add_case(int M, int N, int K, bool alias);
 // norm_rope: QK-norm and RoPE over [B, T, H, hd], backward with dg of dtype dg.
 OpCase norm_rope_case(int B, int T, int H, int hd, DType dg);
 
+// ---- FP8 (fp8_op_cases.cpp) ---------------------------------------------------
+// quantize_fp8 over n values of dtype src spanning ~2^24 in magnitude (so
+// some scale to FP8 subnormals and some to zero), bitwise against the
+// reference; "backward" dequantizes the reference's codes. zeros: all zero.
+OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros = false);
+// linear_fp8 on codes quantized from random x [M, K] and w [N, K].
+OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format);
+
 }  // namespace fsdp::test

@@ -514,6 +514,14 @@ std::vector<OpCase> op_cases() {
   for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
   t.push_back(norm_rope_case(2, 40, 3, 64, F32));
 
+  // n = 100003: odd, so no kernel can assume a multiple of its vector width.
+  for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
+    for (DType src : {F32, BF}) t.push_back(quantize_fp8_case(100003, f, src));
+  t.push_back(quantize_fp8_case(1000, Fp8::e4m3, BF, /*zeros=*/true));
+  // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
+  t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
+  t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
+
   // Grouped (4:2, 8:2) and plain (4:4) heads; head_dim 64, 16, 128.
   t.push_back(attention_case(2, 128, 4, 2, 64));
   t.push_back(attention_case(1, 64, 4, 4, 16));
@@ -559,6 +567,14 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   }
   t.push_back(linear_add_case(M, d, c.d_ff, false));
   t.back().variant = "w2 + residual, " + t.back().variant;
+  // The same block projections as FP8 GEMMs (issue 13's forward), and the
+  // per-tensor cast of an activation that feeds them.
+  for (Proj p : {Proj{"wq/wo", c.q_dim(), d}, Proj{"wk/wv", c.kv_dim(), d},
+                 Proj{"w1/w3", c.d_ff, d}, Proj{"w2", d, c.d_ff}}) {
+    t.push_back(linear_fp8_case(M, p.N, p.K, Fp8::e4m3, Fp8::e4m3));
+    t.back().variant = std::string(p.name) + ", " + t.back().variant;
+  }
+  t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));

@@ -96,8 +96,9 @@ class Env {
   Env(Ops& ops, Pool& pool, uint32_t seed, bool reference, int64_t fresh_limit = 0)
       : ops(ops), pool(pool), rng(seed), reference(reference), fresh_limit(fresh_limit) {}
 
-  // The dtype a tensor gets on this backend: d on the device, f32 on the reference.
-  DType dt(DType d) const { return reference ? DType::f32 : d; }
+  // The dtype a tensor gets on this backend: d on the device, f32 on the
+  // reference for floats (u8 FP8 codes stay u8: the reference makes the same bits).
+  DType dt(DType d) const { return reference && d != DType::u8 ? DType::f32 : d; }
   // Random bf16-representable values in [lo, hi), never zero; the same
   // sequence on every backend bound with the same seed.
   std::vector<float> rnd(int64_t n, float lo = -1.0f, float hi = 1.0f);

@@ -33,9 +33,16 @@ inline std::vector<float> random_bf16(std::mt19937& rng, int64_t n, float lo = -
 }
 
 // Host <-> backend transfers of f32 vectors, converting to the tensor's dtype.
+// u8 (FP8 codes) travels as the code's value; NaN uploads as 0xff, which
+// quantize_fp8 never writes (its NaN is 0x7f), and 0xff downloads as NaN, so
+// a poisoned byte an op forgot to write still shows.
 inline void upload(Ops& ops, Tensor t, const std::vector<float>& h) {
   FSDP_CHECK(int64_t(h.size()) == t.numel);
-  if (t.dtype == DType::bf16) {
+  if (t.dtype == DType::u8) {
+    std::vector<uint8_t> b(h.size());
+    for (size_t i = 0; i < h.size(); ++i) b[i] = std::isnan(h[i]) ? 0xff : uint8_t(h[i]);
+    ops.to_device(t, b.data());
+  } else if (t.dtype == DType::bf16) {
     std::vector<uint16_t> b(h.size());
     for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
     ops.to_device(t, b.data());
@@ -45,7 +52,11 @@ inline void upload(Ops& ops, Tensor t, const std::vector<float>& h) {
 }
 inline std::vector<float> download(Ops& ops, Tensor t) {
   std::vector<float> h(size_t(t.numel));
-  if (t.dtype == DType::bf16) {
+  if (t.dtype == DType::u8) {
+    std::vector<uint8_t> b(h.size());
+    ops.to_host(b.data(), t);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = b[i] == 0xff ? NAN : float(b[i]);
+  } else if (t.dtype == DType::bf16) {
     std::vector<uint16_t> b(h.size());
     ops.to_host(b.data(), t);
     for (size_t i = 0; i < h.size(); ++i) h[i] = bf16_to_f32(b[i]);

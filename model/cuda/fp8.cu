@@ -1,0 +1,102 @@
+// FP8 quantization with per-tensor current scaling (Ops::quantize_fp8): an
+// amax pass, then one pass that derives the scale on the device and casts
+// with the hardware's cvt.rn.satfinite, the rounding common/fp8.h emulates.
+// The host never reads the scale, so nothing here synchronises.
+#include <cuda_fp8.h>
+
+#include <cfloat>
+
+#include "model/cuda/device_utils.cuh"
+#include "model/cuda/kernels.h"
+
+namespace fsdp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ float as_f32(T v) {
+  if constexpr (sizeof(T) == 2) {
+    return __bfloat162float(v);
+  } else {
+    return v;
+  }
+}
+
+// max |x| over n into *amax_bits (zeroed before): non-negative floats order
+// like their bit patterns, so an integer atomicMax is a float max. fmaxf
+// skips NaN, as the reference's std::fmax does.
+template <typename T>
+__global__ void amax_kernel(unsigned* amax_bits, const T* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(as_f32(x[i])));
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+template <typename T>
+__global__ void quantize_kernel(uint8_t* q, float* scale_inv, const T* x, int64_t n,
+                                const unsigned* amax_bits, float fmt_max,
+                                __nv_fp8_interpretation_t fmt) {
+  // fp8_scale(), in the same f32 operations
+  const float amax = __uint_as_float(*amax_bits);
+  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    q[i] = __nv_cvt_float_to_fp8(as_f32(x[i]) * s, __NV_SATFINITE, fmt);
+}
+
+template <typename T>
+__global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_inv, int64_t n,
+                                  __nv_fp8_interpretation_t fmt) {
+  const float si = *scale_inv;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    // Every e4m3 and e5m2 value is exact in fp16.
+    const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], fmt))) * si;
+    if constexpr (sizeof(T) == 2) {
+      dst[i] = __float2bfloat16_rn(v);
+    } else {
+      dst[i] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
+  auto* amax = static_cast<unsigned*>(scratch.get(sizeof(unsigned)));
+  FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream));
+  const unsigned blocks = blocks_for(n, kThreads, 4096);
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  if (src_bf16) {
+    const auto* x = static_cast<const bf16*>(src);
+    if (n > 0) amax_kernel<<<blocks, kThreads, 0, stream>>>(amax, x, n);
+    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
+  } else {
+    const auto* x = static_cast<const float*>(src);
+    if (n > 0) amax_kernel<<<blocks, kThreads, 0, stream>>>(amax, x, n);
+    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
+  }
+  FSDP_LAUNCH_CHECK("quantize_fp8");
+}
+
+void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,
+                    bool e5m2, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = blocks_for(n, kThreads, 4096);
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  if (dst_bf16)
+    dequantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(dst), q, scale_inv, n,
+                                                       fmt);
+  else
+    dequantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(dst), q, scale_inv, n,
+                                                       fmt);
+  FSDP_LAUNCH_CHECK("dequantize_fp8");
+}
+
+}  // namespace fsdp::cuda

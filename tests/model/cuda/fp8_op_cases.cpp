@@ -1,0 +1,69 @@
+// The op table's FP8 cases: per-tensor quantization must give the
+// reference's codes and scale bit for bit (one rounding per element, a max,
+// one division: nothing order-dependent), and dequantization its values.
+#include <cmath>
+
+#include "tests/model/cuda/op_case_util.h"
+
+namespace fsdp::test {
+
+OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros) {
+  OpCase c;
+  c.op = "quantize_fp8";
+  c.shape = fmt("n=%lld", static_cast<long long>(n));
+  c.variant = std::string(fp8_name(format)) + " from " + dtype_name(src) +
+              (zeros ? ", all zero (scale 1)" : ", magnitudes over 2^24");
+  c.dtypes = std::string("src,dst ") + dtype_name(src) + "; q u8; scale_inv f32";
+  c.fwd_bytes = 2.0 * n * double(dtype_size(src)) + double(n);  // amax pass, cast pass
+  c.bwd_bytes = double(n) + double(n) * double(dtype_size(src));
+  c.bind = [=](Env& e) {
+    std::vector<float> x = e.rnd(n, -3.0f, 3.0f);
+    // Powers of two keep the values bf16-representable: after scaling, the
+    // small ones land among FP8's subnormals or round to zero.
+    for (int64_t i = 0; i < n; ++i)
+      x[size_t(i)] = zeros ? 0.0f : std::ldexp(x[size_t(i)], -int(i % 25));
+    Tensor xt = e.in(src, x), q = e.out(DType::u8, n), si = e.out(F32, 1);
+    Tensor back = e.out(src, n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.quantize_fp8(q, si, xt, format); };
+    b.fwd_checks = {vs_ref("quantize_fp8 codes", q, kBitwise),
+                    vs_ref("quantize_fp8 scale_inv", si, kBitwise)};
+    if (zeros) b.fwd_checks.push_back(vs_host("scale_inv of zeros", si, kBitwise, {1.0f}));
+    // Dequantize the reference's codes, so only dequantize is judged; a bf16
+    // destination rounds what the reference keeps in f32.
+    b.from_ref = {q, si};
+    b.bwd = [=, &o] { o.dequantize_fp8(back, q, si, format); };
+    b.bwd_checks = {vs_ref("dequantize_fp8", back, src == BF ? kRound : kBitwise)};
+    return b;
+  };
+  return c;
+}
+
+// An FP8 GEMM on codes both backends made with quantize_fp8 (bitwise the
+// same, see above): only the order of the fp32 sums and the bf16 output
+// rounding differ from the reference's product of the dequantized values.
+OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format) {
+  OpCase c;
+  c.op = "linear_fp8";
+  c.shape = fmt("M=%d N=%d K=%d", M, N, K);
+  c.variant = std::string("x ") + fp8_name(x_format) + ", w " + fp8_name(w_format);
+  c.dtypes = "x,w u8 codes, f32 scales; y bf16";
+  c.fwd_flops = 2.0 * M * N * K;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(int64_t(M) * K, -2.0f, 2.0f), w = e.rnd(int64_t(N) * K, -0.1f, 0.1f);
+    Tensor xt = e.in(BF, x), wt = e.in(BF, w);
+    Tensor xq = e.out(DType::u8, int64_t(M) * K), wq = e.out(DType::u8, int64_t(N) * K);
+    Tensor xs = e.out(F32, 1), ws = e.out(F32, 1), y = e.out(BF, int64_t(M) * N);
+    e.ops.quantize_fp8(xq, xs, xt, x_format);
+    e.ops.quantize_fp8(wq, ws, wt, w_format);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.linear_fp8(y, xq, xs, x_format, wq, ws, w_format, M, N, K); };
+    b.fwd_checks = {vs_ref("linear_fp8 y", y, kGemm), vs_ref("x codes", xq, kBitwise)};
+    return b;
+  };
+  return c;
+}
+
+}  // namespace fsdp::test
