@@ -34,6 +34,24 @@ __device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
   *reinterpret_cast<Vec8*>(p) = v;
 }
 
+// One element of a bf16 or f32 buffer as f32, and back (round to nearest even).
+template <typename T>
+__device__ __forceinline__ float to_f(T v) {
+  if constexpr (sizeof(T) == 2) {
+    return __bfloat162float(v);
+  } else {
+    return v;
+  }
+}
+template <typename T>
+__device__ __forceinline__ T from_f(float v) {
+  if constexpr (sizeof(T) == 2) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
 // Loads/stores of VEC consecutive elements: one 16-byte access when VEC is 8,
 // single elements otherwise (for sizes or addresses that are not 16-byte
 // multiples).

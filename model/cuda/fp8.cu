@@ -14,15 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
-__device__ __forceinline__ float as_f32(T v) {
-  if constexpr (sizeof(T) == 2) {
-    return __bfloat162float(v);
-  } else {
-    return v;
-  }
-}
-
 // max |x| over n into *amax_bits (zeroed before): non-negative floats order
 // like their bit patterns, so an integer atomicMax is a float max. fmaxf
 // skips NaN, as the reference's std::fmax does.
@@ -31,7 +22,7 @@ __global__ void amax_kernel(unsigned* amax_bits, const T* x, int64_t n) {
   float m = 0.0f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(as_f32(x[i])));
+    m = fmaxf(m, fabsf(to_f(x[i])));
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));
 }
@@ -46,7 +37,7 @@ __global__ void quantize_kernel(uint8_t* q, float* scale_inv, const T* x, int64_
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    q[i] = __nv_cvt_float_to_fp8(as_f32(x[i]) * s, __NV_SATFINITE, fmt);
+    q[i] = __nv_cvt_float_to_fp8(to_f(x[i]) * s, __NV_SATFINITE, fmt);
 }
 
 template <typename T>
@@ -56,12 +47,7 @@ __global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_i
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     // Every e4m3 and e5m2 value is exact in fp16.
-    const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], fmt))) * si;
-    if constexpr (sizeof(T) == 2) {
-      dst[i] = __float2bfloat16_rn(v);
-    } else {
-      dst[i] = v;
-    }
+    dst[i] = from_f<T>(__half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], fmt))) * si);
   }
 }
 

@@ -49,23 +49,6 @@ __global__ void iota_kernel(int32_t* v, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v[i] = i;
 }
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v) {
-  if constexpr (sizeof(T) == 2) {
-    return __bfloat162float(v);
-  } else {
-    return v;
-  }
-}
-template <typename T>
-__device__ __forceinline__ T from_f(float v) {
-  if constexpr (sizeof(T) == 2) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
-
 // After a stable sort of (token, position) by token, each run of equal tokens
 // is one vocabulary row's contributions in position order. One block per
 // sorted index; only the block at the start of a run works, summing the run

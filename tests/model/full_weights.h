@@ -4,10 +4,25 @@
 
 #include <vector>
 
+#include "model/config.h"
 #include "model/params.h"
 #include "model/unit_access.h"
 
 namespace fsdp::testing {
+
+// A model small enough to check exhaustively on the CPU: 2 layers, d_model
+// 16, 4 query heads over 2 kv heads, d_ff 24, vocabulary 29, 8 positions.
+inline ModelConfig small_model_config() {
+  ModelConfig c;
+  c.vocab_size = 29;
+  c.n_layer = 2;
+  c.d_model = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_ff = 24;
+  c.max_seq_len = 8;
+  return c;
+}
 
 class FullWeights final : public UnitAccess {
  public:

@@ -14,18 +14,6 @@
 namespace fsdp {
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 29;
-  c.n_layer = 2;
-  c.d_model = 16;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_ff = 24;
-  c.max_seq_len = 8;
-  return c;
-}
-
 // One forward and backward; returns the loss sum, leaves gradients in w.
 double step(Ops& ops, const ModelConfig& c, testing::FullWeights& w, int B, int T) {
   Transformer m(c, ops, B, T);
@@ -40,7 +28,7 @@ double step(Ops& ops, const ModelConfig& c, testing::FullWeights& w, int B, int 
 }
 
 TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
-  const ModelConfig c = small_config();
+  const ModelConfig c = testing::small_model_config();
   const int B = 2, T = 8;
   CpuOps bare;
   testing::FullWeights w0(model_units(c), 9), w1(model_units(c), 9);

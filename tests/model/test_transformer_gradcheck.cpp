@@ -17,14 +17,7 @@ namespace fsdp {
 namespace {
 
 ModelConfig small_config(bool tied) {
-  ModelConfig c;
-  c.vocab_size = 29;
-  c.n_layer = 2;
-  c.d_model = 16;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_ff = 24;
-  c.max_seq_len = 8;
+  ModelConfig c = testing::small_model_config();
   c.init_std = 0.2f;  // a less linear model makes a sharper test than the default 0.02
   c.tie_embeddings = tied;
   return c;
