@@ -181,6 +181,12 @@ class Ops {
   // q u8 (FP8 bit patterns) of src.numel, scale_inv f32[1]. Everything stays
   // on the device: the scale is never read by the host.
   virtual void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
+  // As quantize_fp8 on src [rows, cols], also writing qt [cols, rows], the
+  // same codes transposed, in the same pass: Hopper's FP8 GEMMs take both
+  // operands K-major, so the backward's products need the transposed copies
+  // of activations, weights and gradients.
+  virtual void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                              Fp8 format) = 0;
   // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
   virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
   // y[M, N] = dequant(xq)[M, K] dequant(wq)[N, K]^T: linear on codes made by

@@ -233,6 +233,13 @@ void ProfiledOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 forma
         2.0 * double(src.bytes()) + double(q.bytes()),
         [&] { inner_->quantize_fp8(q, scale_inv, src, format); });
 }
+void ProfiledOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows,
+                                 int cols, Fp8 format) {
+  timed(std::string("quantize_fp8_t ") + fp8_name(format) + " " + std::to_string(rows) + "x" +
+            std::to_string(cols),
+        0, 2.0 * double(src.bytes()) + 2.0 * double(q.bytes()),
+        [&] { inner_->quantize_fp8_t(q, qt, scale_inv, src, rows, cols, format); });
+}
 void ProfiledOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   timed(std::string("dequantize_fp8 ") + fp8_name(format) + " " + std::to_string(dst.numel), 0,
         double(q.bytes()) + double(dst.bytes()),

@@ -30,6 +30,17 @@ void CpuOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
   scale_inv.f32()[0] = 1.0f / s;
 }
 
+void CpuOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                            Fp8 format) {
+  FSDP_CHECK(src.numel == int64_t(rows) * cols && qt.dtype == DType::u8 && qt.numel == src.numel,
+             "quantize_fp8_t: [", rows, ", ", cols, "] from ", src.numel, " into ", qt.numel);
+  quantize_fp8(q, scale_inv, src, format);
+  const auto* in = static_cast<const uint8_t*>(q.data);
+  auto* out = static_cast<uint8_t*>(qt.data);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) out[int64_t(c) * rows + r] = in[int64_t(r) * cols + c];
+}
+
 void CpuOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel && float_type(dst.dtype),
              "dequantize_fp8: ", q.numel, " ", dtype_name(q.dtype), " into ", dst.numel, " ",

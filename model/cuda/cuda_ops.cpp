@@ -508,6 +508,20 @@ void CudaOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
   after("quantize_fp8");
 }
 
+void CudaOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                             Fp8 format) {
+  const int64_t n = int64_t(rows) * cols;
+  FSDP_CHECK(q.dtype == DType::u8 && qt.dtype == DType::u8 && q.numel == n && qt.numel == n &&
+                 src.numel == n && (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8_t: [", rows, ", ", cols, "] ", dtype_name(src.dtype), " from ",
+             src.numel, " into ", q.numel, " and ", qt.numel);
+  cuda::quantize_fp8_t(static_cast<uint8_t*>(q.data), static_cast<uint8_t*>(qt.data),
+                       f32(scale_inv, 1, "quantize_fp8_t scale_inv"), src.data,
+                       src.dtype == DType::bf16, rows, cols, format == Fp8::e5m2,
+                       fp8_spec(format).max, *impl_, impl_->stream);
+  after("quantize_fp8_t");
+}
+
 void CudaOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel &&
                  (dst.dtype == DType::f32 || dst.dtype == DType::bf16),

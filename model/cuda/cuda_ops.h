@@ -111,6 +111,8 @@ class CudaOps final : public Ops {
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
              const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
   void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
+  void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                      Fp8 format) override;
   void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
   void linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
                   Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) override;

@@ -40,6 +40,35 @@ __global__ void quantize_kernel(uint8_t* q, float* scale_inv, const T* x, int64_
     q[i] = __nv_cvt_float_to_fp8(to_f(x[i]) * s, __NV_SATFINITE, fmt);
 }
 
+// The same codes, and their transpose: 32 x 32 tiles, 32 x 8 threads. A
+// tile's codes pass through shared memory, so both the row-major store and
+// the transposed one run along consecutive addresses.
+template <typename T>
+__global__ void quantize_t_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x, int rows,
+                                  int cols, const unsigned* amax_bits, float fmt_max,
+                                  __nv_fp8_interpretation_t fmt) {
+  __shared__ uint8_t tile[32][33];
+  const float amax = __uint_as_float(*amax_bits);
+  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
+    *scale_inv = 1.0f / s;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const int64_t at = int64_t(r) * cols + c;
+      const uint8_t code = __nv_cvt_float_to_fp8(to_f(x[at]) * s, __NV_SATFINITE, fmt);
+      q[at] = code;
+      tile[i][threadIdx.x] = code;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int c = c0 + i, r = r0 + threadIdx.x;  // row c, column r of qt
+    if (c < cols && r < rows) qt[int64_t(c) * rows + r] = tile[threadIdx.x][i];
+  }
+}
+
 template <typename T>
 __global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_inv, int64_t n,
                                   __nv_fp8_interpretation_t fmt) {
@@ -53,22 +82,55 @@ __global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_i
 
 }  // namespace
 
-void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
-                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
+namespace {
+// amax of src into a zeroed scratch word, then cast(amax) on the same stream.
+template <typename T, typename Cast>
+void with_amax(const T* x, int64_t n, Scratch& scratch, cudaStream_t stream, Cast&& cast) {
   auto* amax = static_cast<unsigned*>(scratch.get(sizeof(unsigned)));
   FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream));
+  if (n > 0) amax_kernel<<<blocks_for(n, kThreads, 4096), kThreads, 0, stream>>>(amax, x, n);
+  cast(amax);
+}
+}  // namespace
+
+void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
   const unsigned blocks = blocks_for(n, kThreads, 4096);
   const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  if (src_bf16) {
-    const auto* x = static_cast<const bf16*>(src);
-    if (n > 0) amax_kernel<<<blocks, kThreads, 0, stream>>>(amax, x, n);
-    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
-  } else {
-    const auto* x = static_cast<const float*>(src);
-    if (n > 0) amax_kernel<<<blocks, kThreads, 0, stream>>>(amax, x, n);
-    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
-  }
+  auto run = [&](const auto* x) {
+    with_amax(x, n, scratch, stream, [&](const unsigned* amax) {
+      quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
+    });
+  };
+  if (src_bf16)
+    run(static_cast<const bf16*>(src));
+  else
+    run(static_cast<const float*>(src));
   FSDP_LAUNCH_CHECK("quantize_fp8");
+}
+
+void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
+                    int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
+                    cudaStream_t stream) {
+  const int64_t n = int64_t(rows) * cols;
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
+  FSDP_CHECK(grid.y <= 65535, "quantize_fp8_t: ", rows, " rows");
+  auto run = [&](const auto* x) {
+    with_amax(x, n, scratch, stream, [&](const unsigned* amax) {
+      if (n == 0) {  // the scale still gets written
+        quantize_kernel<<<1, kThreads, 0, stream>>>(q, scale_inv, x, 0, amax, fmt_max, fmt);
+        return;
+      }
+      quantize_t_kernel<<<grid, block, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax, fmt_max,
+                                                    fmt);
+    });
+  };
+  if (src_bf16)
+    run(static_cast<const bf16*>(src));
+  else
+    run(static_cast<const float*>(src));
+  FSDP_LAUNCH_CHECK("quantize_fp8_t");
 }
 
 void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,

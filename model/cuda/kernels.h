@@ -109,6 +109,10 @@ void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* s
 // so, else f32. fmt_max: the format's largest finite value (common/fp8.h).
 void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
                   bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream);
+// And qt [cols, rows], the codes transposed, from src [rows, cols].
+void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
+                    int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
+                    cudaStream_t stream);
 void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,
                     bool e5m2, cudaStream_t stream);
 

@@ -141,6 +141,30 @@ TEST(CpuFp8, LinearOnCodesApproximatesLinear) {
   for (Tensor t : {xt, wt, xq, wq, xs, ws, y, y8}) ops.free(t);
 }
 
+// The transposed copy holds the same codes as quantize_fp8's, transposed.
+TEST(CpuFp8, CastTransposeIsTheCastTransposed) {
+  CpuOps ops;
+  const int rows = 5, cols = 7;
+  std::vector<float> x(rows * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(float(i) - 17.0f, -int(i % 5));
+  Tensor xt = ops.alloc(DType::f32, rows * cols), si = ops.alloc(DType::f32, 1);
+  Tensor q = ops.alloc(DType::u8, rows * cols), q2 = ops.alloc(DType::u8, rows * cols);
+  Tensor qt = ops.alloc(DType::u8, rows * cols);
+  ops.to_device(xt, x.data());
+  ops.quantize_fp8(q, si, xt, Fp8::e4m3);
+  ops.quantize_fp8_t(q2, qt, si, xt, rows, cols, Fp8::e4m3);
+  const auto* a = static_cast<const uint8_t*>(q.data);
+  const auto* b = static_cast<const uint8_t*>(q2.data);
+  const auto* t = static_cast<const uint8_t*>(qt.data);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      EXPECT_EQ(b[r * cols + c], a[r * cols + c]);
+      EXPECT_EQ(t[c * rows + r], a[r * cols + c]) << r << "," << c;
+    }
+  EXPECT_THROW(ops.quantize_fp8_t(q2, qt, si, xt, rows + 1, cols, Fp8::e4m3), Error);
+  for (Tensor z : {xt, si, q, q2, qt}) ops.free(z);
+}
+
 TEST(CpuFp8, RefusesWrongTypes) {
   CpuOps ops;
   Tensor x = ops.alloc(DType::f32, 8), q = ops.alloc(DType::f32, 8), si = ops.alloc(DType::f32, 1);

@@ -40,6 +40,33 @@ OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros) {
   return c;
 }
 
+// Cast and transpose in one pass: both the codes and their transpose must be
+// the reference's bit for bit (sizes that are not multiples of the 32 x 32
+// tiles exercise the edges).
+OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src) {
+  OpCase c;
+  c.op = "quantize_fp8_t";
+  c.shape = fmt("rows=%d cols=%d", rows, cols);
+  c.variant = std::string(fp8_name(format)) + " from " + dtype_name(src) + ", and transposed";
+  c.dtypes = std::string("src ") + dtype_name(src) + "; q, qt u8; scale_inv f32";
+  const int64_t n = int64_t(rows) * cols;
+  c.fwd_bytes = 2.0 * n * double(dtype_size(src)) + 2.0 * n;
+  c.bind = [=](Env& e) {
+    std::vector<float> x = e.rnd(n, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(x[size_t(i)], -int(i % 13));
+    Tensor xt = e.in(src, x), q = e.out(DType::u8, n), qt = e.out(DType::u8, n);
+    Tensor si = e.out(F32, 1);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.quantize_fp8_t(q, qt, si, xt, rows, cols, format); };
+    b.fwd_checks = {vs_ref("quantize_fp8_t codes", q, kBitwise),
+                    vs_ref("quantize_fp8_t transposed codes", qt, kBitwise),
+                    vs_ref("quantize_fp8_t scale_inv", si, kBitwise)};
+    return b;
+  };
+  return c;
+}
+
 // An FP8 GEMM on codes both backends made with quantize_fp8 (bitwise the
 // same, see above): only the order of the fp32 sums and the bf16 output
 // rounding differ from the reference's product of the dequantized values.

@@ -51,6 +51,8 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dg);
 // some scale to FP8 subnormals and some to zero), bitwise against the
 // reference; "backward" dequantizes the reference's codes. zeros: all zero.
 OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros = false);
+// quantize_fp8_t: the codes of src [rows, cols] and their transpose.
+OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src);
 // linear_fp8 on codes quantized from random x [M, K] and w [N, K].
 OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format);
 

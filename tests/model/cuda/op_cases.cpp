@@ -518,6 +518,8 @@ std::vector<OpCase> op_cases() {
   for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
     for (DType src : {F32, BF}) t.push_back(quantize_fp8_case(100003, f, src));
   t.push_back(quantize_fp8_case(1000, Fp8::e4m3, BF, /*zeros=*/true));
+  t.push_back(quantize_fp8_t_case(300, 200, Fp8::e4m3, BF));
+  t.push_back(quantize_fp8_t_case(77, 1030, Fp8::e5m2, F32));
   // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
   t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
   t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
@@ -575,6 +577,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
   }
   t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
+  t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
