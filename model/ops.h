@@ -35,6 +35,13 @@ struct AdamWHyper {
   int step = 1;  // from 1, for bias correction
 };
 
+// FP8 codes (u8, from quantize_fp8 or quantize_fp8_t) with the inverse
+// scale they were made with (f32[1]) and their format.
+struct Fp8Tensor {
+  Tensor codes, scale_inv;
+  Fp8 format = Fp8::e4m3;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -189,11 +196,18 @@ class Ops {
                               Fp8 format) = 0;
   // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
   virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
-  // y[M, N] = dequant(xq)[M, K] dequant(wq)[N, K]^T: linear on codes made by
+  // y[M, N] = dequant(x)[M, K] dequant(w)[N, K]^T: linear on codes made by
   // quantize_fp8, with fp32 accumulation (an FP8 tensor-core GEMM on a GPU;
-  // there M, N, K must be multiples of 16, and x and w not both e5m2).
-  virtual void linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
-                          Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) = 0;
+  // there M, N, K must be multiples of 16, and no product of two e5m2).
+  virtual void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N,
+                          int K) = 0;
+  // Its backward: dx[M, K] (=|+=) dy w, dw[N, K] += dy^T x, in fp32 sums. A
+  // GPU's FP8 GEMMs take K-major operands only, so this takes the transposed
+  // codes quantize_fp8_t makes: dy [M, N] with dyt [N, M] (same scale),
+  // xt [K, M], wt [K, N]. dx may be empty (numel 0) to skip it.
+  virtual void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                                   const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                                   bool accumulate_dx) = 0;
 
  private:
   std::vector<std::chrono::steady_clock::time_point> host_marks_;

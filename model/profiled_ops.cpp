@@ -246,11 +246,17 @@ void ProfiledOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 for
         [&] { inner_->dequantize_fp8(dst, q, scale_inv, format); });
 }
 
-void ProfiledOps::linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
-                             Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) {
-  timed(shape("linear_fp8", {M, N, K}), 2.0 * M * N * K, 0, [&] {
-    inner_->linear_fp8(y, xq, x_scale_inv, x_format, wq, w_scale_inv, w_format, M, N, K);
-  });
+void ProfiledOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N,
+                             int K) {
+  timed(shape("linear_fp8", {M, N, K}), 2.0 * M * N * K, 0,
+        [&] { inner_->linear_fp8(y, x, w, M, N, K); });
+}
+void ProfiledOps::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
+                                      const Fp8Tensor& dyt, const Fp8Tensor& xt,
+                                      const Fp8Tensor& wt, int M, int N, int K,
+                                      bool accumulate_dx) {
+  timed(shape("linear_backward_fp8", {M, N, K}), (dx.numel > 0 ? 4.0 : 2.0) * M * N * K, 0,
+        [&] { inner_->linear_backward_fp8(dx, dw, dy, dyt, xt, wt, M, N, K, accumulate_dx); });
 }
 
 }  // namespace fsdp

@@ -2,6 +2,7 @@
 // the GPU's kernels are held to bit for bit, so it is the plainest form of
 // the recipe: amax, the scale from it (common/fp8.h), one rounding per element.
 #include <cmath>
+#include <vector>
 
 #include "model/cpu/cpu_ops.h"
 
@@ -57,17 +58,54 @@ void CpuOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) 
   }
 }
 
-// Dequantized into f32 temporaries, then the reference GEMM: the exact
-// product of the values the codes stand for, summed in fp32.
-void CpuOps::linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
-                        Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) {
-  FSDP_CHECK(xq.numel == int64_t(M) * K && wq.numel == int64_t(N) * K, "linear_fp8 sizes");
-  Tensor x = alloc(DType::f32, xq.numel), w = alloc(DType::f32, wq.numel);
-  dequantize_fp8(x, xq, x_scale_inv, x_format);
-  dequantize_fp8(w, wq, w_scale_inv, w_format);
-  linear(y, x, w, M, N, K);
-  free(x);
-  free(w);
+// Dequantized into f32 temporaries, then the reference GEMMs: the exact
+// products of the values the codes stand for, summed in fp32.
+void CpuOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) {
+  FSDP_CHECK(x.codes.numel == int64_t(M) * K && w.codes.numel == int64_t(N) * K,
+             "linear_fp8 sizes");
+  Tensor xf = alloc(DType::f32, x.codes.numel), wf = alloc(DType::f32, w.codes.numel);
+  dequantize_fp8(xf, x.codes, x.scale_inv, x.format);
+  dequantize_fp8(wf, w.codes, w.scale_inv, w.format);
+  linear(y, xf, wf, M, N, K);
+  free(xf);
+  free(wf);
+}
+
+namespace {
+// A [cols, rows] f32 matrix back to [rows, cols].
+std::vector<float> untranspose(const float* t, int rows, int cols) {
+  std::vector<float> m(size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) m[size_t(r) * cols + c] = t[size_t(c) * rows + r];
+  return m;
+}
+}  // namespace
+
+// dx from dy's codes, dw from dyt's (as the GPU does), x and w from their
+// transposed codes turned back: the reference linear_backward on the values.
+void CpuOps::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                                 const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                                 bool accumulate_dx) {
+  FSDP_CHECK(dy.codes.numel == int64_t(M) * N && dyt.codes.numel == int64_t(M) * N &&
+                 xt.codes.numel == int64_t(M) * K && wt.codes.numel == int64_t(N) * K,
+             "linear_backward_fp8 sizes");
+  auto values = [&](const Fp8Tensor& t) {
+    Tensor f = alloc(DType::f32, t.codes.numel);
+    dequantize_fp8(f, t.codes, t.scale_inv, t.format);
+    std::vector<float> v(f.f32(), f.f32() + f.numel);
+    free(f);
+    return v;
+  };
+  std::vector<float> g = values(dy), gt = values(dyt);
+  std::vector<float> x = untranspose(values(xt).data(), M, K);
+  std::vector<float> w = untranspose(values(wt).data(), N, K);
+  std::vector<float> g2 = untranspose(gt.data(), M, N);
+  auto view = [](std::vector<float>& v) { return Tensor{v.data(), DType::f32, int64_t(v.size())}; };
+  if (dx.numel > 0) {  // dx from dy; the dw this call also makes is dropped
+    std::vector<float> unused(size_t(N) * K);
+    linear_backward(dx, view(unused), view(g), view(x), view(w), M, N, K, accumulate_dx);
+  }
+  linear_backward(Tensor{nullptr, DType::f32, 0}, dw, view(g2), view(x), view(w), M, N, K, false);
 }
 
 }  // namespace fsdp

@@ -114,8 +114,10 @@ class CudaOps final : public Ops {
   void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                       Fp8 format) override;
   void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
-  void linear_fp8(Tensor y, Tensor xq, Tensor x_scale_inv, Fp8 x_format, Tensor wq,
-                  Tensor w_scale_inv, Fp8 w_format, int M, int N, int K) override;
+  void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) override;
+  void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                           const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                           bool accumulate_dx) override;
 
   struct Impl;  // public only so the .cpp files behind this class can name it
 

@@ -224,7 +224,8 @@ void Gemm::Impl::run(const Key& key, const void* A, const void* B, float beta, c
 }
 
 void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, const float* a_scale,
-                      const void* B, int ldb, int b_fp8, const float* b_scale, void* D, int ldd) {
+                      const void* B, int ldb, int b_fp8, const float* b_scale, void* D, bool d_f32,
+                      int ldd, float beta) {
   FSDP_CHECK(a_fp8 >= 1 && a_fp8 <= 2 && b_fp8 >= 1 && b_fp8 <= 2 && !(a_fp8 == 2 && b_fp8 == 2),
              "FP8 GEMM operand formats ", a_fp8, " x ", b_fp8, " (e5m2 x e5m2 has no kernel)");
   if (m == 0 || n == 0) return;
@@ -234,8 +235,8 @@ void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, co
              "multiples of 16");
   Key key{true,
           false,
-          false,
-          false,
+          d_f32,
+          beta != 0.0f,
           m,
           n,
           k,
@@ -248,7 +249,7 @@ void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, co
           alignment_of(D)};
   key.a_fp8 = a_fp8;
   key.b_fp8 = b_fp8;
-  impl_->run(key, A, B, 0.0f, D, D, a_scale, b_scale);
+  impl_->run(key, A, B, beta, D, D, a_scale, b_scale);
 }
 
 void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,

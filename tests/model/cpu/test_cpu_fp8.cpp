@@ -126,7 +126,7 @@ TEST(CpuFp8, LinearOnCodesApproximatesLinear) {
   for (Fp8 xf : {Fp8::e4m3, Fp8::e5m2}) {
     ops.quantize_fp8(xq, xs, xt, xf);
     ops.quantize_fp8(wq, ws, wt, Fp8::e4m3);
-    ops.linear_fp8(y8, xq, xs, xf, wq, ws, Fp8::e4m3, M, N, K);
+    ops.linear_fp8(y8, {xq, xs, xf}, {wq, ws, Fp8::e4m3}, M, N, K);
     double num = 0, den = 0;
     for (int64_t i = 0; i < int64_t(M) * N; ++i) {
       const double d = double(y8.f32()[i]) - y.f32()[i];
@@ -139,6 +139,61 @@ TEST(CpuFp8, LinearOnCodesApproximatesLinear) {
     EXPECT_GT(std::sqrt(num / den), 0.0) << "FP8 rounding leaves some error";
   }
   for (Tensor t : {xt, wt, xq, wq, xs, ws, y, y8}) ops.free(t);
+}
+
+double rel_l2(const float* got, const float* want, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// The backward on codes (x, w e4m3, dy e5m2, from quantize_fp8_t) against
+// the f32 backward, within the same per-element bound as the forward's.
+TEST(CpuFp8, LinearBackwardOnCodesApproximatesLinearBackward) {
+  CpuOps ops;
+  const int M = 32, N = 48, K = 64;
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto tensor = [&](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = normal(rng) * scale;
+    Tensor t = ops.alloc(DType::f32, n);
+    ops.to_device(t, v.data());
+    return t;
+  };
+  Tensor x = tensor(M * K, 3.0f), w = tensor(N * K, 0.02f), dy = tensor(M * N, 1e-4f);
+  auto codes = [&](Tensor t, int rows, int cols, Fp8 f) {
+    Tensor q = ops.alloc(DType::u8, t.numel), qt = ops.alloc(DType::u8, t.numel);
+    Tensor s = ops.alloc(DType::f32, 1);
+    ops.quantize_fp8_t(q, qt, s, t, rows, cols, f);
+    return std::pair{Fp8Tensor{q, s, f}, Fp8Tensor{qt, s, f}};
+  };
+  const auto [xq, xt] = codes(x, M, K, Fp8::e4m3);
+  const auto [wq, wt] = codes(w, N, K, Fp8::e4m3);
+  const auto [g, gt] = codes(dy, M, N, Fp8::e5m2);
+  Tensor dx = ops.alloc(DType::f32, M * K), dw = ops.alloc(DType::f32, N * K);
+  Tensor dx8 = ops.alloc(DType::f32, M * K), dw8 = ops.alloc(DType::f32, N * K);
+  ops.zero(dw);
+  ops.zero(dw8);
+  ops.linear_backward(dx, dw, dy, x, w, M, N, K, false);
+  ops.linear_backward_fp8(dx8, dw8, g, gt, xt, wt, M, N, K, false);
+  const double bound = std::ldexp(1.0, -3) + std::ldexp(1.0, -4);  // e5m2 and e4m3 operands
+  const double ex = rel_l2(dx8.f32(), dx.f32(), M * K), ew = rel_l2(dw8.f32(), dw.f32(), N * K);
+  EXPECT_LT(ex, bound);
+  EXPECT_LT(ew, bound);
+  EXPECT_GT(ex, 0.0);
+  EXPECT_GT(ew, 0.0);
+  // Skipping dx leaves it alone and still adds the same dw again.
+  ops.linear_backward_fp8(Tensor{nullptr, DType::f32, 0}, dw8, g, gt, xt, wt, M, N, K, false);
+  std::vector<float> twice(dw8.f32(), dw8.f32() + N * K);
+  for (auto& v : twice) v /= 2;
+  EXPECT_LT(rel_l2(twice.data(), dw.f32(), N * K), bound);
+  for (Tensor t : {x, w, dy, dx, dw, dx8, dw8, xq.codes, xt.codes, wq.codes, wt.codes, g.codes,
+                   gt.codes, xq.scale_inv, wq.scale_inv, g.scale_inv})
+    ops.free(t);
 }
 
 // The transposed copy holds the same codes as quantize_fp8's, transposed.

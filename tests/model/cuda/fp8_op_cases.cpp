@@ -86,8 +86,43 @@ OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format) {
     e.ops.quantize_fp8(wq, ws, wt, w_format);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.linear_fp8(y, xq, xs, x_format, wq, ws, w_format, M, N, K); };
+    const Fp8Tensor xf{xq, xs, x_format}, wf{wq, ws, w_format};
+    b.fwd = [=, &o] { o.linear_fp8(y, xf, wf, M, N, K); };
     b.fwd_checks = {vs_ref("linear_fp8 y", y, kGemm), vs_ref("x codes", xq, kBitwise)};
+    return b;
+  };
+  return c;
+}
+
+// The backward on FP8 codes as a training step would make them: x and w in
+// e4m3, dy in e5m2, each with its transposed copy from quantize_fp8_t.
+OpCase linear_backward_fp8_case(int M, int N, int K, bool accumulate_dx, DType dwt) {
+  OpCase c;
+  c.op = "linear_backward_fp8";
+  c.shape = fmt("M=%d N=%d K=%d", M, N, K);
+  c.variant = std::string(accumulate_dx ? "dx accumulated" : "dx set") + ", dw " + dtype_name(dwt) +
+              "; x, w e4m3, dy e5m2";
+  c.dtypes = std::string("codes u8, scales f32; dx bf16; dw ") + dtype_name(dwt);
+  c.fwd_flops = 4.0 * M * N * K;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(int64_t(M) * K, -2.0f, 2.0f), w = e.rnd(int64_t(N) * K, -0.1f, 0.1f);
+    const auto dy = e.rnd(int64_t(M) * N, -1e-3f, 1e-3f);
+    const auto dx0 = e.rnd(int64_t(M) * K), dw0 = e.rnd(int64_t(N) * K);
+    auto codes = [&](const std::vector<float>& v, int rows, int cols, Fp8 f) {
+      Tensor t = e.in(BF, v), q = e.out(DType::u8, int64_t(rows) * cols);
+      Tensor qt = e.out(DType::u8, int64_t(rows) * cols), s = e.out(F32, 1);
+      e.ops.quantize_fp8_t(q, qt, s, t, rows, cols, f);
+      return std::pair{Fp8Tensor{q, s, f}, Fp8Tensor{qt, s, f}};
+    };
+    const auto [xq, xt] = codes(x, M, K, Fp8::e4m3);
+    const auto [wq, wt] = codes(w, N, K, Fp8::e4m3);
+    const auto [g, gt] = codes(dy, M, N, Fp8::e5m2);
+    Tensor dx = accumulate_dx ? e.in(BF, dx0) : e.out(BF, int64_t(M) * K), dw = e.in(dwt, dw0);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.linear_backward_fp8(dx, dw, g, gt, xt, wt, M, N, K, accumulate_dx); };
+    b.fwd_checks = {vs_ref(accumulate_dx ? "fp8 dx (+=)" : "fp8 dx", dx, kGemm),
+                    vs_ref(std::string("fp8 dw (") + dtype_name(dwt) + ", +=)", dw, kGemm)};
     return b;
   };
   return c;

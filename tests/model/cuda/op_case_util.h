@@ -55,5 +55,7 @@ OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros = false);
 OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src);
 // linear_fp8 on codes quantized from random x [M, K] and w [N, K].
 OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format);
+// linear_backward_fp8 from transposed codes (x, w e4m3; dy e5m2).
+OpCase linear_backward_fp8_case(int M, int N, int K, bool accumulate_dx, DType dw);
 
 }  // namespace fsdp::test

@@ -523,6 +523,8 @@ std::vector<OpCase> op_cases() {
   // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
   t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
   t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
+  t.push_back(linear_backward_fp8_case(256, 192, 128, false, F32));
+  t.push_back(linear_backward_fp8_case(128, 64, 320, true, BF));
 
   // Grouped (4:2, 8:2) and plain (4:4) heads; head_dim 64, 16, 128.
   t.push_back(attention_case(2, 128, 4, 2, 64));
@@ -574,6 +576,8 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   for (Proj p : {Proj{"wq/wo", c.q_dim(), d}, Proj{"wk/wv", c.kv_dim(), d},
                  Proj{"w1/w3", c.d_ff, d}, Proj{"w2", d, c.d_ff}}) {
     t.push_back(linear_fp8_case(M, p.N, p.K, Fp8::e4m3, Fp8::e4m3));
+    t.back().variant = std::string(p.name) + ", " + t.back().variant;
+    t.push_back(linear_backward_fp8_case(M, p.N, p.K, false, F32));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
   }
   t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
