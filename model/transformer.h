@@ -27,8 +27,12 @@ Recompute parse_recompute(const std::string& name);  // throws fsdp::Error namin
 class Transformer {
  public:
   // Activations are allocated once for micro-batches of batch_size x seq_len.
+  // fp8 (--precision fp8): the block linears run on FP8 codes with
+  // per-tensor current scaling, all e4m3 (gradients too: see kFp8Grad in
+  // transformer.cpp); the embedding, norms, attention and the head stay in
+  // the compute dtype, as do the weights and gradients the engine holds.
   Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
-              Recompute recompute = Recompute::none);
+              Recompute recompute = Recompute::none, bool fp8 = false);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -43,7 +47,8 @@ class Transformer {
   int64_t activation_bytes() const { return activation_bytes_; }
   // The same figure from shapes alone, without allocating.
   static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
-                                      DType compute, Recompute recompute = Recompute::none);
+                                      DType compute, Recompute recompute = Recompute::none,
+                                      bool fp8 = false);
 
   // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
   // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global
@@ -74,12 +79,18 @@ class Transformer {
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
+  // A block's y = x W^T (+ r when given), and its backward: the compute
+  // dtype's GEMMs, or FP8 ones under fp8_.
+  void block_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K, Tensor r = {});
+  void block_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                             int K, bool accumulate_dx);
 
   ModelConfig cfg_;
   Ops& ops_;
   std::vector<UnitSpec> units_;
   int B_, T_;
   Recompute recompute_;
+  bool fp8_;
   int64_t N_;  // rows = B*T
   float loss_scale_ = 0.0f;
   int64_t loss_count_ = 0;
@@ -92,6 +103,9 @@ class Transformer {
   Tensor hf_, rstdf_, logits_, losses_;
   // Backward scratch, reused by every layer.
   Tensor dres_, dh_, dq_, dk_, dv_, dq_raw_, dk_raw_, datt_, ds_, da_, db_;
+  // fp8_: codes of one linear's input, weight and output gradient, each with
+  // its transpose for backward, and their inverse scales.
+  Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
 };
 
 }  // namespace fsdp

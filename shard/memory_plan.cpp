@@ -24,7 +24,8 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 // run it before anything sized by the model exists. The engine's per-unit
 // slots (plan_slots) give the same figures; tests/shard compares them.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
-                       int seq_len, Recompute recompute, DType reduce, bool direct_when_unsharded) {
+                       int seq_len, Recompute recompute, DType reduce, bool direct_when_unsharded,
+                       bool fp8) {
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
@@ -58,11 +59,11 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   // Activations are linear in the tokens of a micro-batch; an absurd
   // --batch-size x --seq-len saturates instead of overflowing, so the memory
   // check still refuses it with a number.
-  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, recompute);
+  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, recompute, fp8);
   if (static_cast<long double>(per_token) * batch * seq_len >= kPlanSaturation)
     m.activations = kPlanSaturation;
   else
-    m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute);
+    m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute, fp8);
   return m;
 }
 

@@ -44,6 +44,6 @@ inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
                        Recompute recompute = Recompute::none, DType reduce = DType::f32,
-                       bool direct_when_unsharded = true);
+                       bool direct_when_unsharded = true, bool fp8 = false);
 
 }  // namespace fsdp

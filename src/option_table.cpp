@@ -165,7 +165,9 @@ std::vector<OptionRow> make_table() {
         {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0 turns clipping off)"}),
     row("seed", &O::seed, "seed for initialisation and data order", "42"),
     row("device", &O::device, "auto uses the GPU when one is visible, else the CPU", "cpu"),
-    row("precision", &O::precision, "auto: fp32 on cpu, bf16 on cuda", "fp32"),
+    row("precision", &O::precision,
+        "auto: fp32 on cpu, bf16 on cuda; fp8: the block GEMMs on FP8 (e4m3) codes with "
+        "per-tensor scaling, emulated on cpu, not yet on cuda", "fp32"),
     run_control(bare_switch(row("debug", &O::debug,
                     "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
                     "also deterministic attention and a sync after every op", "true"))),

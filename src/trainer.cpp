@@ -100,7 +100,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     auto plan_for = [&](int b) {
       return plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
                          o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype,
-                         o_.single_rank_direct);
+                         o_.single_rank_direct, o_.precision == Precision::fp8);
     };
     float fits = 0;
     all_or_none(W, [&] {
@@ -123,7 +123,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     check_memory_fits(
         plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
                     o_.reshard_after_forward, o_.batch_size, o_.seq_len, o_.recompute,
-                    o_.reduce_dtype, o_.single_rank_direct),
+                    o_.reduce_dtype, o_.single_rank_direct, o_.precision == Precision::fp8),
         *ops_,
         {world_.local_size, groups_.shard->size(), world_.size, o_.batch_size, o_.recompute});
   });
@@ -148,7 +148,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
 // The rank-local part of set-up: memory on the device, the reader thread.
 void Trainer::build(ProcessGroups& engine_groups) {
-  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len, o_.recompute);
+  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len, o_.recompute,
+                                         o_.precision == Precision::fp8);
   EngineOptions eo;
   eo.reshard_after_forward = o_.reshard_after_forward;
   eo.seed = o_.seed;
@@ -171,16 +172,17 @@ Trainer::~Trainer() = default;
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
-  const MemoryPlan p =
-      plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward, o_.batch_size, o_.seq_len,
-                  o_.recompute, o_.reduce_dtype, o_.single_rank_direct);
+  const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
+                                   o_.batch_size, o_.seq_len, o_.recompute, o_.reduce_dtype,
+                                   o_.single_rank_direct, o_.precision == Precision::fp8);
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
-      "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s, "
+      "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s%s, "
       "collectives %s\n",
       world_.size, world_.num_nodes, n, shard_group_why_.c_str(), world_.size / n, ops_->name(),
       dtype_name(ops_->compute_dtype()),
+      o_.precision == Precision::fp8 ? " with FP8 block GEMMs (e4m3, emulated)" : "",
       device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
   std::printf(
       "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "

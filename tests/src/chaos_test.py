@@ -30,7 +30,9 @@ exe, example, work = sys.argv[1:4]
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 SEED = int(os.environ.get("FSDP_CHAOS_SEED", "5"))
 KILLS = int(os.environ.get("FSDP_CHAOS_KILLS", "15"))
-RANKS, STEPS, EVERY, KEEP = 2, 300, 5, 3
+# 600 steps: room for every planned kill to land before the job completes (at 300 a
+# quiet machine finished it after 9 of them, 2026-11-23)
+RANKS, STEPS, EVERY, KEEP = 2, 600, 5, 3
 EXIT_LIMIT_S = 30  # how long the job's processes may take to go once one was killed
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
