@@ -1,0 +1,126 @@
+// The state behind CudaOps and the argument checks its op files share
+// (cuda_ops.cpp, fp8_ops.cpp): private to model/cuda, plain C++.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "common/cuda_lib_check.h"
+#include "model/cuda/attention.h"
+#include "model/cuda/cuda_ops.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/kernels.h"
+
+namespace fsdp {
+namespace cuda_args {
+
+using cuda::bf16;
+
+// As in the CPU backend, every op checks element types and that each buffer
+// holds what the sizes imply (larger buffers are fine: callers reuse
+// workspaces sized for the largest batch).
+inline void need(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(n >= 0 && t.numel >= n, what, " has ", t.numel, " elements, the op needs ", n);
+}
+inline bf16* bf(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::bf16, what, " is ", dtype_name(t.dtype),
+             ", the cuda backend wants bf16");
+  need(t, n, what);
+  return static_cast<bf16*>(t.data);
+}
+inline float* f32(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::f32, what, " is ", dtype_name(t.dtype), ", expected f32");
+  need(t, n, what);
+  return static_cast<float*>(t.data);
+}
+inline const int32_t* i32(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::i32, what, " is ", dtype_name(t.dtype), ", expected i32");
+  need(t, n, what);
+  return static_cast<const int32_t*>(t.data);
+}
+// Weight gradients may be bf16 (the engine's gathered gradient buffers) or f32.
+inline void* grad(Tensor t, int64_t n, const char* what, bool& is_bf16) {
+  FSDP_CHECK(t.dtype != DType::i32, what, " is i32");
+  need(t, n, what);
+  is_bf16 = t.dtype == DType::bf16;
+  return t.data;
+}
+
+}  // namespace cuda_args
+
+struct CudaOps::Impl final : cuda::Scratch {
+  CudaOpsOptions opt;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cuda::DeviceInfo dev;
+  std::unique_ptr<cuda::Gemm> gemm;
+  std::unique_ptr<cuda::Attention> attention;
+  int* err = nullptr;          // device error word (kernels.h ErrorCode)
+  double* ss = nullptr;        // device result of sum_squares
+  void* host_words = nullptr;  // pinned: error word and sum_squares result
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  std::map<std::tuple<int, int, float>, float*> rope_tables;  // (T, head_dim, theta)
+  std::vector<cudaEvent_t> marks;  // timing events; the first `marks_used` are live
+  size_t marks_used = 0;
+  int64_t live = 0, peak = 0;
+
+  void* get(size_t bytes) override {
+    if (bytes > scratch_bytes) {
+      // Stream-ordered, so work still reading the old region finishes first.
+      if (scratch) FSDP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+      scratch = nullptr;
+      const size_t grown = std::max(bytes, scratch_bytes + scratch_bytes / 2);
+      FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, grown, stream));
+      scratch_bytes = grown;
+    }
+    return scratch;
+  }
+
+  const float* rope_table(int T, int head_dim, float theta) {
+    const auto key = std::make_tuple(T, head_dim, theta);
+    auto it = rope_tables.find(key);
+    if (it != rope_tables.end()) return it->second;
+    // Built in double with the CPU reference's formula, then rounded once.
+    const int half = head_dim / 2;
+    std::vector<float> host(size_t(2) * T * half);
+    for (int i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(double(theta), -2.0 * i / head_dim);
+      for (int t = 0; t < T; ++t) {
+        host[size_t(t) * half + i] = float(std::cos(t * inv_freq));
+        host[size_t(T) * half + size_t(t) * half + i] = float(std::sin(t * inv_freq));
+      }
+    }
+    float* d = nullptr;
+    FSDP_CUDA_CHECK(cudaMallocAsync(&d, host.size() * sizeof(float), stream));
+    // A pageable source is staged before cudaMemcpyAsync returns, so `host`
+    // may go out of scope.
+    FSDP_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+    rope_tables.emplace(key, d);
+    return d;
+  }
+
+  // Waits for the stream, then turns a kernel-reported error into an Error.
+  void sync(const char* what) {
+    auto* word = static_cast<int*>(host_words);
+    FSDP_CUDA_CHECK(cudaMemcpyAsync(word, err, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) throw_error("cuda backend: ", what, " failed: ", cudaGetErrorString(e));
+    if (*word != cuda::kNoError) {
+      const int code = *word;
+      FSDP_CUDA_CHECK(cudaMemsetAsync(err, 0, sizeof(int), stream));
+      if (code == cuda::kTokenOutOfRange)
+        throw_error("cuda backend: a token id is outside the vocabulary (noticed at ", what, ")");
+      throw_error("cuda backend: a target id is outside the vocabulary (noticed at ", what, ")");
+    }
+  }
+};
+
+}  // namespace fsdp

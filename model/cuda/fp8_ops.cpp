@@ -1,0 +1,91 @@
+// CudaOps' FP8 ops: casts with per-tensor current scaling (fp8.cu) and the
+// cuBLASLt FP8 GEMMs of a linear's forward and backward (gemm.cpp).
+#include "model/cuda/cuda_ops_impl.h"
+
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+  FSDP_CHECK(q.dtype == DType::u8 && q.numel == src.numel &&
+                 (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8: ", src.numel, " ", dtype_name(src.dtype), " into ", q.numel, " ",
+             dtype_name(q.dtype));
+  cuda::quantize_fp8(static_cast<uint8_t*>(q.data), f32(scale_inv, 1, "quantize_fp8 scale_inv"),
+                     src.data, src.dtype == DType::bf16, src.numel, format == Fp8::e5m2,
+                     fp8_spec(format).max, *impl_, impl_->stream);
+  after("quantize_fp8");
+}
+
+void CudaOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                             Fp8 format) {
+  const int64_t n = int64_t(rows) * cols;
+  FSDP_CHECK(q.dtype == DType::u8 && qt.dtype == DType::u8 && q.numel == n && qt.numel == n &&
+                 src.numel == n && (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8_t: [", rows, ", ", cols, "] ", dtype_name(src.dtype), " from ",
+             src.numel, " into ", q.numel, " and ", qt.numel);
+  cuda::quantize_fp8_t(static_cast<uint8_t*>(q.data), static_cast<uint8_t*>(qt.data),
+                       f32(scale_inv, 1, "quantize_fp8_t scale_inv"), src.data,
+                       src.dtype == DType::bf16, rows, cols, format == Fp8::e5m2,
+                       fp8_spec(format).max, *impl_, impl_->stream);
+  after("quantize_fp8_t");
+}
+
+void CudaOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
+  FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel &&
+                 (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
+             "dequantize_fp8: ", q.numel, " ", dtype_name(q.dtype), " into ", dst.numel, " ",
+             dtype_name(dst.dtype));
+  cuda::dequantize_fp8(dst.data, dst.dtype == DType::bf16, static_cast<const uint8_t*>(q.data),
+                       f32(scale_inv, 1, "dequantize_fp8 scale_inv"), dst.numel,
+                       format == Fp8::e5m2, impl_->stream);
+  after("dequantize_fp8");
+}
+
+namespace {
+int fp8_code(Fp8 f) {
+  return f == Fp8::e4m3 ? 1 : 2;
+}
+const uint8_t* codes(const Fp8Tensor& t, int64_t n, const char* what) {
+  FSDP_CHECK(t.codes.dtype == DType::u8, what, " is ", dtype_name(t.codes.dtype), ", expected u8");
+  need(t.codes, n, what);
+  return static_cast<const uint8_t*>(t.codes.data);
+}
+}  // namespace
+
+// As linear (y^T = W x^T in cuBLASLt's column-major view), on FP8 codes:
+// W is A with its scale, x is B with its.
+void CudaOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) {
+  const uint8_t* xq = codes(x, int64_t(M) * K, "linear_fp8 x");
+  const uint8_t* wq = codes(w, int64_t(N) * K, "linear_fp8 w");
+  bf16* yo = bf(y, int64_t(M) * N, "linear_fp8 y");
+  impl_->gemm->matmul_fp8(N, M, K, wq, K, fp8_code(w.format), f32(w.scale_inv, 1, "w scale_inv"),
+                          xq, K, fp8_code(x.format), f32(x.scale_inv, 1, "x scale_inv"), yo, false,
+                          N, 0.0f);
+  after("linear_fp8");
+}
+
+// Both products in the "TN" form, from the transposed codes:
+//   dx^T [K, M] = (wt [K, N] row-major)^T-view . dy: A = wt (lda N), B = dy (ldb N)
+//   dw^T [K, N] += x^T . dy: A = xt [K, M] (lda M), B = dyt [N, M] (ldb M)
+void CudaOps::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                                  const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                                  bool accumulate_dx) {
+  const uint8_t* g = codes(dy, int64_t(M) * N, "linear_backward_fp8 dy");
+  const uint8_t* gt = codes(dyt, int64_t(M) * N, "linear_backward_fp8 dyt");
+  const uint8_t* xq = codes(xt, int64_t(M) * K, "linear_backward_fp8 xt");
+  const uint8_t* wq = codes(wt, int64_t(N) * K, "linear_backward_fp8 wt");
+  const float* gs = f32(dy.scale_inv, 1, "dy scale_inv");
+  if (dx.numel > 0)
+    impl_->gemm->matmul_fp8(K, M, N, wq, N, fp8_code(wt.format), f32(wt.scale_inv, 1, "w scale"), g,
+                            N, fp8_code(dy.format), gs, bf(dx, int64_t(M) * K, "dx"), false, K,
+                            accumulate_dx ? 1.0f : 0.0f);
+  bool dw_bf16 = false;
+  void* dwo = grad(dw, int64_t(N) * K, "linear_backward_fp8 dw", dw_bf16);
+  impl_->gemm->matmul_fp8(K, N, M, xq, M, fp8_code(xt.format), f32(xt.scale_inv, 1, "x scale"), gt,
+                          M, fp8_code(dyt.format), f32(dyt.scale_inv, 1, "dyt scale"), dwo,
+                          !dw_bf16, K, 1.0f);
+  after("linear_backward_fp8");
+}
+
+}  // namespace fsdp
