@@ -128,8 +128,7 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   // FP8 codes (one byte each) of a linear's input, weight and gradient, each
-  // twice (with the transpose), and three scales; each allocation rounded as
-  // the backend's would not be: these are exact element counts.
+  // twice (with the transpose), and their three f32 scales.
   const int64_t fp8_codes = fp8 ? 2 * (N * std::max({d, qd, ff}) + std::max(qd, ff) * d +
                                        N * std::max({qd, kvd, ff, d})) +
                                       4 * 3

@@ -48,7 +48,7 @@ Device resolve_device(const Options& o) {
   if (o.precision == Precision::bf16)
     throw_error(
         "--precision bf16: the CPU reference computes in fp32; use --precision fp32 (or "
-        "fp8, whose FP8 GEMMs it emulates exactly)");
+        "fp8, whose FP8 casts it emulates bit for bit)");
   return d;
 }
 

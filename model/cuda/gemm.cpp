@@ -162,7 +162,7 @@ void Gemm::Impl::time(Plan& p, const Key& key, const void* A, const void* B, flo
   if (beta != 0.0f) {
     const size_t bytes = size_t(key.ldd) * size_t(key.n) * (key.d_f32 ? 4 : 2);
     FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream));
-    if (C == D) C = scratch;  // its contents only slow nothing down
+    if (C == D) C = scratch;  // uninitialised: its values do not change the speed
     D = scratch;
   }
   cudaEvent_t e0 = nullptr, e1 = nullptr;

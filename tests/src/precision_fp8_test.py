@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""--precision fp8 on the CPU (issue 13): the block GEMMs on FP8 codes,
-emulated bit for bit as an H100 computes them. README's demo run (`tiny`, 300
+"""--precision fp8 on the CPU (issue 13): the block GEMMs on FP8 codes (the
+casts bit for bit as an H100 makes them, the products summed in fp32). README's demo run (`tiny`, 300
 steps) must end within 1% of the fp32 run's validation loss, the bar the issue
 sets for FP8 against bf16 on a GPU, and must say it runs FP8; bf16 stays
 refused on the CPU with one error line."""
