@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -43,6 +45,30 @@ class Work {
   }
 };
 using WorkHandle = std::unique_ptr<Work>;
+
+// Several collectives waited as one (a unit gathered segment by segment).
+class JoinedWork final : public Work {
+ public:
+  explicit JoinedWork(std::vector<WorkHandle> parts) : parts_(std::move(parts)) {}
+  void wait() override {
+    for (auto& w : parts_) w->wait();
+  }
+  bool test() override {
+    bool done = true;
+    for (auto& w : parts_) done = w->test() && done;  // test each: it may drive progress
+    return done;
+  }
+  void wait_on(StreamHandle stream) override {
+    for (auto& w : parts_) w->wait_on(stream);
+  }
+
+ private:
+  std::vector<WorkHandle> parts_;
+};
+inline WorkHandle join_work(std::vector<WorkHandle> parts) {
+  if (parts.size() == 1) return std::move(parts.front());
+  return std::make_unique<JoinedWork>(std::move(parts));
+}
 
 class Communicator {
  public:

@@ -194,6 +194,18 @@ class Ops {
   // of activations, weights and gradients.
   virtual void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                               Fp8 format) = 0;
+  // The two halves of quantize_fp8, for a scale agreed across ranks (the
+  // FSDP engine's FP8 weight all-gather): out[0] = the largest |x| (NaN
+  // elements do not count; 0 when x is empty), f32[1] on the device; and the
+  // cast by the scale of a given amax (f32[1], e.g. all-reduced with max),
+  // writing scale_inv[0] even when src is empty. quantize_fp8 is exactly
+  // amax then quantize_fp8_amax.
+  virtual void amax(Tensor out, Tensor x) = 0;
+  virtual void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
+                                 Fp8 format) = 0;
+  // qt [cols, rows] = q [rows, cols] transposed (u8 codes; the scale is
+  // shared): the K-major copy of a weight that arrived as codes.
+  virtual void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) = 0;
   // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
   virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
   // y[M, N] = dequant(x)[M, K] dequant(w)[N, K]^T: linear on codes made by

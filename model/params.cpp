@@ -36,6 +36,11 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   auto matrix = [](std::string name, int64_t rows, int64_t cols, float s) {
     return ParamSpec{std::move(name), {rows, cols}, Init::normal, s};
   };
+  auto linear = [&](std::string name, int64_t rows, int64_t cols, float s) {
+    ParamSpec p = matrix(std::move(name), rows, cols, s);
+    p.fp8 = true;
+    return p;
+  };
   auto gain = [](std::string name, int64_t n) {
     return ParamSpec{std::move(name), {n}, Init::ones, 0.0f};
   };
@@ -52,12 +57,12 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     units.push_back({"blocks." + std::to_string(l),
-                     {gain(b + "attn_norm", d), matrix(b + "attn.wq", c.q_dim(), d, std),
-                      matrix(b + "attn.wk", c.kv_dim(), d, std),
-                      matrix(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
-                      gain(b + "attn.k_norm", hd), matrix(b + "attn.wo", d, c.q_dim(), out_std),
-                      gain(b + "mlp_norm", d), matrix(b + "mlp.w1", ff, d, std),
-                      matrix(b + "mlp.w3", ff, d, std), matrix(b + "mlp.w2", d, ff, out_std)}});
+                     {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
+                      linear(b + "attn.wk", c.kv_dim(), d, std),
+                      linear(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
+                      gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
+                      gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
+                      linear(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}});
   }
   UnitSpec head{"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) head.params.push_back(vocab_matrix("head.weight"));

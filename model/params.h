@@ -27,6 +27,9 @@ struct ParamSpec {
   // Zero rows stored after the logical ones (the padded vocabulary of the
   // embedding and untied head); never initialised, updated or saved.
   int64_t pad_rows = 0;
+  // A block linear's weight: under --precision fp8 its GEMMs run on E4M3
+  // codes, and the FSDP engine gathers it as those codes.
+  bool fp8 = false;
 
   int64_t numel() const;         // logical elements
   int64_t stored_numel() const;  // with the padding rows: what the model computes on

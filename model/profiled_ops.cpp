@@ -240,6 +240,19 @@ void ProfiledOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor s
         0, 2.0 * double(src.bytes()) + 2.0 * double(q.bytes()),
         [&] { inner_->quantize_fp8_t(q, qt, scale_inv, src, rows, cols, format); });
 }
+void ProfiledOps::amax(Tensor out, Tensor x) {
+  timed(shape("amax", {x.numel}), 0, double(x.bytes()), [&] { inner_->amax(out, x); });
+}
+void ProfiledOps::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
+                                    Fp8 format) {
+  timed(std::string("quantize_fp8_amax ") + fp8_name(format) + " " + std::to_string(src.numel), 0,
+        double(src.bytes()) + double(q.bytes()),
+        [&] { inner_->quantize_fp8_amax(q, scale_inv, src, amax, format); });
+}
+void ProfiledOps::transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
+  timed(shape("transpose_fp8", {rows, cols}), 0, 2.0 * double(q.bytes()),
+        [&] { inner_->transpose_fp8(qt, q, rows, cols); });
+}
 void ProfiledOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   timed(std::string("dequantize_fp8 ") + fp8_name(format) + " " + std::to_string(dst.numel), 0,
         double(q.bytes()) + double(dst.bytes()),

@@ -38,6 +38,7 @@ class Transformer {
   Transformer& operator=(const Transformer&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  bool fp8() const { return fp8_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   int num_units() const { return int(units_.size()); }
   // Units that must be gathered while unit u computes, u itself included: the
@@ -79,11 +80,13 @@ class Transformer {
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
-  // A block's y = x W^T (+ r when given), and its backward: the compute
-  // dtype's GEMMs, or FP8 ones under fp8_.
-  void block_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K, Tensor r = {});
-  void block_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
-                             int K, bool accumulate_dx);
+  // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`,
+  // and its backward (dW into w.grad): the compute dtype's GEMMs, or FP8 ones
+  // under fp8_, on the codes the engine gathered when it did.
+  void block_linear(Tensor y, Tensor x, UnitAccess& w, int unit, int param, int M, int N, int K,
+                    Tensor r = {});
+  void block_linear_backward(Tensor dx, Tensor dy, Tensor x, UnitAccess& w, int unit, int param,
+                             int M, int N, int K, bool accumulate_dx);
 
   ModelConfig cfg_;
   Ops& ops_;
@@ -104,7 +107,8 @@ class Transformer {
   // Backward scratch, reused by every layer.
   Tensor dres_, dh_, dq_, dk_, dv_, dq_raw_, dk_raw_, datt_, ds_, da_, db_;
   // fp8_: codes of one linear's input, weight and output gradient, each with
-  // its transpose for backward, and their inverse scales.
+  // its transpose for backward, and their inverse scales. w8_ serves only
+  // weights that arrive in the compute dtype (UnitAccess::weight_fp8 empty).
   Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
 };
 

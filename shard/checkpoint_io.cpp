@@ -79,7 +79,7 @@ void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, c
   for (int r = 0; r < ranks; ++r) most = std::max(most, shard_overlap(l, param, r).count);
   const int64_t calls = std::max<int64_t>(1, (most + t.max_elems - 1) / t.max_elems);
   const Overlap o = active ? shard_overlap(l, param, rank) : Overlap{};
-  const int64_t local = o.count ? o.begin - int64_t(rank) * l.shard : 0;
+  const int64_t local = o.count ? o.local : 0;
   const int64_t in_param = o.count ? o.begin - l.offsets[param] : 0;
 
   for (int64_t i = 0; i < calls; ++i) {

@@ -17,14 +17,16 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       opt_(options),
       ct_(ops.compute_dtype()),
       rt_(options.reduce_dtype),
-      direct_(options.direct_when_unsharded && shard.size() == 1) {
+      direct_(options.direct_when_unsharded && shard.size() == 1),
+      fp8_(options.fp8_gather && model.fp8()) {
   const auto& specs = model_.units();
   const int U = int(specs.size()), rank = shard_.rank();
   units_.resize(U);
 
+  int fp8_params = 0;
   for (int u = 0; u < U; ++u) {
     Unit& x = units_[u];
-    x.layout = make_layout(specs[u], shard_.size());
+    x.layout = make_layout(specs[u], shard_.size(), fp8_);
     const int64_t n = x.layout.shard;
 
     // Initialise this rank's slice only; padding stays zero.
@@ -33,7 +35,7 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       Overlap o = shard_overlap(x.layout, p, rank);
       if (o.count == 0) continue;
       init_param_slice(specs[u].params[p], opt_.seed, o.begin - x.layout.offsets[p], o.count,
-                       host.data() + (o.begin - int64_t(rank) * n));
+                       host.data() + o.local);
     }
     x.master = ops_.alloc(DType::f32, n);
     ops_.to_device(x.master, host.data());
@@ -44,12 +46,21 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
     ops_.zero(x.exp_avg_sq);
     ops_.zero(x.grad);
     persistent_bytes_ += 16 * n;
-    if (ct_ == DType::f32) {
-      x.send = x.master;
-    } else {
-      x.send = ops_.alloc(ct_, n);
-      persistent_bytes_ += int64_t(x.send.bytes());
+    for (const Segment& g : x.layout.segments) {
+      const bool own = gather_dtype(g) != DType::f32;
+      x.send.push_back(own ? ops_.alloc(gather_dtype(g), g.shard)
+                           : x.master.slice(g.local, g.shard));
+      x.owned.push_back(own);
+      if (own) persistent_bytes_ += int64_t(x.send.back().bytes());
+      if (g.fp8) ops_.zero(x.send.back());  // codes between parameters stay 0
     }
+    for (int p = 0; p < int(specs[u].params.size()); ++p)
+      x.fp8_index.push_back(x.layout.segments[x.layout.segment_of[p]].fp8 ? fp8_params++ : -1);
+  }
+  if (fp8_params > 0) {
+    amax_ = ops_.alloc(DType::f32, fp8_params);
+    scale_inv_ = ops_.alloc(DType::f32, fp8_params);
+    persistent_bytes_ += int64_t(amax_.bytes() + scale_inv_.bytes());
   }
   refresh_send_buffers();
   norm_sums_ = ops_.alloc(DType::f32, U);
@@ -60,13 +71,18 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
   const SlotPlan plan = plan_slots(layouts, opt_.reshard_after_forward);
   for (int u = 0; u < U; ++u) units_[u].slot = plan.slot_of_unit[u];
   slots_.resize(plan.slot_elems.size());
+  std::vector<const UnitLayout*> layout_of_slot(slots_.size());
+  for (int u = 0; u < U; ++u) layout_of_slot[size_t(units_[u].slot)] = &units_[u].layout;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int64_t n = plan.slot_elems[s];
-    slots_[s].full = ops_.alloc(ct_, n);
+    const auto& segments = layout_of_slot[s]->segments;  // units sharing a slot are alike
+    for (size_t g = 0; g < segments.size(); ++g) {
+      slots_[s].full.push_back(ops_.alloc(gather_dtype(segments[g]), plan.segment_elems[s][g]));
+      buffer_bytes_ += int64_t(slots_[s].full.back().bytes());
+    }
     slots_[s].grad_full = ops_.alloc(rt_, n);
     slots_[s].rs_out = ops_.alloc(rt_, n / shard_.size());
-    buffer_bytes_ +=
-        int64_t(slots_[s].full.bytes() + slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());
+    buffer_bytes_ += int64_t(slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());
   }
 }
 
@@ -79,13 +95,18 @@ FsdpEngine::~FsdpEngine() {
   for (auto& s : slots_)
     if (s.reduce) s.reduce->wait();
   for (auto& s : slots_) {
-    ops_.free(s.full);
+    for (Tensor& t : s.full) ops_.free(t);
     ops_.free(s.grad_full);
     ops_.free(s.rs_out);
   }
   ops_.free(norm_sums_);
+  if (amax_.numel > 0) {
+    ops_.free(amax_);
+    ops_.free(scale_inv_);
+  }
   for (auto& u : units_) {
-    if (u.send.data != u.master.data) ops_.free(u.send);
+    for (size_t g = 0; g < u.send.size(); ++g)
+      if (u.owned[g]) ops_.free(u.send[g]);
     ops_.free(u.master);
     ops_.free(u.exp_avg);
     ops_.free(u.exp_avg_sq);
@@ -95,7 +116,40 @@ FsdpEngine::~FsdpEngine() {
 
 void FsdpEngine::refresh_send_buffers() {
   for (auto& u : units_)
-    if (u.send.data != u.master.data) ops_.cast(u.send, u.master);
+    for (size_t g = 0; g < u.send.size(); ++g) {
+      const Segment& seg = u.layout.segments[g];
+      if (u.owned[g] && !seg.fp8) ops_.cast(u.send[g], u.master.slice(seg.local, seg.shard));
+    }
+  if (amax_.numel > 0) refresh_fp8_codes();
+}
+
+// Per-tensor scaling of a sharded tensor: every rank holds a slice, so the
+// scale comes from the max of the slices' amaxes, all-reduced once for every
+// parameter of every unit. Each rank then derives the same scale (the same
+// f32 operations on the same amax) and casts its own slice; the gathered
+// codes are what casting the whole f32 weight would give.
+void FsdpEngine::refresh_fp8_codes() {
+  const int rank = shard_.rank();
+  auto each_fp8_param = [&](auto&& f) {
+    for (auto& u : units_)
+      for (int p = 0; p < int(u.fp8_index.size()); ++p)
+        if (u.fp8_index[p] >= 0) f(u, p, u.fp8_index[p], shard_overlap(u.layout, p, rank));
+  };
+  each_fp8_param([&](Unit& u, int, int i, const Overlap& o) {
+    ops_.amax(amax_.slice(i, 1), u.master.slice(o.local, o.count));
+  });
+  if (shard_.size() > 1) {
+    shard_.wait_stream(ops_.stream());
+    shard_.all_reduce(amax_.data, size_t(amax_.numel), DType::f32, ReduceOp::max)
+        ->wait_on(ops_.stream());
+  }
+  each_fp8_param([&](Unit& u, int p, int i, const Overlap& o) {
+    const Segment& g = u.layout.segments[u.layout.segment_of[p]];
+    const Tensor codes =
+        u.send[u.layout.segment_of[p]].slice(o.count ? o.local - g.local : 0, o.count);
+    ops_.quantize_fp8_amax(codes, scale_inv_.slice(i, 1), u.master.slice(o.local, o.count),
+                           amax_.slice(i, 1), Fp8::e4m3);
+  });
 }
 
 void FsdpEngine::note(const std::string& event, int unit) {
@@ -117,7 +171,12 @@ void FsdpEngine::issue_gather(int unit) {
   // send buffer was refreshed on the compute stream: the gather waits for both
   // (for work queued so far, not for the unit about to compute).
   shard_.wait_stream(ops_.stream());
-  u.gather = shard_.all_gather(u.send.data, s.full.data, size_t(u.layout.shard), ct_);
+  std::vector<WorkHandle> parts;
+  for (size_t g = 0; g < u.send.size(); ++g)
+    parts.push_back(shard_.all_gather(u.send[g].data, s.full[g].data,
+                                      size_t(u.layout.segments[g].shard),
+                                      gather_dtype(u.layout.segments[g])));
+  u.gather = join_work(std::move(parts));
   ++in_flight_;
 }
 
@@ -155,8 +214,23 @@ Tensor FsdpEngine::weight(int unit, int param) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
-  const Tensor& full = direct_ ? u.send : slots_[u.slot].full;
-  return full.slice(u.layout.offsets[param], u.layout.stored[param]);
+  const int g = u.layout.segment_of[param];
+  const Segment& seg = u.layout.segments[g];
+  FSDP_CHECK(!seg.fp8, "parameter ", param, " of unit ", unit, " is gathered as FP8 codes");
+  const Tensor& full = direct_ ? u.send[g] : slots_[u.slot].full[g];
+  return full.slice(u.layout.offsets[param] - seg.begin, u.layout.stored[param]);
+}
+
+Fp8Tensor FsdpEngine::weight_fp8(int unit, int param) {
+  progress();
+  const Unit& u = units_[unit];
+  FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
+  const int i = u.fp8_index[param];
+  if (i < 0) return {};
+  const int g = u.layout.segment_of[param];
+  const Tensor& full = direct_ ? u.send[g] : slots_[u.slot].full[g];
+  return {full.slice(u.layout.offsets[param] - u.layout.segments[g].begin, u.layout.stored[param]),
+          scale_inv_.slice(i, 1), Fp8::e4m3};
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {
@@ -198,8 +272,13 @@ void FsdpEngine::issue_reduce(int unit) {
   // update and discard_gradients leave it so), so an f32 reduce-scatter can
   // write it directly: no accumulate pass over the shard afterwards.
   s.into_shard = micro_batch_ == 0 && rt_ == DType::f32 && u.grad.dtype == DType::f32;
-  s.reduce = shard_.reduce_scatter(s.grad_full.data, s.into_shard ? u.grad.data : s.rs_out.data,
-                                   size_t(u.layout.shard), rt_, ReduceOp::sum);
+  const Tensor& into = s.into_shard ? u.grad : s.rs_out;
+  std::vector<WorkHandle> parts;
+  for (const Segment& g : u.layout.segments)
+    parts.push_back(shard_.reduce_scatter(s.grad_full.slice(g.begin, g.padded).data,
+                                          into.slice(g.local, g.shard).data, size_t(g.shard), rt_,
+                                          ReduceOp::sum));
+  s.reduce = join_work(std::move(parts));
   u.grad_active = false;
 }
 
@@ -379,18 +458,28 @@ void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorm
   std::vector<AdamWSpan> spans;
   for (int ui = 0; ui < num_units(); ++ui) {
     Unit& u = units_[ui];
-    const int64_t base = int64_t(rank) * u.layout.shard;
     spans.clear();
     for (int p = 0; p < int(specs[ui].params.size()); ++p) {
       Overlap o = shard_overlap(u.layout, p, rank);
       if (o.count == 0) continue;
       const float wd = specs[ui].params[p].decay() ? c.weight_decay : 0.0f;
-      spans.push_back({o.begin - base, o.count, wd});
+      spans.push_back({o.local, o.count, wd});
     }
+    // in shard order (segments reorder parameters)
+    std::sort(spans.begin(), spans.end(),
+              [](const AdamWSpan& a, const AdamWSpan& b) { return a.begin < b.begin; });
     // One pass per unit: the update, the all-gather's copy, cleared gradients.
+    // A unit in segments gets its compute-dtype copies after; FP8 codes need
+    // every rank's updated amax first.
+    const bool whole = u.send.size() == 1 && !u.layout.segments[0].fp8;
     ops_.adamw(u.master, u.grad, u.exp_avg, u.exp_avg_sq,
-               u.send.data != u.master.data ? u.send : Tensor{}, spans, h, true);
+               whole && u.owned[0] ? u.send[0] : Tensor{}, spans, h, true);
+    for (size_t g = 0; g < u.send.size() && !whole; ++g) {
+      const Segment& seg = u.layout.segments[g];
+      if (u.owned[g] && !seg.fp8) ops_.cast(u.send[g], u.master.slice(seg.local, seg.shard));
+    }
   }
+  if (amax_.numel > 0) refresh_fp8_codes();
 }
 
 double FsdpEngine::step(const AdamWConfig& c, float lr) {

@@ -35,6 +35,12 @@ struct EngineOptions {
   // shards, with no gather, gradient buffers, reduce-scatter or accumulate
   // (reduce_dtype does not apply). Off only in tests that compare the paths.
   bool direct_when_unsharded = true;
+  // When the model runs its block linears in FP8 (Transformer::fp8), gather
+  // those weights as E4M3 codes: each rank casts its f32 slice with a scale
+  // agreed across the shard group (one max all-reduce of the amaxes per
+  // step), so the gather moves 1 byte per element. Off: the model casts the
+  // gathered compute-dtype weight itself (tests compare the two).
+  bool fp8_gather = true;
 };
 
 // The global gradient norm of one step and each unit's share of it, so a
@@ -94,9 +100,13 @@ class FsdpEngine final : public UnitAccess {
   void discard_gradients();
 
   Tensor weight(int unit, int param) override;
+  Fp8Tensor weight_fp8(int unit, int param) override;
   Tensor grad(int unit, int param) override;
+  // Whether block linears are gathered as FP8 codes (EngineOptions::fp8_gather).
+  bool fp8_gather() const { return fp8_; }
 
   int num_units() const { return int(units_.size()); }
+  const Transformer& model() const { return model_; }
   const UnitLayout& layout(int unit) const { return units_[unit].layout; }
   int shard_rank() const { return shard_.rank(); }
   // This rank's fp32 slices (for checkpoints and tests).
@@ -107,10 +117,11 @@ class FsdpEngine final : public UnitAccess {
   int optimizer_steps() const { return steps_; }
   void set_optimizer_steps(int n) { steps_ = n; }
   // Re-derives the all-gather source from the masters (after loading them).
+  // Collective over the shard group when gathering FP8 codes (their scales).
   void refresh_send_buffers();
 
   // Bytes this rank holds for the whole run: masters, moments, gradients,
-  // low-precision send copies.
+  // low-precision send copies (and FP8 scales).
   int64_t persistent_bytes() const { return persistent_bytes_; }
   // Bytes of gather, gradient and reduce-scatter buffers.
   int64_t buffer_bytes() const { return buffer_bytes_; }
@@ -127,7 +138,11 @@ class FsdpEngine final : public UnitAccess {
   struct Unit {
     UnitLayout layout;
     Tensor master, exp_avg, exp_avg_sq, grad;  // f32 shards
-    Tensor send;  // what the all-gather sends: master itself, or its compute-dtype copy
+    // Per segment, what its all-gather sends: the master slice itself, its
+    // compute-dtype copy, or E4M3 codes; owned: allocated here (not a slice).
+    std::vector<Tensor> send;
+    std::vector<bool> owned;
+    std::vector<int> fp8_index;  // per parameter: its slot in amax_/scale_inv_, or -1
     int slot = 0;
     WorkHandle gather;          // in flight while non-null
     WorkHandle replica_reduce;  // all-reduce of `grad` across replicas in flight
@@ -135,12 +150,15 @@ class FsdpEngine final : public UnitAccess {
     bool grad_active = false;
   };
   struct Slot {
-    Tensor full, grad_full, rs_out;
+    std::vector<Tensor> full;  // per segment, in its gather dtype
+    Tensor grad_full, rs_out;
     int weight_owner = -1, grad_owner = -1;
     WorkHandle reduce;        // reduce-scatter of grad_owner in flight
     bool into_shard = false;  // it writes the f32 shard itself (no accumulate after)
   };
 
+  DType gather_dtype(const Segment& g) const { return g.fp8 ? DType::u8 : ct_; }
+  void refresh_fp8_codes();
   void issue_gather(int unit);
   void wait_gather(int unit);
   void release(int unit);
@@ -162,6 +180,10 @@ class FsdpEngine final : public UnitAccess {
   EngineOptions opt_;
   DType ct_, rt_;  // compute and reduce dtypes
   bool direct_;    // one rank holds whole units: no gather, no reduce-scatter
+  bool fp8_;       // block linears gathered as FP8 codes
+  // f32 per FP8-gathered parameter of every unit: the amax of its master
+  // (agreed over the shard group) and the inverse scale of its codes.
+  Tensor amax_, scale_inv_;
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
   Tensor norm_sums_;  // f32 per unit: each one's share of the gradient norm

@@ -4,24 +4,57 @@
 
 namespace fsdp {
 
-UnitLayout make_layout(const UnitSpec& unit, int ranks) {
+UnitLayout make_layout(const UnitSpec& unit, int ranks, bool fp8_split) {
+  const int P = int(unit.params.size());
   UnitLayout l;
-  for (int p = 0; p < int(unit.params.size()); ++p) {
-    l.offsets.push_back(unit.offset_of(p));
-    l.sizes.push_back(unit.params[p].numel());
-    l.stored.push_back(unit.params[p].stored_numel());
+  l.offsets.resize(size_t(P));
+  l.segment_of.resize(size_t(P));
+  for (const auto& p : unit.params) {
+    l.sizes.push_back(p.numel());
+    l.stored.push_back(p.stored_numel());
   }
-  l.numel = unit.numel();
-  const int64_t per_rank = (l.numel + ranks - 1) / ranks;
-  l.shard = (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign;
-  l.padded = l.shard * ranks;
+  const bool any_fp8 =
+      std::any_of(unit.params.begin(), unit.params.end(), [](const auto& p) { return p.fp8; });
+  const bool any_other =
+      std::any_of(unit.params.begin(), unit.params.end(), [](const auto& p) { return !p.fp8; });
+  std::vector<bool> kinds;  // each segment's fp8 flag, in order
+  if (fp8_split && any_fp8) {
+    kinds.push_back(true);
+    if (any_other) kinds.push_back(false);
+  } else {
+    kinds.push_back(false);
+  }
+  for (size_t s = 0; s < kinds.size(); ++s) {
+    Segment g;
+    g.fp8 = kinds[s];
+    g.begin = l.padded;
+    g.local = l.shard;
+    int64_t end = 0;  // within the segment
+    for (int p = 0; p < P; ++p) {
+      if (kinds.size() > 1 && unit.params[p].fp8 != g.fp8) continue;
+      const int64_t at = (end + kParamAlign - 1) / kParamAlign * kParamAlign;
+      l.offsets[p] = g.begin + at;
+      l.segment_of[p] = int(s);
+      end = at + l.stored[p];
+    }
+    g.numel = end;
+    const int64_t per_rank = (g.numel + ranks - 1) / ranks;
+    g.shard = (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign;
+    g.padded = g.shard * ranks;
+    l.numel = g.begin + g.numel;
+    l.padded += g.padded;
+    l.shard += g.shard;
+    l.segments.push_back(g);
+  }
   return l;
 }
 
 Overlap shard_overlap(const UnitLayout& l, int param, int rank) {
-  const int64_t lo = std::max(l.offsets[param], int64_t(rank) * l.shard);
-  const int64_t hi = std::min(l.offsets[param] + l.sizes[param], int64_t(rank + 1) * l.shard);
-  return hi > lo ? Overlap{lo, hi - lo} : Overlap{};
+  const Segment& g = l.segments[size_t(l.segment_of[param])];
+  const int64_t first = g.begin + int64_t(rank) * g.shard;  // the rank's slice of the segment
+  const int64_t lo = std::max(l.offsets[param], first);
+  const int64_t hi = std::min(l.offsets[param] + l.sizes[param], first + g.shard);
+  return hi > lo ? Overlap{lo, hi - lo, g.local + (lo - first)} : Overlap{};
 }
 
 }  // namespace fsdp

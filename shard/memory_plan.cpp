@@ -15,6 +15,11 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
     p.slot_of_unit.push_back(s);
     if (int(p.slot_elems.size()) <= s) p.slot_elems.resize(size_t(s) + 1, 0);
     p.slot_elems[s] = std::max(p.slot_elems[s], layouts[u].padded);
+    p.segment_elems.resize(p.slot_elems.size());
+    auto& seg = p.segment_elems[s];
+    const auto& mine = layouts[u].segments;
+    if (seg.size() < mine.size()) seg.resize(mine.size(), 0);
+    for (size_t g = 0; g < mine.size(); ++g) seg[g] = std::max(seg[g], mine[g].padded);
   }
   return p;
 }
@@ -29,18 +34,26 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
-  for (const auto& u : model_units(one_block)) layouts.push_back(make_layout(u, shard_size));
+  for (const auto& u : model_units(one_block)) layouts.push_back(make_layout(u, shard_size, fp8));
   FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
   const int64_t blocks = c.n_layer;
   const int64_t times[3] = {1, blocks, 1};
   MemoryPlan m;
   const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(reduce));
+  // The bytes of one element of a segment's send copy and gather buffer: FP8
+  // codes, the compute dtype, or none for the send copy when that is f32 (the
+  // master itself is sent).
+  auto gather_size = [&](const Segment& g) { return g.fp8 ? int64_t(1) : es; };
+  auto send_size = [&](const Segment& g) { return g.fp8 ? 1 : compute == DType::f32 ? 0 : es; };
   for (int u = 0; u < 3; ++u) {
     const int64_t shard = times[u] * layouts[u].shard;
     m.master += 4 * shard;
     m.grads += 4 * shard;
     m.moments += 8 * shard;
-    if (compute != DType::f32) m.send_copy += es * shard;
+    for (const Segment& g : layouts[u].segments) m.send_copy += times[u] * send_size(g) * g.shard;
+    // and an f32 amax and inverse scale per FP8-gathered parameter
+    for (int seg : layouts[u].segment_of)
+      m.send_copy += times[u] * 8 * layouts[u].segments[seg].fp8;
   }
   // Buffers: resharding keeps the embedding's and head's own and two that
   // blocks alternate in (one for a single block); without it, one per unit.
@@ -52,7 +65,8 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   const int64_t slots[3] = {edge_slots, block_slots, edge_slots};
   for (int u = 0; u < 3; ++u) {
     const int64_t n = layouts[u].padded;
-    m.gather_buffers += slots[u] * es * n;
+    for (const Segment& g : layouts[u].segments)
+      m.gather_buffers += slots[u] * gather_size(g) * g.padded;
     // full gradients + reduce-scatter output, in the reduce dtype
     m.grad_buffers += slots[u] * rs * (n + n / shard_size);
   }

@@ -20,6 +20,8 @@ namespace fsdp {
 struct SlotPlan {
   std::vector<int> slot_of_unit;
   std::vector<int64_t> slot_elems;  // the largest padded unit mapped to each slot
+  // Per slot and segment (UnitLayout::segments), the largest padded segment.
+  std::vector<std::vector<int64_t>> segment_elems;
 };
 SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard_after_forward);
 
@@ -40,7 +42,8 @@ inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 // Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
 // batch x seq_len, computing in `compute`. Costs the same for any n_layer.
 // One rank has no gather or gradient buffers (the engine's direct path)
-// unless direct_when_unsharded is false (EngineOptions).
+// unless direct_when_unsharded is false (EngineOptions). fp8: the block
+// linears run on FP8 codes and are gathered so (EngineOptions::fp8_gather).
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
                        Recompute recompute = Recompute::none, DType reduce = DType::f32,

@@ -18,28 +18,48 @@ float element(Tensor t, int64_t i) {
 }
 }  // namespace
 
-void CpuOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+void CpuOps::amax(Tensor out, Tensor x) {
+  FSDP_CHECK(float_type(x.dtype) && out.dtype == DType::f32 && out.numel >= 1,
+             "amax: ", dtype_name(x.dtype), " into ", out.numel, " ", dtype_name(out.dtype));
+  float m = 0.0f;
+  for (int64_t i = 0; i < x.numel; ++i) m = std::fmax(m, std::fabs(element(x, i)));
+  out.f32()[0] = m;
+}
+
+void CpuOps::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) {
   FSDP_CHECK(q.dtype == DType::u8 && q.numel == src.numel && float_type(src.dtype),
              "quantize_fp8: ", src.numel, " ", dtype_name(src.dtype), " into ", q.numel, " ",
              dtype_name(q.dtype));
   FSDP_CHECK(scale_inv.dtype == DType::f32 && scale_inv.numel >= 1, "quantize_fp8 scale_inv");
-  float amax = 0.0f;
-  for (int64_t i = 0; i < src.numel; ++i) amax = std::fmax(amax, std::fabs(element(src, i)));
-  const float s = fp8_scale(amax, format);
+  FSDP_CHECK(amax.dtype == DType::f32 && amax.numel >= 1, "quantize_fp8 amax");
+  const float s = fp8_scale(amax.f32()[0], format);
   auto* out = static_cast<uint8_t*>(q.data);
   for (int64_t i = 0; i < src.numel; ++i) out[i] = f32_to_fp8(element(src, i) * s, format);
   scale_inv.f32()[0] = 1.0f / s;
 }
 
-void CpuOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
-                            Fp8 format) {
-  FSDP_CHECK(src.numel == int64_t(rows) * cols && qt.dtype == DType::u8 && qt.numel == src.numel,
-             "quantize_fp8_t: [", rows, ", ", cols, "] from ", src.numel, " into ", qt.numel);
-  quantize_fp8(q, scale_inv, src, format);
+void CpuOps::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+  float m = 0.0f;
+  amax(Tensor{&m, DType::f32, 1}, src);
+  quantize_fp8_amax(q, scale_inv, src, Tensor{&m, DType::f32, 1}, format);
+}
+
+void CpuOps::transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
+  FSDP_CHECK(q.dtype == DType::u8 && qt.dtype == DType::u8 && q.numel == int64_t(rows) * cols &&
+                 qt.numel == q.numel,
+             "transpose_fp8: [", rows, ", ", cols, "] from ", q.numel, " into ", qt.numel);
   const auto* in = static_cast<const uint8_t*>(q.data);
   auto* out = static_cast<uint8_t*>(qt.data);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) out[int64_t(c) * rows + r] = in[int64_t(r) * cols + c];
+}
+
+void CpuOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                            Fp8 format) {
+  FSDP_CHECK(src.numel == int64_t(rows) * cols, "quantize_fp8_t: [", rows, ", ", cols, "] from ",
+             src.numel);
+  quantize_fp8(q, scale_inv, src, format);
+  transpose_fp8(qt, q, rows, cols);
 }
 
 void CpuOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {

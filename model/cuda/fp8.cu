@@ -69,6 +69,22 @@ __global__ void quantize_t_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, con
   }
 }
 
+// Codes through 32 x 33 shared tiles (the odd width keeps the transposed
+// reads off one bank), as in quantize_t_kernel.
+__global__ void transpose_u8_kernel(uint8_t* qt, const uint8_t* q, int rows, int cols) {
+  __shared__ uint8_t tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = q[int64_t(r) * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) qt[int64_t(c) * rows + r] = tile[threadIdx.x][i];
+  }
+}
+
 template <typename T>
 __global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_inv, int64_t n,
                                   __nv_fp8_interpretation_t fmt) {
@@ -131,6 +147,43 @@ void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, 
   else
     run(static_cast<const float*>(src));
   FSDP_LAUNCH_CHECK("quantize_fp8_t");
+}
+
+// The amax word is the f32 itself: non-negative floats order like their
+// bits, so amax_kernel's integer max writes a float the host or NCCL can
+// reduce with max as f32.
+void amax(float* out, const void* x, bool x_bf16, int64_t n, cudaStream_t stream) {
+  auto* bits = reinterpret_cast<unsigned*>(out);
+  FSDP_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), stream));
+  if (n == 0) return;
+  const unsigned blocks = blocks_for(n, kThreads, 4096);
+  if (x_bf16)
+    amax_kernel<<<blocks, kThreads, 0, stream>>>(bits, static_cast<const bf16*>(x), n);
+  else
+    amax_kernel<<<blocks, kThreads, 0, stream>>>(bits, static_cast<const float*>(x), n);
+  FSDP_LAUNCH_CHECK("amax");
+}
+
+void quantize_fp8_amax(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                       const float* amax, bool e5m2, float fmt_max, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(n, kThreads, 4096);  // at least one: it writes scale_inv
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const auto* bits = reinterpret_cast<const unsigned*>(amax);
+  if (src_bf16)
+    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, static_cast<const bf16*>(src), n,
+                                                     bits, fmt_max, fmt);
+  else
+    quantize_kernel<<<blocks, kThreads, 0, stream>>>(q, scale_inv, static_cast<const float*>(src),
+                                                     n, bits, fmt_max, fmt);
+  FSDP_LAUNCH_CHECK("quantize_fp8_amax");
+}
+
+void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream) {
+  if (int64_t(rows) * cols == 0) return;
+  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
+  FSDP_CHECK(grid.y <= 65535, "transpose_fp8: ", rows, " rows");
+  transpose_u8_kernel<<<grid, block, 0, stream>>>(qt, q, rows, cols);
+  FSDP_LAUNCH_CHECK("transpose_fp8");
 }
 
 void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,

@@ -31,6 +31,33 @@ void CudaOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, 
   after("quantize_fp8_t");
 }
 
+void CudaOps::amax(Tensor out, Tensor x) {
+  FSDP_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16, "amax of ", dtype_name(x.dtype));
+  cuda::amax(f32(out, 1, "amax out"), x.data, x.dtype == DType::bf16, x.numel, impl_->stream);
+  after("amax");
+}
+
+void CudaOps::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) {
+  FSDP_CHECK(q.dtype == DType::u8 && q.numel == src.numel &&
+                 (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8_amax: ", src.numel, " ", dtype_name(src.dtype), " into ", q.numel, " ",
+             dtype_name(q.dtype));
+  cuda::quantize_fp8_amax(
+      static_cast<uint8_t*>(q.data), f32(scale_inv, 1, "quantize_fp8_amax scale_inv"), src.data,
+      src.dtype == DType::bf16, src.numel, f32(amax, 1, "quantize_fp8_amax amax"),
+      format == Fp8::e5m2, fp8_spec(format).max, impl_->stream);
+  after("quantize_fp8_amax");
+}
+
+void CudaOps::transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
+  const int64_t n = int64_t(rows) * cols;
+  FSDP_CHECK(q.dtype == DType::u8 && qt.dtype == DType::u8 && q.numel == n && qt.numel == n,
+             "transpose_fp8: [", rows, ", ", cols, "] from ", q.numel, " into ", qt.numel);
+  cuda::transpose_fp8(static_cast<uint8_t*>(qt.data), static_cast<const uint8_t*>(q.data), rows,
+                      cols, impl_->stream);
+  after("transpose_fp8");
+}
+
 void CudaOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel &&
                  (dst.dtype == DType::f32 || dst.dtype == DType::bf16),

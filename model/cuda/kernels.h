@@ -113,6 +113,13 @@ void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, 
 void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
                     int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
                     cudaStream_t stream);
+// Ops::amax (into f32 out[0]) and quantize_fp8_amax: the two passes above,
+// apart, with the amax in caller's memory.
+void amax(float* out, const void* x, bool x_bf16, int64_t n, cudaStream_t stream);
+void quantize_fp8_amax(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                       const float* amax, bool e5m2, float fmt_max, cudaStream_t stream);
+// qt [cols, rows] = q [rows, cols] transposed, codes only.
+void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream);
 void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,
                     bool e5m2, cudaStream_t stream);
 

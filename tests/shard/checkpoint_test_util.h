@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -75,20 +76,27 @@ struct FullState {
   bool operator==(const FullState&) const = default;
 };
 
-inline std::vector<float> gather(const FsdpEngine& e, int u, Tensor t, Communicator& shard) {
+// In the unit's spec order (UnitSpec::offset_of), whatever the engine's
+// layout (an FP8 run's is in segments), so differently laid-out runs compare.
+inline std::vector<float> gather(const FsdpEngine& e, int u, Tensor t, Communicator& shard,
+                                 const UnitSpec& spec) {
   const UnitLayout& l = e.layout(u);
-  std::vector<float> out(size_t(l.padded));
-  shard.all_gather(t.data, out.data(), size_t(l.shard), DType::f32)->wait();
-  out.resize(size_t(l.numel));
+  std::vector<float> flat(size_t(l.padded));
+  for (const Segment& g : l.segments)
+    shard.all_gather(t.f32() + g.local, flat.data() + g.begin, size_t(g.shard), DType::f32)->wait();
+  std::vector<float> out(size_t(spec.numel()), 0.0f);
+  for (int p = 0; p < int(l.offsets.size()); ++p)
+    std::copy_n(flat.begin() + l.offsets[p], l.stored[p], out.begin() + spec.offset_of(p));
   return out;
 }
 
 inline FullState full_state(const FsdpEngine& e, Communicator& shard) {
   FullState s;
   for (int u = 0; u < e.num_units(); ++u) {
-    s.master.push_back(gather(e, u, e.master(u), shard));
-    s.exp_avg.push_back(gather(e, u, e.exp_avg(u), shard));
-    s.exp_avg_sq.push_back(gather(e, u, e.exp_avg_sq(u), shard));
+    const UnitSpec& spec = e.model().units()[size_t(u)];
+    s.master.push_back(gather(e, u, e.master(u), shard, spec));
+    s.exp_avg.push_back(gather(e, u, e.exp_avg(u), shard, spec));
+    s.exp_avg_sq.push_back(gather(e, u, e.exp_avg_sq(u), shard, spec));
   }
   return s;
 }
@@ -120,11 +128,12 @@ constexpr int kB = 2, kT = 8, kAccum = 1;
 // A run over `shard` on `comm`'s ranks; replicate groups as given.
 inline std::unique_ptr<EngineRun> make_run(Communicator& shard, Communicator* replicate,
                                            Communicator& dp, uint64_t seed = 0,
-                                           ModelConfig cfg = engine_test_config()) {
+                                           ModelConfig cfg = engine_test_config(),
+                                           bool fp8 = false) {
   EngineOptions eo;
   eo.seed = seed;
   return std::make_unique<EngineRun>(cfg, shard, replicate, dp.rank(), dp.size(), kB, kT, kAccum,
-                                     eo);
+                                     eo, fp8);
 }
 
 }  // namespace fsdp::testing

@@ -45,10 +45,12 @@ struct EngineRun {
   // backward, as the trainer does (false: all of it in measure_gradients).
   bool overlap_replicas = true;
 
+  // fp8: the model's block linears on FP8 codes (--precision fp8).
   EngineRun(const ModelConfig& c, Communicator& shard, Communicator* replicate, int dp_rank,
-            int dp_world, int batch, int seq, int grad_accum, EngineOptions eo = {})
+            int dp_world, int batch, int seq, int grad_accum, EngineOptions eo = {},
+            bool fp8 = false)
       : cfg(c),
-        model(c, ops, batch, seq),
+        model(c, ops, batch, seq, Recompute::none, fp8),
         engine(model, ops, shard, replicate, eo),
         B(batch),
         T(seq),
@@ -99,11 +101,16 @@ struct EngineRun {
     return loss;
   }
 
-  // The full flat master weights of unit u, gathered from the shard group.
+  // The full flat master weights of unit u, gathered from the shard group
+  // segment by segment (UnitLayout::offsets index the result).
   std::vector<float> full_master(int u, Communicator& shard) {
     const UnitLayout& l = engine.layout(u);
     std::vector<float> out(size_t(l.padded));
-    shard.all_gather(engine.master(u).data, out.data(), size_t(l.shard), DType::f32)->wait();
+    for (const Segment& g : l.segments)
+      shard
+          .all_gather(engine.master(u).f32() + g.local, out.data() + g.begin, size_t(g.shard),
+                      DType::f32)
+          ->wait();
     out.resize(size_t(l.numel));
     return out;
   }

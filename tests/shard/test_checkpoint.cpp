@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
+
 #include "comm/process_groups.h"
 #include "shard/checkpoint.h"
 #include "tests/shard/checkpoint_test_util.h"
@@ -73,6 +75,41 @@ TEST(Checkpoint, LoadsOnOneRankAsGatheredState) {
   auto b = make_run(*self, nullptr, *self, 5);
   load_checkpoint(path, b->cfg, b->engine, b->ops, MPI_COMM_SELF);
   EXPECT_TRUE(full_state(b->engine, *self) == want);
+}
+
+// An FP8 run lays its blocks out in segments (linears, then gains), yet
+// saves parameters as any run does: bf16 resumes it on these ranks, and an
+// FP8 run on one rank resumes the bf16 run's checkpoint, bit for bit. The
+// loaded FP8 run's codes come from the loaded masters (refresh_send_buffers
+// is collective there).
+TEST(Checkpoint, ResumesAcrossFp8AndRankCounts) {
+  TestDir dir;
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig cfg = engine_test_config();
+  auto f8 = make_run(*g.shard, nullptr, *g.world, 0, cfg, true);
+  ASSERT_TRUE(f8->engine.fp8_gather());
+  for (int s = 0; s < 2; ++s) f8->step(s, *g.world);
+  const std::string from_fp8 =
+      save_checkpoint(dir / "fp8", example_meta(2), cfg, f8->engine, f8->ops, MPI_COMM_WORLD);
+  const FullState want = full_state(f8->engine, *g.shard);
+
+  auto plain = make_run(*g.shard, nullptr, *g.world, 5, cfg);
+  load_checkpoint(from_fp8, cfg, plain->engine, plain->ops, MPI_COMM_WORLD);
+  EXPECT_TRUE(full_state(plain->engine, *g.shard) == want);
+  plain->step(2, *g.world);
+  const std::string from_plain = save_checkpoint(dir / "plain", example_meta(3), cfg, plain->engine,
+                                                 plain->ops, MPI_COMM_WORLD);
+  const FullState want2 = full_state(plain->engine, *g.shard);
+
+  auto self = make_communicator(Backend::mpi, MPI_COMM_SELF);
+  auto one = make_run(*self, nullptr, *self, 7, cfg, true);
+  load_checkpoint(from_plain, cfg, one->engine, one->ops, MPI_COMM_SELF);
+  EXPECT_TRUE(full_state(one->engine, *self) == want2);
+  EXPECT_FALSE(want2 == want);  // the step in between moved the weights
+  // It trains on from there: the first loss is the resumed model's.
+  const double loss = one->step(3, *self);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_LT(loss, 5.0);
 }
 
 // Saves on the first k ranks or with shard groups of d, loads on all ranks

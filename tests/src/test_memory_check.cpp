@@ -180,21 +180,33 @@ TEST(HostMemory, TakesTheLowestOfMemAvailableAndEveryCgroupLevel) {
 
 // The plan as it was computed before: every unit laid out and mapped to the
 // engine's slots. plan_memory now lays out one block for all of them.
-MemoryPlan enumerated_plan(const ModelConfig& c, int n, DType compute, bool reshard, DType reduce) {
+// fp8: block linears gathered as 1-byte codes, each with an f32 amax and
+// inverse scale.
+MemoryPlan enumerated_plan(const ModelConfig& c, int n, DType compute, bool reshard, DType reduce,
+                           bool fp8) {
   std::vector<UnitLayout> layouts;
-  for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, n));
+  for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, n, fp8));
   MemoryPlan m;
   const int64_t es = dtype_size(compute);
   for (const auto& l : layouts) {
     m.master += 4 * l.shard;
     m.grads += 4 * l.shard;
     m.moments += 8 * l.shard;
-    if (compute != DType::f32) m.send_copy += es * l.shard;
+    for (const Segment& g : l.segments)
+      if (g.fp8 || compute != DType::f32) m.send_copy += (g.fp8 ? 1 : es) * g.shard;
+    for (int g : l.segment_of) m.send_copy += l.segments[size_t(g)].fp8 ? 8 : 0;
   }
   if (n == 1) return m;  // one rank computes in its shards (no slots)
-  for (int64_t e : plan_slots(layouts, reshard).slot_elems) {
-    m.gather_buffers += es * e;
+  const SlotPlan slots = plan_slots(layouts, reshard);
+  for (size_t s = 0; s < slots.slot_elems.size(); ++s) {
+    const int64_t e = slots.slot_elems[s];
     m.grad_buffers += int64_t(dtype_size(reduce)) * (e + e / n);
+    // Units sharing a slot have the same segments.
+    const UnitLayout* l = nullptr;
+    for (size_t u = 0; u < layouts.size(); ++u)
+      if (slots.slot_of_unit[u] == int(s)) l = &layouts[u];
+    for (size_t g = 0; g < slots.segment_elems[s].size(); ++g)
+      m.gather_buffers += (l->segments[g].fp8 ? 1 : es) * slots.segment_elems[s][g];
   }
   return m;
 }
@@ -208,12 +220,16 @@ TEST(MemoryPlanShape, OneBlockStandsForAllOfThem) {
       c.n_layer = layers;
       for (int n : {1, 3, 4}) {
         for (bool reshard : {true, false}) {
-          for (DType compute : {DType::f32, DType::bf16}) {
-            const MemoryPlan want = enumerated_plan(c, n, compute, reshard, compute);
+          for (auto [compute, fp8] : {std::pair{DType::f32, false},
+                                      {DType::bf16, false},
+                                      {DType::f32, true},
+                                      {DType::bf16, true}}) {
+            const MemoryPlan want = enumerated_plan(c, n, compute, reshard, compute, fp8);
             const MemoryPlan got =
-                plan_memory(c, n, compute, reshard, 2, 16, Recompute::none, compute);
-            SCOPED_TRACE(testing::Message() << tied << " L=" << layers << " n=" << n << " "
-                                            << reshard << " " << dtype_size(compute));
+                plan_memory(c, n, compute, reshard, 2, 16, Recompute::none, compute, true, fp8);
+            SCOPED_TRACE(testing::Message()
+                         << tied << " L=" << layers << " n=" << n << " " << reshard << " "
+                         << dtype_size(compute) << " fp8 " << fp8);
             EXPECT_EQ(got.master, want.master);
             EXPECT_EQ(got.grads, want.grads);
             EXPECT_EQ(got.moments, want.moments);

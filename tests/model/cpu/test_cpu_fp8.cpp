@@ -4,7 +4,9 @@
 // zeros, NaN and infinities do what the interface says.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -218,6 +220,56 @@ TEST(CpuFp8, CastTransposeIsTheCastTransposed) {
     }
   EXPECT_THROW(ops.quantize_fp8_t(q2, qt, si, xt, rows + 1, cols, Fp8::e4m3), Error);
   for (Tensor z : {xt, si, q, q2, qt}) ops.free(z);
+}
+
+// The engine's FP8 gather casts a weight in slices with one agreed amax: the
+// amax of the slices' amaxes, then each slice cast by it, must be the whole
+// tensor's quantize_fp8 bit for bit; transpose_fp8 moves codes only.
+TEST(CpuFp8, SlicesCastWithTheSharedAmaxAreTheWholeCast) {
+  CpuOps ops;
+  const int rows = 6, cols = 9, n = rows * cols;
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(float(i % 11) - 5.5f, -(i % 7));
+  x[40] = 7.25f;  // the amax, in the last slice
+  Tensor xt = ops.alloc(DType::f32, n), whole = ops.alloc(DType::u8, n),
+         si = ops.alloc(DType::f32, 1);
+  ops.to_device(xt, x.data());
+  ops.quantize_fp8(whole, si, xt, Fp8::e4m3);
+
+  Tensor amax = ops.alloc(DType::f32, 3), part = ops.alloc(DType::u8, n);
+  Tensor si_part = ops.alloc(DType::f32, 1);
+  const int64_t cuts[4] = {0, 20, 20, n};  // one slice is empty, as a rank's can be
+  for (int k = 0; k < 3; ++k) ops.amax(amax.slice(k, 1), xt.slice(cuts[k], cuts[k + 1] - cuts[k]));
+  EXPECT_EQ(amax.f32()[1], 0.0f);  // empty
+  EXPECT_EQ(amax.f32()[2], 7.25f);
+  float agreed = 0;
+  for (int k = 0; k < 3; ++k) agreed = std::max(agreed, amax.f32()[k]);
+  Tensor a{&agreed, DType::f32, 1};
+  for (int k = 0; k < 3; ++k) {
+    const int64_t len = cuts[k + 1] - cuts[k];
+    si_part.f32()[0] = -1;
+    ops.quantize_fp8_amax(part.slice(cuts[k], len), si_part, xt.slice(cuts[k], len), a, Fp8::e4m3);
+    EXPECT_EQ(si_part.f32()[0], si.f32()[0]) << "slice " << k;  // written even when empty
+  }
+  EXPECT_EQ(std::memcmp(part.data, whole.data, size_t(n)), 0);
+
+  Tensor t = ops.alloc(DType::u8, n);
+  ops.transpose_fp8(t, whole, rows, cols);
+  const auto* w = static_cast<const uint8_t*>(whole.data);
+  const auto* tt = static_cast<const uint8_t*>(t.data);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) ASSERT_EQ(tt[c * rows + r], w[r * cols + c]) << r << "," << c;
+  EXPECT_THROW(ops.transpose_fp8(t, whole, rows + 1, cols), Error);
+  for (Tensor z : {xt, whole, si, amax, part, si_part, t}) ops.free(z);
+}
+
+// NaN does not count toward the amax, as in quantize_fp8.
+TEST(CpuFp8, AmaxSkipsNan) {
+  CpuOps ops;
+  std::vector<float> x = {1.0f, NAN, -3.5f, 2.0f};
+  float m = -1;
+  ops.amax(Tensor{&m, DType::f32, 1}, Tensor{x.data(), DType::f32, 4});
+  EXPECT_EQ(m, 3.5f);
 }
 
 TEST(CpuFp8, RefusesWrongTypes) {

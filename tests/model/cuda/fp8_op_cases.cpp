@@ -67,6 +67,38 @@ OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src) {
   return c;
 }
 
+OpCase fp8_gather_cast_case(int rows, int cols) {
+  OpCase c;
+  c.op = "quantize_fp8_amax";
+  c.shape = fmt("rows=%d cols=%d", rows, cols);
+  c.variant = "e4m3 from f32 by an agreed amax; amax, transpose_fp8";
+  c.dtypes = "src f32; amax, scale_inv f32; q, qt u8";
+  const int64_t n = int64_t(rows) * cols;
+  c.fwd_bytes = 2.0 * n * 4 + 3.0 * n;  // amax pass, cast pass, transpose
+  c.bind = [=](Env& e) {
+    std::vector<float> x = e.rnd(n, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(x[size_t(i)], -int(i % 17));
+    // Another rank's slice held the larger value.
+    Tensor xt = e.in(F32, x), agreed = e.in(F32, {5.0f}), m = e.out(F32, 1);
+    Tensor q = e.out(DType::u8, n), qt = e.out(DType::u8, n);
+    Tensor si = e.out(F32, 1), si_empty = e.out(F32, 1);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] {
+      o.amax(m, xt);
+      o.quantize_fp8_amax(q, si, xt, agreed, Fp8::e4m3);
+      o.quantize_fp8_amax(q.slice(0, 0), si_empty, xt.slice(0, 0), agreed, Fp8::e4m3);
+      o.transpose_fp8(qt, q, rows, cols);
+    };
+    b.fwd_checks = {vs_ref("amax", m, kBitwise), vs_ref("codes", q, kBitwise),
+                    vs_ref("scale_inv", si, kBitwise),
+                    vs_ref("scale_inv of an empty slice", si_empty, kBitwise),
+                    vs_ref("transposed codes", qt, kBitwise)};
+    return b;
+  };
+  return c;
+}
+
 // An FP8 GEMM on codes both backends made with quantize_fp8 (bitwise the
 // same, see above): only the order of the fp32 sums and the bf16 output
 // rounding differ from the reference's product of the dequantized values.

@@ -53,6 +53,10 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dg);
 OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros = false);
 // quantize_fp8_t: the codes of src [rows, cols] and their transpose.
 OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src);
+// The engine's FP8 gather casts on an f32 weight [rows, cols]: its amax, the
+// cast by a given (larger, all-reduced) amax, an empty slice's cast (which
+// still writes its scale), and transpose_fp8 of the codes; all bitwise.
+OpCase fp8_gather_cast_case(int rows, int cols);
 // linear_fp8 on codes quantized from random x [M, K] and w [N, K].
 OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format);
 // linear_backward_fp8 from transposed codes (x, w e4m3; dy e5m2).

@@ -1,0 +1,202 @@
+// The FP8 weight all-gather (EngineOptions::fp8_gather): each rank casts its
+// slice of a block linear to E4M3 with a scale agreed over the shard group,
+// and the gather moves those codes. The codes must be exactly what casting
+// the whole f32 weight gives, so training is bit for bit the run in which
+// the model casts the gathered weight itself.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/process_groups.h"
+#include "shard/memory_plan.h"
+#include "tests/shard/engine_harness.h"
+
+namespace fsdp {
+namespace {
+
+using testing::EngineRun;
+
+constexpr int kB = 2, kT = 12, kAccum = 2;
+
+EngineOptions casting_gathered_weights() {
+  EngineOptions eo;
+  eo.fp8_gather = false;
+  return eo;
+}
+
+TEST(FsdpFp8Gather, TrainsBitForBitAsCastingTheGatheredWeight) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig c = testing::engine_test_config();
+  const int rank = g.world->rank(), world = g.world->size();
+  EngineRun cast(c, *g.shard, nullptr, rank, world, kB, kT, kAccum, casting_gathered_weights(),
+                 true);
+  EngineRun gathered(c, *g.shard, nullptr, rank, world, kB, kT, kAccum, {}, true);
+  EngineRun fp32(c, *g.shard, nullptr, rank, world, kB, kT, kAccum);
+  ASSERT_FALSE(cast.engine.fp8_gather());
+  ASSERT_TRUE(gathered.engine.fp8_gather());
+  ASSERT_FALSE(fp32.engine.fp8_gather());
+  // No clipping: the gradient norm sums each rank's shard in layout order,
+  // and the segmented layout's order differs, so a clipped step would differ
+  // in the last bit (and then everywhere).
+  AdamWConfig adam = EngineRun::adam();
+  adam.grad_clip = 0;
+  for (int s = 0; s < 8; ++s) {
+    for (EngineRun* r : {&cast, &gathered, &fp32}) {
+      r->forward_backward(s, *g.world);
+      r->engine.step(adam, 1e-2f);
+    }
+  }
+  EXPECT_EQ(gathered.losses, cast.losses);
+  for (int u = 0; u < cast.engine.num_units(); ++u) {
+    // The layouts differ (segments), so compare parameter by parameter.
+    const auto a = gathered.full_master(u, *g.shard), b = cast.full_master(u, *g.shard);
+    const UnitLayout &la = gathered.engine.layout(u), &lb = cast.engine.layout(u);
+    for (size_t p = 0; p < la.offsets.size(); ++p)
+      for (int64_t i = 0; i < la.sizes[p]; ++i)
+        ASSERT_EQ(a[size_t(la.offsets[p] + i)], b[size_t(lb.offsets[p] + i)])
+            << "unit " << u << " parameter " << p << " element " << i;
+  }
+  EXPECT_LT(gathered.losses.back(), gathered.losses.front() - 0.05) << "training did not move";
+  EXPECT_NE(gathered.losses, fp32.losses) << "the FP8 path did not run";
+}
+
+// After a step, with weights kept gathered: each linear's codes and scale are
+// the whole f32 master cast at once (the reference quantize_fp8), on every
+// rank, whatever slice of it the rank holds.
+TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig c = testing::engine_test_config();
+  EngineOptions keep;
+  keep.reshard_after_forward = false;
+  EngineRun run(c, *g.shard, nullptr, g.world->rank(), g.world->size(), kB, kT, 1, keep, true);
+  for (int s = 0; s < 3; ++s) run.step(s, *g.world, 1e-2f);
+  run.engine.forward_only();  // leaves every unit gathered
+  const auto units = model_units(c);
+  int checked = 0;
+  for (int u = 0; u < run.engine.num_units(); ++u) {
+    const auto full = run.full_master(u, *g.shard);
+    const UnitLayout& l = run.engine.layout(u);
+    for (int p = 0; p < int(units[size_t(u)].params.size()); ++p) {
+      const Fp8Tensor got = run.engine.weight_fp8(u, p);
+      if (!units[size_t(u)].params[size_t(p)].fp8) {
+        EXPECT_EQ(got.codes.numel, 0);
+        EXPECT_NO_THROW(run.engine.weight(u, p));
+        continue;
+      }
+      ASSERT_EQ(got.codes.numel, l.stored[p]);
+      EXPECT_THROW(run.engine.weight(u, p), Error);  // no compute-dtype copy exists
+      std::vector<float> w(full.begin() + l.offsets[p], full.begin() + l.offsets[p] + l.sizes[p]);
+      std::vector<uint8_t> want(w.size());
+      float want_scale = 0;
+      run.ops.quantize_fp8(Tensor{want.data(), DType::u8, int64_t(w.size())},
+                           Tensor{&want_scale, DType::f32, 1},
+                           Tensor{w.data(), DType::f32, int64_t(w.size())}, Fp8::e4m3);
+      EXPECT_EQ(std::memcmp(got.codes.data, want.data(), want.size()), 0)
+          << units[size_t(u)].params[size_t(p)].name;
+      EXPECT_EQ(got.scale_inv.f32()[0], want_scale) << units[size_t(u)].params[size_t(p)].name;
+      EXPECT_NE(want_scale, 1.0f);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 7 * c.n_layer);
+}
+
+// Passes every call through, noting each all-gather's element type and count.
+class RecordingCommunicator final : public Communicator {
+ public:
+  explicit RecordingCommunicator(Communicator& inner) : inner_(inner) {}
+  std::map<DType, int64_t> gathered;  // elements per rank, by type
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* backend_name() const override { return inner_.backend_name(); }
+  WorkHandle all_gather(const void* send, void* recv, size_t count, DType dtype) override {
+    gathered[dtype] += int64_t(count);
+    return inner_.all_gather(send, recv, count, dtype);
+  }
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                            ReduceOp op) override {
+    return inner_.reduce_scatter(send, recv, count, dtype, op);
+  }
+  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
+    return inner_.all_reduce(buf, count, dtype, op);
+  }
+  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override {
+    return inner_.broadcast(buf, count, dtype, root);
+  }
+  WorkHandle barrier() override { return inner_.barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return inner_.split(color, key);
+  }
+  void progress() override { inner_.progress(); }
+
+ private:
+  Communicator& inner_;
+};
+
+// One micro-batch: each gather of a block sends its linears as 1-byte codes
+// and only its gains in the compute dtype; the embedding and head as before.
+TEST(FsdpFp8Gather, GathersMoveCodesForTheLinears) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  if (g.shard->size() == 1) GTEST_SKIP() << "one rank gathers nothing";
+  const ModelConfig c = testing::engine_test_config();
+  RecordingCommunicator rec(*g.shard);
+  EngineOptions eo;
+  eo.record_trace = true;
+  EngineRun run(c, rec, nullptr, g.world->rank(), g.world->size(), kB, kT, 1, eo, true);
+  run.forward_backward(0, *g.world);
+  std::map<DType, int64_t> want;
+  int block_gathers = 0;
+  for (const std::string& e : run.engine.trace()) {
+    if (e.rfind("gather ", 0) != 0) continue;
+    const int u = std::stoi(e.substr(7));
+    for (const Segment& s : run.engine.layout(u).segments)
+      want[s.fp8 ? DType::u8 : DType::f32] += s.shard;
+    block_gathers += u > 0 && u <= c.n_layer;
+  }
+  EXPECT_EQ(block_gathers, 2 * c.n_layer);  // forward, and again for backward
+  EXPECT_EQ(rec.gathered, want);
+  // The linears are most of a block: most of what moves is codes.
+  EXPECT_GT(rec.gathered[DType::u8], 2 * rec.gathered[DType::f32]);
+}
+
+TEST(FsdpFp8Gather, MeasuredMatchesThePlan) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig cfg = model_preset("tiny");
+  const int n = g.shard->size();
+  for (bool direct : {true, false}) {
+    EngineOptions eo;
+    eo.direct_when_unsharded = direct;
+    EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, eo, true);
+    const MemoryPlan p =
+        plan_memory(cfg, n, DType::f32, true, 2, 16, Recompute::none, DType::f32, direct, true);
+    EXPECT_EQ(run.engine.persistent_bytes(), p.persistent()) << direct;
+    EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << direct;
+    EXPECT_EQ(run.model.activation_bytes(), p.activations) << direct;
+  }
+}
+
+// gpt-350m in bf16 on 8 ranks: the send copies and gather buffers of FP8
+// weights are about half of bf16's (gains, embedding and head stay bf16).
+TEST(FsdpFp8Gather, PlanHalvesTheGatheredBytes) {
+  const ModelConfig c = model_preset("gpt-350m");
+  const MemoryPlan bf = plan_memory(c, 8, DType::bf16, true, 8, 1024);
+  const MemoryPlan f8 =
+      plan_memory(c, 8, DType::bf16, true, 8, 1024, Recompute::none, DType::f32, true, true);
+  EXPECT_EQ(f8.master, bf.master);
+  EXPECT_EQ(f8.moments, bf.moments);
+  // Blocks are 302M of the 354M parameters, the tied embedding 52M.
+  const double send = double(f8.send_copy) / double(bf.send_copy);
+  EXPECT_GT(send, 0.5);
+  EXPECT_LT(send, 0.6);
+  // Buffers: two block slots and the embedding's and head's own.
+  const double gather = double(f8.gather_buffers) / double(bf.gather_buffers);
+  EXPECT_GT(gather, 0.5);
+  EXPECT_LT(gather, 0.85);
+}
+
+}  // namespace
+}  // namespace fsdp
