@@ -30,11 +30,12 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 // slots (plan_slots) give the same figures; tests/shard compares them.
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
                        int seq_len, Recompute recompute, DType reduce, bool direct_when_unsharded,
-                       bool fp8) {
+                       bool fp8, bool fp8_gather) {
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
-  for (const auto& u : model_units(one_block)) layouts.push_back(make_layout(u, shard_size, fp8));
+  for (const auto& u : model_units(one_block))
+    layouts.push_back(make_layout(u, shard_size, fp8 && fp8_gather));
   FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
   const int64_t blocks = c.n_layer;
   const int64_t times[3] = {1, blocks, 1};

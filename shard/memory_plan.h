@@ -43,10 +43,11 @@ inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 // batch x seq_len, computing in `compute`. Costs the same for any n_layer.
 // One rank has no gather or gradient buffers (the engine's direct path)
 // unless direct_when_unsharded is false (EngineOptions). fp8: the block
-// linears run on FP8 codes and are gathered so (EngineOptions::fp8_gather).
+// linears run on FP8 codes, and with fp8_gather are gathered so
+// (EngineOptions::fp8_gather).
 MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
                        bool reshard_after_forward, int batch, int seq_len,
                        Recompute recompute = Recompute::none, DType reduce = DType::f32,
-                       bool direct_when_unsharded = true, bool fp8 = false);
+                       bool direct_when_unsharded = true, bool fp8 = false, bool fp8_gather = true);
 
 }  // namespace fsdp

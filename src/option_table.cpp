@@ -167,7 +167,9 @@ std::vector<OptionRow> make_table() {
     row("device", &O::device, "auto uses the GPU when one is visible, else the CPU", "cpu"),
     row("precision", &O::precision,
         "auto: fp32 on cpu, bf16 on cuda; fp8: the block GEMMs on FP8 (e4m3) codes with "
-        "per-tensor scaling, emulated on cpu, not yet on cuda", "fp32"),
+        "per-tensor scaling, their weights all-gathered as those codes (1 byte per "
+        "element; one scale per weight agreed across the shard group), emulated on cpu, "
+        "not yet on cuda", "fp32"),
     run_control(bare_switch(row("debug", &O::debug,
                     "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
                     "also deterministic attention and a sync after every op", "true"))),
@@ -184,6 +186,10 @@ std::vector<OptionRow> make_table() {
                     "with a shard group of one rank, compute in the shards in place instead of "
                     "through gather and reduce-scatter (false: the full FSDP path, to measure "
                     "its cost)", "false")),
+    run_control(row("fp8-gather", &O::fp8_gather,
+                    "with --precision fp8, all-gather the block linears as their e4m3 codes "
+                    "(false: gather them in the compute dtype and cast before each GEMM; the "
+                    "same codes, twice the bytes, to measure the difference)", "false")),
     row("recompute", &O::recompute,
         "activation recomputation in backward (less memory, more compute)", "block"),
     row("reduce-dtype", &O::reduce_dtype,

@@ -35,6 +35,7 @@ struct Options {
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
   bool single_rank_direct = true;  // EngineOptions::direct_when_unsharded
+  bool fp8_gather = true;          // EngineOptions::fp8_gather
   Recompute recompute = Recompute::none;
   DType reduce_dtype = DType::f32;  // gradient reduce-scatter
   DeviceComm device_comm = DeviceComm::automatic;

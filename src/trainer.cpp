@@ -100,7 +100,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     auto plan_for = [&](int b) {
       return plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
                          o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype,
-                         o_.single_rank_direct, o_.precision == Precision::fp8);
+                         o_.single_rank_direct, o_.precision == Precision::fp8, o_.fp8_gather);
     };
     float fits = 0;
     all_or_none(W, [&] {
@@ -123,7 +123,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     check_memory_fits(
         plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
                     o_.reshard_after_forward, o_.batch_size, o_.seq_len, o_.recompute,
-                    o_.reduce_dtype, o_.single_rank_direct, o_.precision == Precision::fp8),
+                    o_.reduce_dtype, o_.single_rank_direct, o_.precision == Precision::fp8,
+                    o_.fp8_gather),
         *ops_,
         {world_.local_size, groups_.shard->size(), world_.size, o_.batch_size, o_.recompute});
   });
@@ -156,6 +157,7 @@ void Trainer::build(ProcessGroups& engine_groups) {
   eo.check_finite = o_.debug;
   eo.reduce_dtype = o_.reduce_dtype;
   eo.direct_when_unsharded = o_.single_rank_direct;
+  eo.fp8_gather = o_.fp8_gather;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
@@ -172,17 +174,22 @@ Trainer::~Trainer() = default;
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
-  const MemoryPlan p = plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward,
-                                   o_.batch_size, o_.seq_len, o_.recompute, o_.reduce_dtype,
-                                   o_.single_rank_direct, o_.precision == Precision::fp8);
+  const MemoryPlan p =
+      plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward, o_.batch_size, o_.seq_len,
+                  o_.recompute, o_.reduce_dtype, o_.single_rank_direct,
+                  o_.precision == Precision::fp8, o_.fp8_gather);
+  const std::string fp8_note =
+      o_.precision != Precision::fp8
+          ? ""
+          : std::string(" with FP8 block GEMMs (e4m3, emulated; their weights gathered as ") +
+                (o_.fp8_gather ? "e4m3" : dtype_name(ops_->compute_dtype())) + ")";
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
       "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s%s, "
       "collectives %s\n",
       world_.size, world_.num_nodes, n, shard_group_why_.c_str(), world_.size / n, ops_->name(),
-      dtype_name(ops_->compute_dtype()),
-      o_.precision == Precision::fp8 ? " with FP8 block GEMMs (e4m3, emulated)" : "",
+      dtype_name(ops_->compute_dtype()), fp8_note.c_str(),
       device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
   std::printf(
       "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
