@@ -17,6 +17,12 @@ writes it). A loss of null (fsdptrain writes NaN/Inf as null) always fails.
         steps: long bf16-vs-fp32 runs drift step by step but not in trend.
   compare_metrics.py falls A.jsonl [--ratio 0.75] [--last 20]
         the mean loss of the last 20 steps must be below ratio x the first loss.
+  compare_metrics.py follows REF.jsonl NEW.jsonl [--val-tolerance 1e-2] [--window 50]
+        [--after 100] [--window-tolerance 5e-2]
+        NEW's last validation loss within val-tolerance of REF's, and no window
+        of NEW's training loss (50 steps, each starting after step 100) more
+        than window-tolerance above REF's mean over the same steps: the same
+        quality at the end and never diverging on the way (fp8 against bf16).
   compare_metrics.py selftest
         checks this file's own logic on made-up metrics (no fsdptrain needed).
 
@@ -139,6 +145,38 @@ def falls(path, ratio=0.75, last=20):
                               f"{len(tail)} steps (must be < {ratio:g} x first = {ratio * first:.4f})")
 
 
+def read_val(path):
+    with open(path) as f:
+        return [float(r["val_loss"]) for r in (json.loads(l) for l in f if l.strip().startswith("{"))
+                if r.get("val_loss") is not None]
+
+
+def follows(ref_path, new_path, val_tolerance=1e-2, window=50, after=100, window_tolerance=5e-2):
+    ref, new = read_losses(ref_path), read_losses(new_path)
+    bad = [s for s, v in new.items() if v is None]
+    if bad:
+        return 1, f"non-finite loss at step(s) {bad[:5]}"
+    ref_val, new_val = read_val(ref_path), read_val(new_path)
+    if not ref_val or not new_val:
+        return 2, "no validation loss in one of the files"
+    worst, worst_at = -math.inf, None
+    common = sorted(s for s in ref.keys() & new.keys() if s > after and ref[s] is not None)
+    for start in range(after + 1, (common[-1] if common else after) - window + 2):
+        w = [s for s in common if start <= s < start + window]
+        if not w or start not in ref:
+            continue
+        r = sum(new[s] for s in w) / sum(ref[s] for s in w) - 1
+        if r > worst:
+            worst, worst_at = r, start
+    if worst_at is None:
+        return 2, f"no {window}-step window after step {after} in both files"
+    v = new_val[-1] / ref_val[-1] - 1
+    ok = abs(v) <= val_tolerance and worst <= window_tolerance
+    return (0 if ok else 1), (f"val_loss {new_val[-1]:.4f} vs {ref_val[-1]:.4f} ({v:+.2%}, tolerance "
+                              f"{val_tolerance:.0%}); worst {window}-step window {worst:+.2%} from step "
+                              f"{worst_at} (tolerance {window_tolerance:+.0%})")
+
+
 def selftest():
     d = tempfile.mkdtemp(prefix="compare_metrics_")
 
@@ -173,6 +211,21 @@ def selftest():
         (falls(flat)[0], 1, "a flat curve does not"),
         (falls(nan)[0], 1, "a null loss does not fall"),
     ]
+    curve = [(s, 5.0 - 3.0 * s / 400) for s in range(10, 401, 10)]
+    ref = write("ref.jsonl", curve, extra=[{"step": 400, "val_loss": 2.0}])
+    same = write("same.jsonl", [(s, l * 1.003) for s, l in curve], extra=[{"step": 400, "val_loss": 2.01}])
+    worse = write("worse.jsonl", curve, extra=[{"step": 400, "val_loss": 2.05}])
+    spike = write("spike.jsonl", [(s, l * 1.3 if 200 <= s < 260 else l) for s, l in curve],
+                  extra=[{"step": 400, "val_loss": 2.0}])
+    early = write("early.jsonl", [(s, l * 1.3 if s < 100 else l) for s, l in curve],
+                  extra=[{"step": 400, "val_loss": 2.0}])
+    checks += [
+        (follows(ref, same)[0], 0, "0.5% and 0.3% off follows"),
+        (follows(ref, worse)[0], 1, "a final val_loss 2.5% off does not"),
+        (follows(ref, spike)[0], 1, "a 30% excursion after step 100 does not"),
+        (follows(ref, early)[0], 0, "one before step 100 is not judged"),
+        (follows(ref, b)[0], 2, "files without validation loss: exit 2"),
+    ]
     bad = 0
     for got, want, what in checks:
         ok = got == want
@@ -198,6 +251,13 @@ def main():
     f.add_argument("a")
     f.add_argument("--ratio", type=float, default=0.75)
     f.add_argument("--last", type=int, default=20)
+    w = sub.add_parser("follows", help="a run keeps up with a reference run")
+    w.add_argument("ref")
+    w.add_argument("new")
+    w.add_argument("--val-tolerance", type=float, default=1e-2)
+    w.add_argument("--window", type=int, default=50)
+    w.add_argument("--after", type=int, default=100)
+    w.add_argument("--window-tolerance", type=float, default=5e-2)
     sub.add_parser("selftest")
     a = ap.parse_args()
     if a.cmd == "selftest":
@@ -206,6 +266,8 @@ def main():
         if a.cmd == "compare":
             code, msg = compare(a.a, a.b, a.tolerance, a.bitwise, a.steps, max(1, a.window), a.min_common,
                                 a.quiet)
+        elif a.cmd == "follows":
+            code, msg = follows(a.ref, a.new, a.val_tolerance, a.window, a.after, a.window_tolerance)
         else:
             code, msg = falls(a.a, a.ratio, a.last)
     except OSError as e:

@@ -29,6 +29,7 @@
 #
 # Knobs (environment):
 #   STEPS="a c g3"     letters (groups) or check ids to run (default: all)
+#   FP8_RUNS, FP8_MODEL, FP8_BATCH, FP8_STEPS   group i's shapes (fp8, issue 13)
 #   BUDGET_S=540       seconds for the whole run (the tool's limit is 600 a call)
 #   CHECK_DEVICE=cpu   rehearsal on a machine without a GPU: every "GPU" run uses
 #                      --device cpu and tiny shapes, so the script's own logic
@@ -46,14 +47,16 @@ export CARRY=${CARRY:-$ROOT/.gpu_carry}
 export WORK=${WORK:-/tmp/gpu_work}
 export LOGS=$WORK/logs RUNS=$WORK/runs NOTES=$WORK/notes
 export BUDGET_S=${BUDGET_S:-540}
-STEPS=${STEPS:-a b c d e f g h}
+STEPS=${STEPS:-a b c d e f g h i}
 export PYTHONUNBUFFERED=1
 export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
 
 # What the checks run on. A rehearsal (CHECK_DEVICE=cpu) swaps the big shapes
 # for tiny ones; every value can also be set from outside.
 export DEV=${CHECK_DEVICE:-cuda}
-export PRECISION=bf16   # fsdptrain's default on a GPU (--precision auto); fp8 is not written yet
+export PRECISION=bf16   # fsdptrain's default on a GPU (--precision auto); group i runs fp8
+# fsdptrain refuses --precision fp8 on cuda until group i has passed; this lets it run
+export FSDPTRAIN_UNVERIFIED_FP8=1
 if [ "$DEV" = cuda ]; then
   export TORCH_DEV=${TORCH_DEV:-cuda} TORCH_DTYPE=${TORCH_DTYPE:-bf16} PARITY_TOL=${PARITY_TOL:-1e-2}
   export PARITY_MODEL=${PARITY_MODEL:---model gpt-350m --vocab-size 256 --seq-len 256 --batch-size 4}
@@ -64,6 +67,9 @@ if [ "$DEV" = cuda ]; then
   SPEED_RUNS=${SPEED_RUNS:-gpt-350m:8 gpt-350m:16 gpt-350m:32 gpt-350m:16:collective gpt-760m:8 gpt-1.3b:8}
   export PROF_MODEL=${PROF_MODEL:-gpt-350m} PROF_BATCH=${PROF_BATCH:-16}
   export STAGED=${STAGED---device-comm staged}
+  # group i: FP8 speed runs (model:micro-batch), and the loss run's shape
+  FP8_RUNS=${FP8_RUNS:-gpt-350m:16 gpt-1.3b:8}
+  export FP8_MODEL=${FP8_MODEL:-gpt-350m} FP8_BATCH=${FP8_BATCH:-8} FP8_STEPS=${FP8_STEPS:-500}
 else
   export TORCH_DEV=${TORCH_DEV:-cpu} TORCH_DTYPE=${TORCH_DTYPE:-fp32} PARITY_TOL=${PARITY_TOL:-1e-4}
   export PARITY_MODEL=${PARITY_MODEL:---model tiny --seq-len 64 --batch-size 4}
@@ -71,6 +77,8 @@ else
   SPEED_RUNS=${SPEED_RUNS:-tiny:8 tiny:16 tiny:16:collective}
   export PROF_MODEL=${PROF_MODEL:-tiny} PROF_BATCH=${PROF_BATCH:-8}
   export STAGED=${STAGED---device-comm staged} PRECISION=fp32   # a host stager on the CPU
+  FP8_RUNS=${FP8_RUNS:-tiny:8}
+  export FP8_MODEL=${FP8_MODEL:-tiny} FP8_BATCH=${FP8_BATCH:-8} FP8_STEPS=${FP8_STEPS:-60}
 fi
 # the tiny-model runs of checks c and d: 20 steps of 8 x 64 tokens
 export TINY="--model tiny --train-data $DATA --seq-len 64 --lr 1e-3 --min-lr 1e-4 --warmup-steps 2 --log-every 5"
@@ -260,9 +268,14 @@ chk_f2() {
 
 # g: speed. fsdptrain and PyTorch (eager, torch.compile) on the same shapes;
 #    each measurement is one RESULT line in results.txt
-g_fsdp() {  # MODEL MICRO_BATCH [collective]: "collective" keeps the gather/reduce-scatter path on one rank
-  local tag=$1_mb$2${3:+_$3} system=fsdptrain${3:+-$3} extra=()
-  [ "${3:-}" = collective ] && extra=(--single-rank-direct false)
+g_fsdp() {  # MODEL MICRO_BATCH [collective|fp8|fp8cast]: "collective" keeps the gather/reduce-
+  # scatter path on one rank; fp8: --precision fp8; fp8cast: that, casting gathered bf16 weights
+  local tag=$1_mb$2${3:+_$3} system=fsdptrain${3:+-$3} extra=() PRECISION=$PRECISION
+  case "${3:-}" in
+    collective) extra=(--single-rank-direct false) ;;
+    fp8) extra=(--precision fp8); PRECISION=fp8 system=fsdptrain ;;
+    fp8cast) extra=(--precision fp8 --fp8-gather false); PRECISION=fp8 ;;
+  esac
   local m=$RUNS/g_fsdp_$tag.jsonl rc peak
   mem_poll_start "$RUNS/g_mem_$tag.txt"
   x fsdptrain --device "$DEV" --model "$1" --train-data "$DATA" --seq-len "$SPEED_SEQ" --batch-size "$2" \
@@ -397,6 +410,40 @@ chk_h2() {
   return 78
 }
 
+# i: FP8 training (issue 13). Speed: RESULT lines with precision=fp8, weights
+#    gathered as e4m3 codes (fp8) and cast per GEMM from bf16 (fp8cast);
+#    where the time goes (profile_fp8.txt in the logs); loss: FP8_MODEL,
+#    FP8_STEPS steps of fp8 against bf16 on the same data and seed: the final
+#    validation loss within 1%, and no 50-step window of the training loss
+#    after the first 100 steps more than 5% above bf16's (never diverging).
+fp8_loss_run() {  # PRECISION METRICS
+  x fsdptrain --device "$DEV" --model "$FP8_MODEL" --train-data "$DATA" --val-data "$VAL" \
+    --seq-len "$SPEED_SEQ" --batch-size "$FP8_BATCH" --steps "$FP8_STEPS" --lr 3e-4 --warmup-steps 50 \
+    --log-every 10 --eval-every "$FP8_STEPS" --eval-batches 20 --precision "$1" --metrics "$2"
+}
+chk_i1() {
+  fp8_loss_run "$PRECISION" "$RUNS/i_ref.jsonl" || { note "the $PRECISION run failed"; return 1; }
+  note "$PRECISION: val_loss $(last_val "$RUNS/i_ref.jsonl")"
+}
+chk_i2() {
+  [ -s "$RUNS/i_ref.jsonl" ] || { note "i1 left no metrics"; return 77; }
+  fp8_loss_run fp8 "$RUNS/i_fp8.jsonl" || { note "the fp8 run failed"; return 1; }
+  local out rc
+  out=$(python3 "$ROOT/bench/cuda/compare_metrics.py" follows "$RUNS/i_ref.jsonl" "$RUNS/i_fp8.jsonl" 2>&1)
+  rc=$?; echo "$out"; note "$(tail -1 <<< "$out" | sed -E 's/^(PASS|FAIL): //')"
+  return $rc
+}
+chk_i3() {  # the profile of an fp8 step, into the logs
+  local out=$RUNS/profile_fp8.txt rc
+  x fsdptrain --device "$DEV" --model "$PROF_MODEL" --train-data "$DATA" --seq-len "$SPEED_SEQ" \
+    --batch-size "$PROF_BATCH" --steps "${PROF_STEPS:-6}" --warmup-steps 1 --log-every 1 --profile-ops \
+    --precision fp8 2>&1 | tee "$out"; rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { note "fsdptrain exited $rc"; return 1; }
+  grep -q '^op profile' "$out" || { note "no profile table"; return 1; }
+  note "$(grep -m1 '^op profile' "$out" | sed 's/; rate.*//' | head -c 150) (logs: runs/profile_fp8.txt)"
+  return 78
+}
+
 # ---- the check list: id | usual seconds on an H100 | limit | command | what --------------
 # Order is priority order. Usual seconds are guesses with start-up included;
 # a check starts only if they fit in what is left of BUDGET_S.
@@ -435,9 +482,19 @@ CHECKS+=("h2|180|240|chk_h2|per-kernel GPU time of the warm-up forward+backward 
 add_g 90 240 "g_torch ${first%%:*} ${first##*:} compile"
 for r in $rest; do add_g 30 150 "g_torch ${r%%:*} ${r##*:} eager"; done
 for r in $rest; do add_g 90 240 "g_torch ${r%%:*} ${r##*:} compile"; done
+CHECKS+=("i1|50|180|chk_i1|$FP8_MODEL $FP8_STEPS steps in $PRECISION, micro-batch $FP8_BATCH: reference for i2")
+CHECKS+=("i2|60|200|chk_i2|the same in fp8: final val_loss within 1%, no 50-step window 5% above")
+CHECKS+=("i3|40|120|chk_i3|fsdptrain --profile-ops --precision fp8 $PROF_MODEL micro-batch $PROF_BATCH (logs: runs/profile_fp8.txt)")
+ii=3
+add_i() { ii=$((ii + 1)); CHECKS+=("i$ii|$1|$2|$3|$3"); }
+for r in $FP8_RUNS; do
+  add_i 30 150 "g_fsdp ${r//:/ } fp8"
+  add_i 30 150 "g_fsdp ${r//:/ } fp8cast"
+done
 
 export -f x note py have_torch mpi cmpm resumed mem_poll_start mem_poll_stop gtest_run train_demo \
-  last_val tiny20 dbg half_and_resume ranks_vs_one nan_run g_fsdp g_torch find_nsys find_ncu
+  last_val tiny20 dbg half_and_resume ranks_vs_one nan_run g_fsdp g_torch find_nsys find_ncu \
+  fp8_loss_run
 for f in $(declare -F | awk '$3 ~ /^chk_/ {print $3}'); do export -f "$f"; done
 
 session_left() {  # "pid:name ..." of the live processes of session $1 (zombies are already dead)
@@ -479,6 +536,7 @@ selected() {  # id: its letter or the id itself is in STEPS; in the groups whose
   local s; for s in $STEPS; do
     [ "$s" = "$1" ] || [ "$s" = "${1:0:1}" ] && return 0
     [[ "${1:0:1}" == [bcdf] && "${s:0:1}" == "${1:0:1}" ]] && return 0
+    [[ "$1" == i[12] && "$s" == i[12] ]] && return 0   # i2 compares with i1
   done
   return 1
 }

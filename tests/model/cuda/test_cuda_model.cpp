@@ -1,6 +1,6 @@
 // Whole-model parity: one training forward and backward of the Transformer on
 // CudaOps (bf16) against CpuOps (fp32) from the same bf16-rounded weights and
-// the same tokens.
+// the same tokens; and the same with the block GEMMs in FP8 on both sides.
 //
 // Tolerances: the loss within 1e-2 relative (bf16 activations through every
 // layer move it by ~1e-3); each unit's gradient within 5e-2 relative L2
@@ -21,6 +21,14 @@ namespace fsdp {
 namespace {
 
 constexpr double kLossTol = 1e-2, kGradTol = 5e-2;
+// --precision fp8 (block GEMMs on e4m3 codes, cast from the same bf16
+// weights on both sides, so the weight codes agree): the GPU's bf16
+// activations sit ~2^-9 from the CPU's fp32 ones, which moves about one code
+// in 16 across an e4m3 rounding boundary, each by one step (2^-4): ~1.5%
+// relative L2 per cast operand, four casts per linear, compounding through
+// the layers. The bars are set from that estimate before any GPU run; a
+// wrong cast or GEMM is off by order 1.
+constexpr double kFp8LossTol = 2e-2, kFp8GradTol = 1.5e-1;
 
 double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
                   const std::vector<int32_t>& tg, float scale) {
@@ -31,7 +39,7 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
   return loss;
 }
 
-void check_model(ModelConfig cfg, int B, int T) {
+void check_model(ModelConfig cfg, int B, int T, bool fp8 = false) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
@@ -49,20 +57,20 @@ void check_model(ModelConfig cfg, int B, int T) {
   const float scale = 1.0f / float(B * T - 1);
 
   CpuOps cpu;
-  Transformer cm(cfg, cpu, B, T);
+  Transformer cm(cfg, cpu, B, T, Recompute::none, fp8);
   const double cpu_loss = train_pass(cm, host, in, tg, scale);
 
   CudaOps gpu;
   test::DeviceWeights dev(gpu, units, weights);
-  Transformer gm(cfg, gpu, B, T);
+  Transformer gm(cfg, gpu, B, T, Recompute::none, fp8);
   const double gpu_loss = train_pass(gm, dev, in, tg, scale);
 
-  std::printf("  loss: cpu %.6f gpu %.6f\n", cpu_loss, gpu_loss);
+  std::printf("  loss%s: cpu %.6f gpu %.6f\n", fp8 ? " (fp8)" : "", cpu_loss, gpu_loss);
   EXPECT_TRUE(std::isfinite(gpu_loss));
-  EXPECT_LE(std::abs(gpu_loss - cpu_loss), kLossTol * std::abs(cpu_loss));
+  EXPECT_LE(std::abs(gpu_loss - cpu_loss), (fp8 ? kFp8LossTol : kLossTol) * std::abs(cpu_loss));
   for (int u = 0; u < int(units.size()); ++u)
     test::expect_rel(units[u].name.c_str(), test::download(gpu, dev.unit_grads(u)),
-                     host.unit_grads(u), kGradTol);
+                     host.unit_grads(u), fp8 ? kFp8GradTol : kGradTol);
 }
 
 TEST(CudaModel, TinyMatchesCpu) {
@@ -75,6 +83,16 @@ TEST(CudaModel, Gpt350mShapedMatchesCpu) {
   ModelConfig cfg = model_preset("gpt-350m");
   cfg.n_layer = 2;
   check_model(cfg, 1, 256);
+}
+
+TEST(CudaModel, TinyFp8MatchesCpu) {
+  check_model(model_preset("tiny"), 2, 32, true);
+}
+
+TEST(CudaModel, Gpt350mShapedFp8MatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, true);
 }
 
 }  // namespace
