@@ -78,7 +78,7 @@ else
   export PROF_MODEL=${PROF_MODEL:-tiny} PROF_BATCH=${PROF_BATCH:-8}
   export STAGED=${STAGED---device-comm staged} PRECISION=fp32   # a host stager on the CPU
   FP8_RUNS=${FP8_RUNS:-tiny:8}
-  export FP8_MODEL=${FP8_MODEL:-tiny} FP8_BATCH=${FP8_BATCH:-8} FP8_STEPS=${FP8_STEPS:-60}
+  export FP8_MODEL=${FP8_MODEL:-tiny} FP8_BATCH=${FP8_BATCH:-8} FP8_STEPS=${FP8_STEPS:-200}
 fi
 # the tiny-model runs of checks c and d: 20 steps of 8 x 64 tokens
 export TINY="--model tiny --train-data $DATA --seq-len 64 --lr 1e-3 --min-lr 1e-4 --warmup-steps 2 --log-every 5"
