@@ -75,11 +75,14 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
   for (int u = 0; u < U; ++u) layout_of_slot[size_t(units_[u].slot)] = &units_[u].layout;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int64_t n = plan.slot_elems[s];
-    const auto& segments = layout_of_slot[s]->segments;  // units sharing a slot are alike
-    for (size_t g = 0; g < segments.size(); ++g) {
-      slots_[s].full.push_back(ops_.alloc(gather_dtype(segments[g]), plan.segment_elems[s][g]));
-      buffer_bytes_ += int64_t(slots_[s].full.back().bytes());
-    }
+    // Units sharing a slot are alike; a slot no unit uses (the second block
+    // slot of a one-block model) holds nothing.
+    if (layout_of_slot[s])
+      for (size_t g = 0; g < layout_of_slot[s]->segments.size(); ++g) {
+        const Segment& seg = layout_of_slot[s]->segments[g];
+        slots_[s].full.push_back(ops_.alloc(gather_dtype(seg), plan.segment_elems[s][g]));
+        buffer_bytes_ += int64_t(slots_[s].full.back().bytes());
+      }
     slots_[s].grad_full = ops_.alloc(rt_, n);
     slots_[s].rs_out = ops_.alloc(rt_, n / shard_.size());
     buffer_bytes_ += int64_t(slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());

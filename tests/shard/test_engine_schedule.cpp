@@ -195,6 +195,24 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   EXPECT_GT(keep.gather_buffers, 3 * plan_memory(c, 32, DType::bf16, true, 8, 1024).gather_buffers);
 }
 
+// A one-block model leaves the second block slot unused: nothing is
+// allocated for it, and a step runs (it once dereferenced the slot's absent
+// unit).
+TEST(FsdpMemory, OneBlockModelLeavesASlotEmpty) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  ModelConfig cfg = model_preset("tiny");
+  cfg.n_layer = 1;
+  for (bool fp8 : {false, true}) {
+    EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, {}, fp8);
+    const MemoryPlan p = plan_memory(cfg, g.shard->size(), DType::f32, true, 2, 16, Recompute::none,
+                                     DType::f32, true, fp8);
+    EXPECT_EQ(run.engine.persistent_bytes(), p.persistent()) << fp8;
+    EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << fp8;
+    const double first = run.step(0, *g.world, 1e-2f);
+    EXPECT_LT(run.step(0, *g.world, 1e-2f), first) << fp8;  // the same batch again: learned
+  }
+}
+
 TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   const ModelConfig cfg = model_preset("tiny");
