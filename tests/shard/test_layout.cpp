@@ -6,20 +6,10 @@
 #include <vector>
 
 #include "shard/layout.h"
+#include "tests/shard/engine_harness.h"  // engine_test_config: uneven shapes
 
 namespace fsdp {
 namespace {
-
-ModelConfig odd_config() {
-  ModelConfig c = model_preset("tiny");
-  c.vocab_size = 61;
-  c.d_model = 24;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_ff = 40;
-  c.n_layer = 2;
-  return c;
-}
 
 // Each parameter element, by gathered position, owned once; the shard
 // positions shard_overlap gives are disjoint and inside the shard, and both
@@ -48,7 +38,7 @@ void expect_partition(const UnitSpec& unit, const UnitLayout& l, int ranks) {
 }
 
 TEST(UnitLayout, OneSegmentIsTheSpecOrder) {
-  for (const UnitSpec& u : model_units(odd_config()))
+  for (const UnitSpec& u : model_units(testing::engine_test_config()))
     for (int ranks : {1, 3, 4}) {
       const UnitLayout l = make_layout(u, ranks);
       ASSERT_EQ(l.segments.size(), 1u);
@@ -61,7 +51,7 @@ TEST(UnitLayout, OneSegmentIsTheSpecOrder) {
 }
 
 TEST(UnitLayout, Fp8SplitPutsTheLinearsFirst) {
-  const auto units = model_units(odd_config());
+  const auto units = model_units(testing::engine_test_config());
   for (int ranks : {1, 2, 3, 4}) {
     for (const UnitSpec& u : units) {
       SCOPED_TRACE(u.name + ", " + std::to_string(ranks) + " ranks");
