@@ -28,7 +28,8 @@ struct ParamSpec {
   // embedding and untied head); never initialised, updated or saved.
   int64_t pad_rows = 0;
   // A block linear's weight: under --precision fp8 its GEMMs run on E4M3
-  // codes, and the FSDP engine gathers it as those codes.
+  // codes, which the weights' provider may hand over as such
+  // (UnitAccess::weight_fp8).
   bool fp8 = false;
 
   int64_t numel() const;         // logical elements

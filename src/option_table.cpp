@@ -188,8 +188,10 @@ std::vector<OptionRow> make_table() {
                     "its cost)", "false")),
     run_control(row("fp8-gather", &O::fp8_gather,
                     "with --precision fp8, all-gather the block linears as their e4m3 codes "
-                    "(false: gather them in the compute dtype and cast before each GEMM; the "
-                    "same codes, twice the bytes, to measure the difference)", "false")),
+                    "(false: gather them in the compute dtype and cast before each GEMM, "
+                    "twice the bytes, to measure the difference; on the CPU the same codes, on "
+                    "a GPU cast from the bf16 copy instead of the fp32 master); no effect "
+                    "without fp8", "false")),
     row("recompute", &O::recompute,
         "activation recomputation in backward (less memory, more compute)", "block"),
     row("reduce-dtype", &O::reduce_dtype,
