@@ -42,6 +42,11 @@ struct Fp8Tensor {
   Fp8 format = Fp8::e4m3;
 };
 
+// Floats between the inverse scales of an array of them. cuBLASLt refuses an
+// FP8 GEMM, with every algorithm, whose scale pointer is a float 4 bytes into
+// a buffer (H100, cuBLASLt 13.1); a 256-byte slot each, as the operands get.
+constexpr int64_t kFp8ScaleSlot = 64;
+
 class Ops {
  public:
   virtual ~Ops() = default;

@@ -79,7 +79,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     w8t_ = alloc(DType::u8, weight);
     g8_ = alloc(DType::u8, N_ * out);
     g8t_ = alloc(DType::u8, N_ * out);
-    scales8_ = alloc(f32, 3);
+    scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
   }
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_));
 }
@@ -128,10 +128,10 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   // FP8 codes (one byte each) of a linear's input, weight and gradient, each
-  // twice (with the transpose), and their three f32 scales.
+  // twice (with the transpose), and their three f32 scales (a slot each).
   const int64_t fp8_codes = fp8 ? 2 * (N * std::max({d, qd, ff}) + std::max(qd, ff) * d +
                                        N * std::max({qd, kvd, ff, d})) +
-                                      4 * 3
+                                      4 * 3 * kFp8ScaleSlot
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
 }
@@ -189,11 +189,11 @@ void Transformer::block_linear(Tensor y, Tensor x, UnitAccess& w, int unit, int 
       ops_.linear(y, x, w.weight(unit, param), M, N, K);
     return;
   }
-  const Fp8Tensor xq{x8_.slice(0, int64_t(M) * K), scales8_.slice(0, 1), Fp8::e4m3};
+  const Fp8Tensor xq{x8_.slice(0, int64_t(M) * K), scale8(0), Fp8::e4m3};
   ops_.quantize_fp8(xq.codes, xq.scale_inv, x.slice(0, int64_t(M) * K), xq.format);
   Fp8Tensor wq = w.weight_fp8(unit, param);  // codes gathered so, or cast here
   if (wq.codes.numel == 0) {
-    wq = {w8_.slice(0, int64_t(N) * K), scales8_.slice(1, 1), Fp8::e4m3};
+    wq = {w8_.slice(0, int64_t(N) * K), scale8(1), Fp8::e4m3};
     ops_.quantize_fp8(wq.codes, wq.scale_inv, w.weight(unit, param), wq.format);
   }
   ops_.linear_fp8(y, xq, wq, M, N, K);
@@ -212,7 +212,7 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, Tensor x, UnitAcce
   }
   auto cast = [&](Tensor src, Tensor q, Tensor qt, int slot, int rows, int cols, Fp8 f) {
     const int64_t n = int64_t(rows) * cols;
-    const Fp8Tensor a{q.slice(0, n), scales8_.slice(slot, 1), f}, b{qt.slice(0, n), a.scale_inv, f};
+    const Fp8Tensor a{q.slice(0, n), scale8(slot), f}, b{qt.slice(0, n), a.scale_inv, f};
     ops_.quantize_fp8_t(a.codes, b.codes, a.scale_inv, src.slice(0, n), rows, cols, f);
     return std::pair{a, b};
   };

@@ -110,6 +110,8 @@ class Transformer {
   // its transpose for backward, and their inverse scales. w8_ serves only
   // weights that arrive in the compute dtype (UnitAccess::weight_fp8 empty).
   Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
+  // the inverse scale of the input (0), weight (1) or gradient (2) codes
+  Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }
 };
 
 }  // namespace fsdp

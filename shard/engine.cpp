@@ -59,7 +59,7 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
   }
   if (fp8_params > 0) {
     amax_ = ops_.alloc(DType::f32, fp8_params);
-    scale_inv_ = ops_.alloc(DType::f32, fp8_params);
+    scale_inv_ = ops_.alloc(DType::f32, fp8_params * kFp8ScaleSlot);
     persistent_bytes_ += int64_t(amax_.bytes() + scale_inv_.bytes());
   }
   refresh_send_buffers();
@@ -150,8 +150,8 @@ void FsdpEngine::refresh_fp8_codes() {
     const Segment& g = u.layout.segments[u.layout.segment_of[p]];
     const Tensor codes =
         u.send[u.layout.segment_of[p]].slice(o.count ? o.local - g.local : 0, o.count);
-    ops_.quantize_fp8_amax(codes, scale_inv_.slice(i, 1), u.master.slice(o.local, o.count),
-                           amax_.slice(i, 1), Fp8::e4m3);
+    ops_.quantize_fp8_amax(codes, scale_inv_.slice(i * kFp8ScaleSlot, 1),
+                           u.master.slice(o.local, o.count), amax_.slice(i, 1), Fp8::e4m3);
   });
 }
 
@@ -233,7 +233,7 @@ Fp8Tensor FsdpEngine::weight_fp8(int unit, int param) {
   const int g = u.layout.segment_of[param];
   const Tensor& full = direct_ ? u.send[g] : slots_[u.slot].full[g];
   return {full.slice(u.layout.offsets[param] - u.layout.segments[g].begin, u.layout.stored[param]),
-          scale_inv_.slice(i, 1), Fp8::e4m3};
+          scale_inv_.slice(i * kFp8ScaleSlot, 1), Fp8::e4m3};
 }
 
 Tensor FsdpEngine::grad(int unit, int param) {

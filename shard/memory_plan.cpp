@@ -52,9 +52,9 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
     m.grads += 4 * shard;
     m.moments += 8 * shard;
     for (const Segment& g : layouts[u].segments) m.send_copy += times[u] * send_size(g) * g.shard;
-    // and an f32 amax and inverse scale per FP8-gathered parameter
+    // and an f32 amax and inverse scale (in its own slot) per FP8-gathered parameter
     for (int seg : layouts[u].segment_of)
-      m.send_copy += times[u] * 8 * layouts[u].segments[seg].fp8;
+      m.send_copy += times[u] * 4 * (1 + kFp8ScaleSlot) * layouts[u].segments[seg].fp8;
   }
   // Buffers: resharding keeps the embedding's and head's own and two that
   // blocks alternate in (one for a single block); without it, one per unit.

@@ -233,6 +233,11 @@ void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, co
              "FP8 GEMM m=", m, " n=", n, " k=", k,
              ": k and the leading dimensions must be "
              "multiples of 16");
+  // Found on the H100: a scale 4 bytes into a buffer makes every algorithm
+  // refuse the launch ("not supported"), far from the cause (kFp8ScaleSlot).
+  FSDP_CHECK(alignment_of(a_scale) >= 16 && alignment_of(b_scale) >= 16, "FP8 GEMM m=", m, " n=", n,
+             " k=", k, ": scale pointers ", a_scale, " and ", b_scale,
+             " must be 16-byte aligned (one kFp8ScaleSlot each)");
   Key key{true,
           false,
           d_f32,

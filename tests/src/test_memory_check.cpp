@@ -194,7 +194,8 @@ MemoryPlan enumerated_plan(const ModelConfig& c, int n, DType compute, bool resh
     m.moments += 8 * l.shard;
     for (const Segment& g : l.segments)
       if (g.fp8 || compute != DType::f32) m.send_copy += (g.fp8 ? 1 : es) * g.shard;
-    for (int g : l.segment_of) m.send_copy += l.segments[size_t(g)].fp8 ? 8 : 0;
+    for (int g : l.segment_of)
+      m.send_copy += l.segments[size_t(g)].fp8 ? 4 * (1 + kFp8ScaleSlot) : 0;  // amax, scale slot
   }
   if (n == 1) return m;  // one rank computes in its shards (no slots)
   const SlotPlan slots = plan_slots(layouts, reshard);
