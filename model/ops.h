@@ -213,10 +213,11 @@ class Ops {
   virtual void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) = 0;
   // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
   virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
-  // y[M, N] = dequant(x)[M, K] dequant(w)[N, K]^T: linear on codes made by
-  // quantize_fp8, with fp32 accumulation (an FP8 tensor-core GEMM on a GPU;
-  // there M, N, K must be multiples of 16, and no product of two e5m2).
-  virtual void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N,
+  // y[M, N] = dequant(x)[M, K] dequant(w)[N, K]^T (+ r[M, N] when r is not
+  // empty, as linear_add): linear on codes made by quantize_fp8, with fp32
+  // accumulation (an FP8 tensor-core GEMM on a GPU, the residual in its
+  // epilogue; there M, N, K must be multiples of 16, and no e5m2 x e5m2).
+  virtual void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
                           int K) = 0;
   // Its backward: dx[M, K] (=|+=) dy w, dw[N, K] += dy^T x, in fp32 sums. A
   // GPU's FP8 GEMMs take K-major operands only, so this takes the transposed

@@ -259,10 +259,10 @@ void ProfiledOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 for
         [&] { inner_->dequantize_fp8(dst, q, scale_inv, format); });
 }
 
-void ProfiledOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N,
-                             int K) {
-  timed(shape("linear_fp8", {M, N, K}), 2.0 * M * N * K, 0,
-        [&] { inner_->linear_fp8(y, x, w, M, N, K); });
+void ProfiledOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M,
+                             int N, int K) {
+  timed(shape(r.numel > 0 ? "linear_fp8+r" : "linear_fp8", {M, N, K}), 2.0 * M * N * K, 0,
+        [&] { inner_->linear_fp8(y, x, w, r, M, N, K); });
 }
 void ProfiledOps::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
                                       const Fp8Tensor& dyt, const Fp8Tensor& xt,

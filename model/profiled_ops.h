@@ -98,7 +98,8 @@ class ProfiledOps final : public Ops {
   void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override;
   void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) override;
   void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
-  void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) override;
+  void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
+                  int K) override;
   void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
                            const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
                            bool accumulate_dx) override;

@@ -180,53 +180,62 @@ void Transformer::backward(int unit, UnitAccess& w) {
   }
 }
 
-void Transformer::block_linear(Tensor y, Tensor x, UnitAccess& w, int unit, int param, int M, int N,
-                               int K, Tensor r) {
+Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, bool backward) {
+  LinearInput in{x, {}, {}};
+  if (!fp8_) return in;
+  const int64_t n = int64_t(M) * K;
+  in.q = {x8_.slice(0, n), scale8(0), Fp8::e4m3};
+  if (!backward) {
+    ops_.quantize_fp8(in.q.codes, in.q.scale_inv, x.slice(0, n), in.q.format);
+    return in;
+  }
+  in.t = {x8t_.slice(0, n), scale8(0), Fp8::e4m3};
+  ops_.quantize_fp8_t(in.q.codes, in.t.codes, in.q.scale_inv, x.slice(0, n), M, K, in.q.format);
+  return in;
+}
+
+void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, int param,
+                               int M, int N, int K, Tensor r) {
   if (!fp8_) {
     if (r.numel > 0)
-      ops_.linear_add(y, x, w.weight(unit, param), r, M, N, K);
+      ops_.linear_add(y, in.x, w.weight(unit, param), r, M, N, K);
     else
-      ops_.linear(y, x, w.weight(unit, param), M, N, K);
+      ops_.linear(y, in.x, w.weight(unit, param), M, N, K);
     return;
   }
-  const Fp8Tensor xq{x8_.slice(0, int64_t(M) * K), scale8(0), Fp8::e4m3};
-  ops_.quantize_fp8(xq.codes, xq.scale_inv, x.slice(0, int64_t(M) * K), xq.format);
   Fp8Tensor wq = w.weight_fp8(unit, param);  // codes gathered so, or cast here
   if (wq.codes.numel == 0) {
     wq = {w8_.slice(0, int64_t(N) * K), scale8(1), Fp8::e4m3};
     ops_.quantize_fp8(wq.codes, wq.scale_inv, w.weight(unit, param), wq.format);
   }
-  ops_.linear_fp8(y, xq, wq, M, N, K);
-  if (r.numel > 0) ops_.add(y, y, r, int64_t(M) * N);
+  ops_.linear_fp8(y, in.q, wq, r, M, N, K);
 }
 
-// The input and weight are cast again rather than kept from forward: the
+// The input is cast again (linear_input) rather than kept from forward: the
 // same values give the same codes, and no FP8 copy of every activation is
 // held between forward and backward.
-void Transformer::block_linear_backward(Tensor dx, Tensor dy, Tensor x, UnitAccess& w, int unit,
-                                        int param, int M, int N, int K, bool accumulate_dx) {
+void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w,
+                                        int unit, int param, int M, int N, int K,
+                                        bool accumulate_dx) {
   const Tensor dw = w.grad(unit, param);
   if (!fp8_) {
-    ops_.linear_backward(dx, dw, dy, x, w.weight(unit, param), M, N, K, accumulate_dx);
+    ops_.linear_backward(dx, dw, dy, in.x, w.weight(unit, param), M, N, K, accumulate_dx);
     return;
   }
-  auto cast = [&](Tensor src, Tensor q, Tensor qt, int slot, int rows, int cols, Fp8 f) {
-    const int64_t n = int64_t(rows) * cols;
-    const Fp8Tensor a{q.slice(0, n), scale8(slot), f}, b{qt.slice(0, n), a.scale_inv, f};
-    ops_.quantize_fp8_t(a.codes, b.codes, a.scale_inv, src.slice(0, n), rows, cols, f);
-    return std::pair{a, b};
-  };
-  const auto [xq, xt] = cast(x, x8_, x8t_, 0, M, K, Fp8::e4m3);
-  const auto [g, gt] = cast(dy, g8_, g8t_, 2, M, N, kFp8Grad);
+  const int64_t gn = int64_t(M) * N;
+  const Fp8Tensor g{g8_.slice(0, gn), scale8(2), kFp8Grad},
+      gt{g8t_.slice(0, gn), scale8(2), kFp8Grad};
+  ops_.quantize_fp8_t(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), M, N, kFp8Grad);
   const Fp8Tensor given = w.weight_fp8(unit, param);
-  Fp8Tensor wt;
+  Fp8Tensor wt{w8t_.slice(0, int64_t(N) * K), given.scale_inv, Fp8::e4m3};
   if (given.codes.numel > 0) {
-    wt = {w8t_.slice(0, int64_t(N) * K), given.scale_inv, given.format};
     ops_.transpose_fp8(wt.codes, given.codes, N, K);
   } else {
-    wt = cast(w.weight(unit, param), w8_, w8t_, 1, N, K, Fp8::e4m3).second;
+    wt.scale_inv = scale8(1);
+    ops_.quantize_fp8_t(w8_.slice(0, int64_t(N) * K), wt.codes, wt.scale_inv, w.weight(unit, param),
+                        N, K, Fp8::e4m3);
   }
-  ops_.linear_backward_fp8(dx, dw, g, gt, xt, wt, M, N, K, accumulate_dx);
+  ops_.linear_backward_fp8(dx, dw, g, gt, in.t, wt, M, N, K, accumulate_dx);
 }
 
 void Transformer::block_forward(int layer, UnitAccess& w) {
@@ -237,27 +246,30 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   Tensor x = res_[layer];
 
   ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps);
-  block_linear(a.q_raw, a.h1, w, u, kWq, M, cfg_.q_dim(), d);
-  block_linear(a.k_raw, a.h1, w, u, kWk, M, cfg_.kv_dim(), d);
-  block_linear(a.v, a.h1, w, u, kWv, M, cfg_.kv_dim(), d);
+  const LinearInput h1 = linear_input(a.h1, M, d, false);
+  block_linear(a.q_raw, h1, w, u, kWq, M, cfg_.q_dim(), d);
+  block_linear(a.k_raw, h1, w, u, kWk, M, cfg_.kv_dim(), d);
+  block_linear(a.v, h1, w, u, kWv, M, cfg_.kv_dim(), d);
   // QK-norm (RMSNorm over each head's vector), then the rotation, in one op.
   ops_.norm_rope(a.q, a.q_rstd, a.q_raw, w.weight(u, kQNorm), B_, T_, H, hd, eps, cfg_.rope_theta);
   ops_.norm_rope(a.k, a.k_rstd, a.k_raw, w.weight(u, kKNorm), B_, T_, Hkv, hd, eps,
                  cfg_.rope_theta);
   ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
-  block_linear(a.mid, a.att, w, u, kWo, M, d, cfg_.q_dim(), x);
+  block_linear(a.mid, linear_input(a.att, M, cfg_.q_dim(), false), w, u, kWo, M, d, cfg_.q_dim(),
+               x);
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
   mlp_forward(layer, w);
-  block_linear(res_[layer + 1], a.s, w, u, kW2, M, d, ff, a.mid);
+  block_linear(res_[layer + 1], linear_input(a.s, M, ff, false), w, u, kW2, M, d, ff, a.mid);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, ff = cfg_.d_ff;
   BlockActs& a = acts_[layer];
-  block_linear(a.a, a.h2, w, u, kW1, M, ff, d);
-  block_linear(a.b, a.h2, w, u, kW3, M, ff, d);
+  const LinearInput h2 = linear_input(a.h2, M, d, false);
+  block_linear(a.a, h2, w, u, kW1, M, ff, d);
+  block_linear(a.b, h2, w, u, kW3, M, ff, d);
   ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
 }
 
@@ -275,15 +287,16 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
-  block_linear_backward(ds_, dres_, a.s, w, u, kW2, M, d, ff, false);
+  block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true), w, u, kW2, M, d, ff, false);
   ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff);
-  block_linear_backward(dh_, da_, a.h2, w, u, kW1, M, ff, d, false);
-  block_linear_backward(dh_, db_, a.h2, w, u, kW3, M, ff, d, true);
+  const LinearInput h2 = linear_input(a.h2, M, d, true);
+  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false);
+  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true);
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true);
 
   // Attention branch.
-  block_linear_backward(datt_, dres_, a.att, w, u, kWo, M, d, qd, false);
+  block_linear_backward(datt_, dres_, linear_input(a.att, M, qd, true), w, u, kWo, M, d, qd, false);
   ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
   // rotate them in place.
@@ -291,9 +304,10 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                           B_, T_, H, hd, cfg_.rope_theta);
   ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
                           B_, T_, Hkv, hd, cfg_.rope_theta);
-  block_linear_backward(dh_, dq_raw_, a.h1, w, u, kWq, M, qd, d, false);
-  block_linear_backward(dh_, dk_raw_, a.h1, w, u, kWk, M, kvd, d, true);
-  block_linear_backward(dh_, dv_, a.h1, w, u, kWv, M, kvd, d, true);
+  const LinearInput h1 = linear_input(a.h1, M, d, true);
+  block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false);
+  block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true);
+  block_linear_backward(dh_, dv_, h1, w, u, kWv, M, kvd, d, true);
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),
                         a.rstd1, M, d, true);
 }

@@ -80,13 +80,22 @@ class Transformer {
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
+  // The input [M, K] of one or more block linears and, under fp8_, its codes
+  // (with their transpose for backward), cast once for all the linears that
+  // read it: q, k and v read h1; W1 and W3 read h2. The codes live in x8_ and
+  // x8t_ until the next input is made.
+  struct LinearInput {
+    Tensor x;
+    Fp8Tensor q, t;
+  };
+  LinearInput linear_input(Tensor x, int M, int K, bool backward);
   // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`,
   // and its backward (dW into w.grad): the compute dtype's GEMMs, or FP8 ones
   // under fp8_, on the codes the engine gathered when it did.
-  void block_linear(Tensor y, Tensor x, UnitAccess& w, int unit, int param, int M, int N, int K,
-                    Tensor r = {});
-  void block_linear_backward(Tensor dx, Tensor dy, Tensor x, UnitAccess& w, int unit, int param,
-                             int M, int N, int K, bool accumulate_dx);
+  void block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, int param, int M,
+                    int N, int K, Tensor r = {});
+  void block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w, int unit,
+                             int param, int M, int N, int K, bool accumulate_dx);
 
   ModelConfig cfg_;
   Ops& ops_;

@@ -80,13 +80,17 @@ void CpuOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) 
 
 // Dequantized into f32 temporaries, then the reference GEMMs: the exact
 // products of the values the codes stand for, summed in fp32.
-void CpuOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) {
+void CpuOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
+                        int K) {
   FSDP_CHECK(x.codes.numel == int64_t(M) * K && w.codes.numel == int64_t(N) * K,
              "linear_fp8 sizes");
   Tensor xf = alloc(DType::f32, x.codes.numel), wf = alloc(DType::f32, w.codes.numel);
   dequantize_fp8(xf, x.codes, x.scale_inv, x.format);
   dequantize_fp8(wf, w.codes, w.scale_inv, w.format);
-  linear(y, xf, wf, M, N, K);
+  if (r.numel > 0)
+    linear_add(y, xf, wf, r, M, N, K);
+  else
+    linear(y, xf, wf, M, N, K);
   free(xf);
   free(wf);
 }

@@ -81,14 +81,16 @@ const uint8_t* codes(const Fp8Tensor& t, int64_t n, const char* what) {
 }  // namespace
 
 // As linear (y^T = W x^T in cuBLASLt's column-major view), on FP8 codes:
-// W is A with its scale, x is B with its.
-void CudaOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, int M, int N, int K) {
+// W is A with its scale, x is B with its; r, when given, is C with beta 1.
+void CudaOps::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
+                         int K) {
   const uint8_t* xq = codes(x, int64_t(M) * K, "linear_fp8 x");
   const uint8_t* wq = codes(w, int64_t(N) * K, "linear_fp8 w");
   bf16* yo = bf(y, int64_t(M) * N, "linear_fp8 y");
+  const bf16* ro = r.numel > 0 ? bf(r, int64_t(M) * N, "linear_fp8 r") : nullptr;
   impl_->gemm->matmul_fp8(N, M, K, wq, K, fp8_code(w.format), f32(w.scale_inv, 1, "w scale_inv"),
                           xq, K, fp8_code(x.format), f32(x.scale_inv, 1, "x scale_inv"), yo, false,
-                          N, 0.0f);
+                          N, ro ? 1.0f : 0.0f, ro);
   after("linear_fp8");
 }
 

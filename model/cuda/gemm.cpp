@@ -225,7 +225,8 @@ void Gemm::Impl::run(const Key& key, const void* A, const void* B, float beta, c
 
 void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, const float* a_scale,
                       const void* B, int ldb, int b_fp8, const float* b_scale, void* D, bool d_f32,
-                      int ldd, float beta) {
+                      int ldd, float beta, const void* C) {
+  if (!C) C = D;
   FSDP_CHECK(a_fp8 >= 1 && a_fp8 <= 2 && b_fp8 >= 1 && b_fp8 <= 2 && !(a_fp8 == 2 && b_fp8 == 2),
              "FP8 GEMM operand formats ", a_fp8, " x ", b_fp8, " (e5m2 x e5m2 has no kernel)");
   if (m == 0 || n == 0) return;
@@ -250,11 +251,11 @@ void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, co
           ldd,
           alignment_of(A),
           alignment_of(B),
-          alignment_of(D),
+          alignment_of(C),
           alignment_of(D)};
   key.a_fp8 = a_fp8;
   key.b_fp8 = b_fp8;
-  impl_->run(key, A, B, beta, D, D, a_scale, b_scale);
+  impl_->run(key, A, B, beta, C, D, a_scale, b_scale);
 }
 
 void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,

@@ -39,9 +39,10 @@ class Gemm {
   // FP8 tensor cores take), a_fp8/b_fp8 1 for e4m3, 2 for e5m2 (not both
   // e5m2); D bf16 or f32; the scales are device pointers (quantize_fp8's
   // scale_inv). k and the leading dimensions must be multiples of 16.
+  // C (null: D) is added with beta, in D's type and layout.
   void matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, const float* a_scale,
                   const void* B, int ldb, int b_fp8, const float* b_scale, void* D, bool d_f32,
-                  int ldd, float beta);
+                  int ldd, float beta, const void* C = nullptr);
 
   // One line per shape timed so far: the candidate chosen and every time.
   std::vector<std::string> choices() const;

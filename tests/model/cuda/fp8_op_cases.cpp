@@ -41,7 +41,7 @@ OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros) {
 }
 
 // Cast and transpose in one pass: both the codes and their transpose must be
-// the reference's bit for bit (sizes that are not multiples of the 32 x 32
+// the reference's bit for bit (sizes that are not multiples of the kernels'
 // tiles exercise the edges).
 OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src) {
   OpCase c;
@@ -102,11 +102,13 @@ OpCase fp8_gather_cast_case(int rows, int cols) {
 // An FP8 GEMM on codes both backends made with quantize_fp8 (bitwise the
 // same, see above): only the order of the fp32 sums and the bf16 output
 // rounding differ from the reference's product of the dequantized values.
-OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format) {
+// With a residual, r is added in the GEMM's epilogue (linear_add's role).
+OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format, bool residual) {
   OpCase c;
   c.op = "linear_fp8";
   c.shape = fmt("M=%d N=%d K=%d", M, N, K);
-  c.variant = std::string("x ") + fp8_name(x_format) + ", w " + fp8_name(w_format);
+  c.variant = std::string("x ") + fp8_name(x_format) + ", w " + fp8_name(w_format) +
+              (residual ? ", + residual" : "");
   c.dtypes = "x,w u8 codes, f32 scales; y bf16";
   c.fwd_flops = 2.0 * M * N * K;
   c.bind = [=](Env& e) {
@@ -114,12 +116,13 @@ OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format) {
     Tensor xt = e.in(BF, x), wt = e.in(BF, w);
     Tensor xq = e.out(DType::u8, int64_t(M) * K), wq = e.out(DType::u8, int64_t(N) * K);
     Tensor xs = e.out(F32, 1), ws = e.out(F32, 1), y = e.out(BF, int64_t(M) * N);
+    const Tensor r = residual ? e.in(BF, e.rnd(int64_t(M) * N, -1.0f, 1.0f)) : Tensor{};
     e.ops.quantize_fp8(xq, xs, xt, x_format);
     e.ops.quantize_fp8(wq, ws, wt, w_format);
     Ops& o = e.ops;
     Bound b;
     const Fp8Tensor xf{xq, xs, x_format}, wf{wq, ws, w_format};
-    b.fwd = [=, &o] { o.linear_fp8(y, xf, wf, M, N, K); };
+    b.fwd = [=, &o] { o.linear_fp8(y, xf, wf, r, M, N, K); };
     b.fwd_checks = {vs_ref("linear_fp8 y", y, kGemm), vs_ref("x codes", xq, kBitwise)};
     return b;
   };

@@ -518,13 +518,18 @@ std::vector<OpCase> op_cases() {
   for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
     for (DType src : {F32, BF}) t.push_back(quantize_fp8_case(100003, f, src));
   t.push_back(quantize_fp8_case(1000, Fp8::e4m3, BF, /*zeros=*/true));
+  // 300 and 77 rows (not multiples of 16): the 32 x 32 kernel; 320 and 96:
+  // the vectorised 64 x 64 one, with partial tiles in both directions.
   t.push_back(quantize_fp8_t_case(300, 200, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(77, 1030, Fp8::e5m2, F32));
+  t.push_back(quantize_fp8_t_case(320, 200, Fp8::e4m3, BF));
+  t.push_back(quantize_fp8_t_case(96, 1032, Fp8::e5m2, F32));
   t.push_back(fp8_gather_cast_case(300, 200));
   t.push_back(fp8_gather_cast_case(1024, 4096));  // gpt-350m's w2
   // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
   t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
   t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
+  t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3, /*residual=*/true));
   t.push_back(linear_backward_fp8_case(256, 192, 128, false, F32));
   t.push_back(linear_backward_fp8_case(128, 64, 320, true, BF));
 
@@ -582,8 +587,11 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
     t.push_back(linear_backward_fp8_case(M, p.N, p.K, false, F32));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
   }
+  t.push_back(linear_fp8_case(M, d, c.d_ff, Fp8::e4m3, Fp8::e4m3, /*residual=*/true));
+  t.back().variant = "w2, " + t.back().variant;
   t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
+  t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
