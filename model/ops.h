@@ -208,6 +208,18 @@ class Ops {
   virtual void amax(Tensor out, Tensor x) = 0;
   virtual void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
                                  Fp8 format) = 0;
+  // The same over many small tensors at once (the engine's per-weight slices;
+  // one launch on a GPU instead of one each): out[i] = amax(xs[i]), and
+  // quantize_fp8_amax of every cast.
+  virtual void amax_each(Tensor out, const std::vector<Tensor>& xs) {
+    for (size_t i = 0; i < xs.size(); ++i) amax(out.slice(int64_t(i), 1), xs[i]);
+  }
+  struct Fp8Cast {
+    Tensor q, scale_inv, src, amax;
+  };
+  virtual void quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
+    for (const Fp8Cast& c : casts) quantize_fp8_amax(c.q, c.scale_inv, c.src, c.amax, format);
+  }
   // qt [cols, rows] = q [rows, cols] transposed (u8 codes; the scale is
   // shared): the K-major copy of a weight that arrived as codes.
   virtual void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) = 0;

@@ -249,6 +249,20 @@ void ProfiledOps::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tens
         double(src.bytes()) + double(q.bytes()),
         [&] { inner_->quantize_fp8_amax(q, scale_inv, src, amax, format); });
 }
+void ProfiledOps::amax_each(Tensor out, const std::vector<Tensor>& xs) {
+  double bytes = 0;
+  int64_t n = 0;
+  for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
+  timed(shape("amax_each", {int64_t(xs.size()), n}), 0, bytes, [&] { inner_->amax_each(out, xs); });
+}
+void ProfiledOps::quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
+  double bytes = 0;
+  int64_t n = 0;
+  for (const Fp8Cast& c : casts) bytes += double(c.src.bytes() + c.q.bytes()), n += c.src.numel;
+  timed(std::string("quantize_fp8_amax_each ") + fp8_name(format) + " " +
+            std::to_string(casts.size()) + "x" + std::to_string(n),
+        0, bytes, [&] { inner_->quantize_fp8_amax_each(casts, format); });
+}
 void ProfiledOps::transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
   timed(shape("transpose_fp8", {rows, cols}), 0, 2.0 * double(q.bytes()),
         [&] { inner_->transpose_fp8(qt, q, rows, cols); });

@@ -131,28 +131,42 @@ void FsdpEngine::refresh_send_buffers() {
 // parameter of every unit. Each rank then derives the same scale (the same
 // f32 operations on the same amax) and casts its own slice; the gathered
 // codes are what casting the whole f32 weight would give.
+// A unit's FP8 parameters have consecutive indices, so each unit is one
+// amax_each and one quantize_fp8_amax_each (one launch each on a GPU).
 void FsdpEngine::refresh_fp8_codes() {
   const int rank = shard_.rank();
-  auto each_fp8_param = [&](auto&& f) {
-    for (auto& u : units_)
-      for (int p = 0; p < int(u.fp8_index.size()); ++p)
-        if (u.fp8_index[p] >= 0) f(u, p, u.fp8_index[p], shard_overlap(u.layout, p, rank));
-  };
-  each_fp8_param([&](Unit& u, int, int i, const Overlap& o) {
-    ops_.amax(amax_.slice(i, 1), u.master.slice(o.local, o.count));
-  });
+  for (auto& u : units_) {
+    std::vector<Tensor> slices;
+    int first = -1;
+    for (int p = 0; p < int(u.fp8_index.size()); ++p) {
+      if (u.fp8_index[p] < 0) continue;
+      if (first < 0) first = u.fp8_index[p];
+      FSDP_CHECK(u.fp8_index[p] == first + int(slices.size()),
+                 "fp8 indices of a unit not consecutive");
+      const Overlap o = shard_overlap(u.layout, p, rank);
+      slices.push_back(u.master.slice(o.local, o.count));
+    }
+    if (first >= 0) ops_.amax_each(amax_.slice(first, int64_t(slices.size())), slices);
+  }
   if (shard_.size() > 1) {
     shard_.wait_stream(ops_.stream());
     shard_.all_reduce(amax_.data, size_t(amax_.numel), DType::f32, ReduceOp::max)
         ->wait_on(ops_.stream());
   }
-  each_fp8_param([&](Unit& u, int p, int i, const Overlap& o) {
-    const Segment& g = u.layout.segments[u.layout.segment_of[p]];
-    const Tensor codes =
-        u.send[u.layout.segment_of[p]].slice(o.count ? o.local - g.local : 0, o.count);
-    ops_.quantize_fp8_amax(codes, scale_inv_.slice(i * kFp8ScaleSlot, 1),
-                           u.master.slice(o.local, o.count), amax_.slice(i, 1), Fp8::e4m3);
-  });
+  for (auto& u : units_) {
+    std::vector<Ops::Fp8Cast> casts;
+    for (int p = 0; p < int(u.fp8_index.size()); ++p) {
+      const int i = u.fp8_index[p];
+      if (i < 0) continue;
+      const Overlap o = shard_overlap(u.layout, p, rank);
+      const Segment& g = u.layout.segments[u.layout.segment_of[p]];
+      casts.push_back(
+          {u.send[u.layout.segment_of[p]].slice(o.count ? o.local - g.local : 0, o.count),
+           scale_inv_.slice(i * kFp8ScaleSlot, 1), u.master.slice(o.local, o.count),
+           amax_.slice(i, 1)});
+    }
+    ops_.quantize_fp8_amax_each(casts, Fp8::e4m3);
+  }
 }
 
 void FsdpEngine::note(const std::string& event, int unit) {

@@ -115,6 +115,8 @@ class CudaOps final : public Ops {
                       Fp8 format) override;
   void amax(Tensor out, Tensor x) override;
   void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override;
+  void amax_each(Tensor out, const std::vector<Tensor>& xs) override;
+  void quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) override;
   void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) override;
   void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
   void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,

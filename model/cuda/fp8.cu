@@ -4,6 +4,7 @@
 // The host never reads the scale, so nothing here synchronises.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <type_traits>
 
@@ -44,6 +45,20 @@ __device__ __forceinline__ void store_codes(uint8_t* q, const uint8_t (&c)[VEC])
   }
 }
 
+// The block's max of each thread's m into *word (an f32's bits). One atomic
+// per block: thousands of warps on one word serialise (the engine's
+// per-weight amaxes ran at 0.1-0.3 TB/s with one per warp).
+__device__ __forceinline__ void block_max_into(unsigned* word, float m) {
+  __shared__ float warp_max[kThreads / 32];
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
+    atomicMax(word, __float_as_uint(m));
+  }
+}
+
 // max |x| over n into *amax_bits (zeroed before): non-negative floats order
 // like their bit patterns, so an integer atomicMax is a float max. fmaxf
 // skips NaN, as the reference's std::fmax does.
@@ -60,16 +75,19 @@ __global__ void amax_kernel(unsigned* amax_bits, const T* x, int64_t n) {
     for (int j = 0; j < VEC; ++j) m = fmaxf(m, fabsf(f[j]));
   }
   for (int64_t i = nv * VEC + first; i < n; i += stride) m = fmaxf(m, fabsf(to_f(x[i])));
-  // One atomic per block: thousands of warps on one word serialise (the
-  // engine's per-weight amaxes ran at 0.1-0.3 TB/s with one per warp).
-  __shared__ float warp_max[kThreads / 32];
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-    atomicMax(amax_bits, __float_as_uint(m));
-  }
+  block_max_into(amax_bits, m);
+}
+
+// amax_kernel over up to Fp8Each::kMax tensors: block row y reads tensor y.
+template <typename T>
+__global__ void amax_each_kernel(Fp8Each a) {
+  const int t = blockIdx.y;
+  const T* x = static_cast<const T*>(a.src[t]);
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.n[t];
+       i += int64_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(to_f(x[i])));
+  block_max_into(reinterpret_cast<unsigned*>(a.amax[t]), m);
 }
 
 template <typename T, int VEC>
@@ -93,6 +111,19 @@ __global__ void quantize_kernel(uint8_t* q, float* scale_inv, const T* x, int64_
   }
   for (int64_t i = nv * VEC + first; i < n; i += stride)
     q[i] = __nv_cvt_float_to_fp8(to_f(x[i]) * s, __NV_SATFINITE, fmt);
+}
+
+// quantize_kernel over up to Fp8Each::kMax tensors, each by its own amax.
+template <typename T>
+__global__ void quantize_each_kernel(Fp8Each a, float fmt_max, __nv_fp8_interpretation_t fmt) {
+  const int t = blockIdx.y;
+  const T* x = static_cast<const T*>(a.src[t]);
+  const float amax = *a.amax[t];
+  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.scale_inv[t] = 1.0f / s;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.n[t];
+       i += int64_t(gridDim.x) * blockDim.x)
+    a.q[t][i] = __nv_cvt_float_to_fp8(to_f(x[i]) * s, __NV_SATFINITE, fmt);
 }
 
 // Launches kernel<T, VEC> with VEC = 16 / sizeof(T) when x starts on 16 bytes
@@ -135,16 +166,43 @@ __global__ void quantize_t_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, con
   }
 }
 
-// quantize_t_kernel for the model's shapes (cols % 8 == 0, rows % 16 == 0,
-// 16-byte aligned buffers), at HBM's rate: 64 x 64 tiles, 256 threads. Each
-// thread casts 8 elements from one 16-byte load (two for f32) into one
-// 8-byte store, then gathers 16 codes down a tile column into one 16-byte
-// store of the transpose; four threads write 64 consecutive bytes.
+// The model's shapes (cols % 8 == 0, rows % 16 == 0, 16-byte aligned
+// buffers) go at HBM's rate through 64 x 64 tiles and 256 threads: each
+// thread puts 8 codes of a row into the tile, then gathers 16 codes down a
+// tile column into one 16-byte store of the transpose, so four threads write
+// 64 consecutive bytes.
+constexpr int kTile = 64, kPitch = kTile + 4;  // 4: the column reads split over banks
+
+__device__ __forceinline__ void tile_put8(uint8_t (*tile)[kPitch], int i, int j,
+                                          const uint8_t (&code)[8]) {
+  auto* row = reinterpret_cast<uint32_t*>(&tile[i][j]);
+  row[0] = code[0] | code[1] << 8 | code[2] << 16 | uint32_t(code[3]) << 24;
+  row[1] = code[4] | code[5] << 8 | code[6] << 16 | uint32_t(code[7]) << 24;
+}
+
+__device__ __forceinline__ void store_tile_transposed(const uint8_t (*tile)[kPitch], uint8_t* qt,
+                                                      int rows, int cols, int r0, int c0) {
+  for (int v = threadIdx.x; v < kTile * 4; v += blockDim.x) {
+    const int cc = v / 4, part = v % 4;  // tile column, and which 16 of its 64 rows
+    const int c = c0 + cc, r = r0 + part * 16;
+    if (c >= cols || r >= rows) continue;  // r < rows: all 16 are (rows % 16 == 0)
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = part * 16 + 4 * k;
+      w[k] = tile[i][cc] | tile[i + 1][cc] << 8 | tile[i + 2][cc] << 16 |
+             uint32_t(tile[i + 3][cc]) << 24;
+    }
+    *reinterpret_cast<uint4*>(qt + int64_t(c) * rows + r) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// quantize_t_kernel for those shapes: 8 elements from one 16-byte load (two
+// for f32) into one 8-byte store of codes.
 template <typename T>
 __global__ void quantize_t_vec_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x,
                                       int rows, int cols, const unsigned* amax_bits, float fmt_max,
                                       __nv_fp8_interpretation_t fmt) {
-  constexpr int kTile = 64, kPitch = kTile + 4;  // 4: the column reads split over banks
   __shared__ uint8_t tile[kTile][kPitch];
   const float amax = __uint_as_float(*amax_bits);
   const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
@@ -168,24 +226,35 @@ __global__ void quantize_t_vec_kernel(uint8_t* q, uint8_t* qt, float* scale_inv,
 #pragma unroll
     for (int k = 0; k < 8; ++k) code[k] = __nv_cvt_float_to_fp8(f[k] * s, __NV_SATFINITE, fmt);
     store_codes<8>(q + at, code);
-    auto* row = reinterpret_cast<uint32_t*>(&tile[i][j]);
-    row[0] = code[0] | code[1] << 8 | code[2] << 16 | uint32_t(code[3]) << 24;
-    row[1] = code[4] | code[5] << 8 | code[6] << 16 | uint32_t(code[7]) << 24;
+    tile_put8(tile, i, j, code);
   }
   __syncthreads();
-  for (int v = threadIdx.x; v < kTile * 4; v += blockDim.x) {
-    const int cc = v / 4, part = v % 4;  // tile column, and which 16 of its 64 rows
-    const int c = c0 + cc, r = r0 + part * 16;
-    if (c >= cols || r >= rows) continue;  // r < rows: all 16 are (rows % 16 == 0)
-    uint32_t w[4];
+  store_tile_transposed(tile, qt, rows, cols, r0, c0);
+}
+
+// transpose_u8_kernel for those shapes: 8 codes per 8-byte load.
+__global__ void transpose_u8_vec_kernel(uint8_t* qt, const uint8_t* q, int rows, int cols) {
+  __shared__ uint8_t tile[kTile][kPitch];
+  const int c0 = blockIdx.x * kTile, r0 = blockIdx.y * kTile;
+  for (int v = threadIdx.x; v < kTile * kTile / 8; v += blockDim.x) {
+    const int i = v / (kTile / 8), j = v % (kTile / 8) * 8;
+    const int r = r0 + i, c = c0 + j;
+    if (r >= rows || c >= cols) continue;
+    const uint2 w = *reinterpret_cast<const uint2*>(q + int64_t(r) * cols + c);
+    uint8_t code[8];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = part * 16 + 4 * k;
-      w[k] = tile[i][cc] | tile[i + 1][cc] << 8 | tile[i + 2][cc] << 16 |
-             uint32_t(tile[i + 3][cc]) << 24;
-    }
-    *reinterpret_cast<uint4*>(qt + int64_t(c) * rows + r) = make_uint4(w[0], w[1], w[2], w[3]);
+    for (int k = 0; k < 4; ++k)
+      code[k] = uint8_t(w.x >> (8 * k)), code[k + 4] = uint8_t(w.y >> (8 * k));
+    tile_put8(tile, i, j, code);
   }
+  __syncthreads();
+  store_tile_transposed(tile, qt, rows, cols, r0, c0);
+}
+
+// Whether the 64 x 64 kernels apply (see above).
+bool tiles_fit(const void* x, const uint8_t* q, const uint8_t* qt, int rows, int cols) {
+  const auto at = [](const void* p, int b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
+  return cols % 8 == 0 && rows % 16 == 0 && at(x, 8) && at(q, 8) && at(qt, 16);
 }
 
 // Codes through 32 x 33 shared tiles (the odd width keeps the transposed
@@ -267,9 +336,9 @@ void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, 
         quantize_kernel<T, 1><<<1, kThreads, 0, stream>>>(q, scale_inv, x, 0, amax, fmt_max, fmt);
         return;
       }
-      const auto at = [](const void* p, int b) { return reinterpret_cast<uintptr_t>(p) % b == 0; };
-      if (cols % 8 == 0 && rows % 16 == 0 && at(x, 16) && at(q, 8) && at(qt, 16)) {
-        const dim3 tiles(unsigned((cols + 63) / 64), unsigned((rows + 63) / 64));
+      if (tiles_fit(x, q, qt, rows, cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+        const dim3 tiles(unsigned((cols + kTile - 1) / kTile),
+                         unsigned((rows + kTile - 1) / kTile));
         quantize_t_vec_kernel<<<tiles, kThreads, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax,
                                                               fmt_max, fmt);
         return;
@@ -326,11 +395,46 @@ void quantize_fp8_amax(uint8_t* q, float* scale_inv, const void* src, bool src_b
   FSDP_LAUNCH_CHECK("quantize_fp8_amax");
 }
 
+// Enough blocks for the largest tensor (a grid-stride loop past 1024); the
+// smaller tensors' surplus blocks exit at once.
+namespace {
+dim3 each_grid(const Fp8Each& a) {
+  int64_t most = 0;
+  for (int i = 0; i < a.count; ++i) most = std::max(most, a.n[i]);
+  return dim3(blocks_for(most, kThreads, 1024), unsigned(a.count));
+}
+}  // namespace
+
+void amax_each(const Fp8Each& a, bool src_bf16, cudaStream_t stream) {
+  if (a.count == 0) return;
+  if (src_bf16)
+    amax_each_kernel<bf16><<<each_grid(a), kThreads, 0, stream>>>(a);
+  else
+    amax_each_kernel<float><<<each_grid(a), kThreads, 0, stream>>>(a);
+  FSDP_LAUNCH_CHECK("amax_each");
+}
+
+void quantize_fp8_amax_each(const Fp8Each& a, bool src_bf16, bool e5m2, float fmt_max,
+                            cudaStream_t stream) {
+  if (a.count == 0) return;
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  if (src_bf16)
+    quantize_each_kernel<bf16><<<each_grid(a), kThreads, 0, stream>>>(a, fmt_max, fmt);
+  else
+    quantize_each_kernel<float><<<each_grid(a), kThreads, 0, stream>>>(a, fmt_max, fmt);
+  FSDP_LAUNCH_CHECK("quantize_fp8_amax_each");
+}
+
 void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream) {
   if (int64_t(rows) * cols == 0) return;
   const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
   FSDP_CHECK(grid.y <= 65535, "transpose_fp8: ", rows, " rows");
-  transpose_u8_kernel<<<grid, block, 0, stream>>>(qt, q, rows, cols);
+  if (tiles_fit(q, q, qt, rows, cols)) {
+    const dim3 tiles(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+    transpose_u8_vec_kernel<<<tiles, kThreads, 0, stream>>>(qt, q, rows, cols);
+  } else {
+    transpose_u8_kernel<<<grid, block, 0, stream>>>(qt, q, rows, cols);
+  }
   FSDP_LAUNCH_CHECK("transpose_fp8");
 }
 

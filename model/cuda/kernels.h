@@ -118,6 +118,21 @@ void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, 
 void amax(float* out, const void* x, bool x_bf16, int64_t n, cudaStream_t stream);
 void quantize_fp8_amax(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
                        const float* amax, bool e5m2, float fmt_max, cudaStream_t stream);
+// Ops::amax_each / quantize_fp8_amax_each, up to kMax tensors a launch (the
+// kernel's argument; one block row per tensor). amax_each expects its
+// outputs zeroed; q and scale_inv are unused there.
+struct Fp8Each {
+  static constexpr int kMax = 16;
+  const void* src[kMax] = {};
+  uint8_t* q[kMax] = {};
+  float* amax[kMax] = {};
+  float* scale_inv[kMax] = {};
+  int64_t n[kMax] = {};
+  int count = 0;
+};
+void amax_each(const Fp8Each& a, bool src_bf16, cudaStream_t stream);
+void quantize_fp8_amax_each(const Fp8Each& a, bool src_bf16, bool e5m2, float fmt_max,
+                            cudaStream_t stream);
 // qt [cols, rows] = q [rows, cols] transposed, codes only.
 void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream);
 void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* scale_inv, int64_t n,

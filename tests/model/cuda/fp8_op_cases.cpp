@@ -67,6 +67,48 @@ OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src) {
   return c;
 }
 
+// The engine's refresh of its weights' codes: slices of one f32 shard at odd
+// offsets, some empty, more than one launch holds (Fp8Each::kMax is 16).
+OpCase fp8_each_case() {
+  OpCase c;
+  c.op = "quantize_fp8_amax_each";
+  c.shape = "20 slices of one f32 buffer";
+  c.variant = "amax_each, then e4m3 by each amax (one raised, as by another rank)";
+  c.dtypes = "src f32; amax, scale_inv f32; q u8";
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 19; ++i) sizes.push_back(std::vector<int64_t>{1000, 0, 1, 3001, 257}[i % 5]);
+  sizes.push_back(100003);
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  c.fwd_bytes = 2.0 * total * 4 + double(total);
+  c.bind = [=](Env& e) {
+    std::vector<float> x = e.rnd(total + 3, -3.0f, 3.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(x[i], -int(i % 19));
+    const int k = int(sizes.size());
+    Tensor xt = e.in(F32, x), m = e.out(F32, k), q = e.out(DType::u8, total);
+    Tensor si = e.out(F32, k), agreed = e.in(F32, {7.0f});
+    std::vector<Tensor> slices;
+    std::vector<Ops::Fp8Cast> casts;
+    int64_t at = 0;
+    for (int i = 0; i < k; ++i) {
+      slices.push_back(xt.slice(3 + at, sizes[size_t(i)]));
+      casts.push_back({q.slice(at, sizes[size_t(i)]), si.slice(i, 1), slices.back(),
+                       i == 3 ? agreed : m.slice(i, 1)});
+      at += sizes[size_t(i)];
+    }
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] {
+      o.amax_each(m, slices);
+      o.quantize_fp8_amax_each(casts, Fp8::e4m3);
+    };
+    b.fwd_checks = {vs_ref("amax_each", m, kBitwise), vs_ref("codes", q, kBitwise),
+                    vs_ref("scale_inv (empty slices too)", si, kBitwise)};
+    return b;
+  };
+  return c;
+}
+
 OpCase fp8_gather_cast_case(int rows, int cols) {
   OpCase c;
   c.op = "quantize_fp8_amax";

@@ -525,7 +525,9 @@ std::vector<OpCase> op_cases() {
   t.push_back(quantize_fp8_t_case(320, 200, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(96, 1032, Fp8::e5m2, F32));
   t.push_back(fp8_gather_cast_case(300, 200));
+  t.push_back(fp8_gather_cast_case(320, 200));  // the 64 x 64 transpose, partial tiles
   t.push_back(fp8_gather_cast_case(1024, 4096));  // gpt-350m's w2
+  t.push_back(fp8_each_case());
   // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
   t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
   t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
