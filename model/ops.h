@@ -199,6 +199,11 @@ class Ops {
   // of activations, weights and gradients.
   virtual void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                               Fp8 format) = 0;
+  // The same by a given amax (f32[1]: the model's backward reuses the one
+  // its forward cast the same activation with), skipping the amax pass; q
+  // may be empty (numel 0) to write only the transpose.
+  virtual void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
+                                   int rows, int cols, Fp8 format) = 0;
   // The two halves of quantize_fp8, for a scale agreed across ranks (the
   // FSDP engine's FP8 weight all-gather): out[0] = the largest |x| (NaN
   // elements do not count; 0 when x is empty), f32[1] on the device; and the

@@ -240,6 +240,13 @@ void ProfiledOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor s
         0, 2.0 * double(src.bytes()) + 2.0 * double(q.bytes()),
         [&] { inner_->quantize_fp8_t(q, qt, scale_inv, src, rows, cols, format); });
 }
+void ProfiledOps::quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src,
+                                      Tensor amax, int rows, int cols, Fp8 format) {
+  timed(std::string("quantize_fp8_t_amax ") + fp8_name(format) + (q.numel ? " " : " t-only ") +
+            std::to_string(rows) + "x" + std::to_string(cols),
+        0, double(src.bytes()) + double(q.bytes()) + double(qt.bytes()),
+        [&] { inner_->quantize_fp8_t_amax(q, qt, scale_inv, src, amax, rows, cols, format); });
+}
 void ProfiledOps::amax(Tensor out, Tensor x) {
   timed(shape("amax", {x.numel}), 0, double(x.bytes()), [&] { inner_->amax(out, x); });
 }

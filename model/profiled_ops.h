@@ -20,7 +20,8 @@
 
 namespace fsdp {
 
-class ProfiledOps final : public Ops {
+// Not final: a test can derive a spy that sees every op of a real backend.
+class ProfiledOps : public Ops {
  public:
   explicit ProfiledOps(std::unique_ptr<Ops> inner);
   Ops& inner() { return *inner_; }
@@ -94,6 +95,8 @@ class ProfiledOps final : public Ops {
   void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
   void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                       Fp8 format) override;
+  void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
+                           int cols, Fp8 format) override;
   void amax(Tensor out, Tensor x) override;
   void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override;
   void amax_each(Tensor out, const std::vector<Tensor>& xs) override;

@@ -80,6 +80,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     g8_ = alloc(DType::u8, N_ * out);
     g8t_ = alloc(DType::u8, N_ * out);
     scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
+    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer));
   }
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_));
 }
@@ -128,10 +129,11 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   // FP8 codes (one byte each) of a linear's input, weight and gradient, each
-  // twice (with the transpose), and their three f32 scales (a slot each).
+  // twice (with the transpose), their three f32 scales (a slot each), and
+  // each layer's input amaxes.
   const int64_t fp8_codes = fp8 ? 2 * (N * std::max({d, qd, ff}) + std::max(qd, ff) * d +
                                        N * std::max({qd, kvd, ff, d})) +
-                                      4 * 3 * kFp8ScaleSlot
+                                      4 * 3 * kFp8ScaleSlot + 4 * kBlockInputs * L
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
 }
@@ -180,17 +182,19 @@ void Transformer::backward(int unit, UnitAccess& w) {
   }
 }
 
-Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, bool backward) {
+Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, bool backward,
+                                                   Tensor amax) {
   LinearInput in{x, {}, {}};
   if (!fp8_) return in;
   const int64_t n = int64_t(M) * K;
-  in.q = {x8_.slice(0, n), scale8(0), Fp8::e4m3};
   if (!backward) {
-    ops_.quantize_fp8(in.q.codes, in.q.scale_inv, x.slice(0, n), in.q.format);
+    in.q = {x8_.slice(0, n), scale8(0), Fp8::e4m3};
+    ops_.amax(amax, x.slice(0, n));
+    ops_.quantize_fp8_amax(in.q.codes, in.q.scale_inv, x.slice(0, n), amax, in.q.format);
     return in;
   }
   in.t = {x8t_.slice(0, n), scale8(0), Fp8::e4m3};
-  ops_.quantize_fp8_t(in.q.codes, in.t.codes, in.q.scale_inv, x.slice(0, n), M, K, in.q.format);
+  ops_.quantize_fp8_t_amax({}, in.t.codes, in.t.scale_inv, x.slice(0, n), amax, M, K, in.t.format);
   return in;
 }
 
@@ -246,7 +250,7 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   Tensor x = res_[layer];
 
   ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps);
-  const LinearInput h1 = linear_input(a.h1, M, d, false);
+  const LinearInput h1 = linear_input(a.h1, M, d, false, input_amax(layer, kInH1));
   block_linear(a.q_raw, h1, w, u, kWq, M, cfg_.q_dim(), d);
   block_linear(a.k_raw, h1, w, u, kWk, M, cfg_.kv_dim(), d);
   block_linear(a.v, h1, w, u, kWv, M, cfg_.kv_dim(), d);
@@ -256,18 +260,19 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
                  cfg_.rope_theta);
   ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
-  block_linear(a.mid, linear_input(a.att, M, cfg_.q_dim(), false), w, u, kWo, M, d, cfg_.q_dim(),
-               x);
+  block_linear(a.mid, linear_input(a.att, M, cfg_.q_dim(), false, input_amax(layer, kInAtt)), w, u,
+               kWo, M, d, cfg_.q_dim(), x);
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
   mlp_forward(layer, w);
-  block_linear(res_[layer + 1], linear_input(a.s, M, ff, false), w, u, kW2, M, d, ff, a.mid);
+  block_linear(res_[layer + 1], linear_input(a.s, M, ff, false, input_amax(layer, kInS)), w, u, kW2,
+               M, d, ff, a.mid);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, ff = cfg_.d_ff;
   BlockActs& a = acts_[layer];
-  const LinearInput h2 = linear_input(a.h2, M, d, false);
+  const LinearInput h2 = linear_input(a.h2, M, d, false, input_amax(layer, kInH2));
   block_linear(a.a, h2, w, u, kW1, M, ff, d);
   block_linear(a.b, h2, w, u, kW3, M, ff, d);
   ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
@@ -287,16 +292,18 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
-  block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true), w, u, kW2, M, d, ff, false);
+  block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true, input_amax(layer, kInS)), w, u,
+                        kW2, M, d, ff, false);
   ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff);
-  const LinearInput h2 = linear_input(a.h2, M, d, true);
+  const LinearInput h2 = linear_input(a.h2, M, d, true, input_amax(layer, kInH2));
   block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false);
   block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true);
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true);
 
   // Attention branch.
-  block_linear_backward(datt_, dres_, linear_input(a.att, M, qd, true), w, u, kWo, M, d, qd, false);
+  block_linear_backward(datt_, dres_, linear_input(a.att, M, qd, true, input_amax(layer, kInAtt)),
+                        w, u, kWo, M, d, qd, false);
   ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
   // rotate them in place.
@@ -304,7 +311,7 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                           B_, T_, H, hd, cfg_.rope_theta);
   ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
                           B_, T_, Hkv, hd, cfg_.rope_theta);
-  const LinearInput h1 = linear_input(a.h1, M, d, true);
+  const LinearInput h1 = linear_input(a.h1, M, d, true, input_amax(layer, kInH1));
   block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false);
   block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true);
   block_linear_backward(dh_, dv_, h1, w, u, kWv, M, kvd, d, true);

@@ -81,14 +81,20 @@ class Transformer {
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
   // The input [M, K] of one or more block linears and, under fp8_, its codes
-  // (with their transpose for backward), cast once for all the linears that
-  // read it: q, k and v read h1; W1 and W3 read h2. The codes live in x8_ and
-  // x8t_ until the next input is made.
+  // (forward) or their transpose (backward), cast once for all the linears
+  // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
+  // x8_ or x8t_ until the next input is made. The forward records the amax it
+  // casts by in `amax`; the backward casts the same values by it, so it
+  // skips the amax pass and gets the same codes.
   struct LinearInput {
     Tensor x;
     Fp8Tensor q, t;
   };
-  LinearInput linear_input(Tensor x, int M, int K, bool backward);
+  LinearInput linear_input(Tensor x, int M, int K, bool backward, Tensor amax);
+  enum BlockInput { kInH1, kInAtt, kInH2, kInS, kBlockInputs };
+  Tensor input_amax(int layer, BlockInput in) const {
+    return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};
+  }
   // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`,
   // and its backward (dW into w.grad): the compute dtype's GEMMs, or FP8 ones
   // under fp8_, on the codes the engine gathered when it did.
@@ -119,6 +125,7 @@ class Transformer {
   // its transpose for backward, and their inverse scales. w8_ serves only
   // weights that arrive in the compute dtype (UnitAccess::weight_fp8 empty).
   Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
+  Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax)
   // the inverse scale of the input (0), weight (1) or gradient (2) codes
   Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }
 };

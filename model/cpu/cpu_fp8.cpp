@@ -62,6 +62,16 @@ void CpuOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, i
   transpose_fp8(qt, q, rows, cols);
 }
 
+void CpuOps::quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
+                                 int rows, int cols, Fp8 format) {
+  FSDP_CHECK(src.numel == int64_t(rows) * cols && (q.numel == 0 || q.numel == src.numel),
+             "quantize_fp8_t_amax: [", rows, ", ", cols, "] from ", src.numel, " into ", q.numel);
+  Tensor codes = q.numel > 0 ? q : alloc(DType::u8, src.numel);
+  quantize_fp8_amax(codes, scale_inv, src, amax, format);
+  transpose_fp8(qt, codes, rows, cols);
+  if (q.numel == 0) free(codes);
+}
+
 void CpuOps::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
   FSDP_CHECK(q.dtype == DType::u8 && q.numel == dst.numel && float_type(dst.dtype),
              "dequantize_fp8: ", q.numel, " ", dtype_name(q.dtype), " into ", dst.numel, " ",

@@ -113,6 +113,8 @@ class CudaOps final : public Ops {
   void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
   void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                       Fp8 format) override;
+  void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
+                           int cols, Fp8 format) override;
   void amax(Tensor out, Tensor x) override;
   void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override;
   void amax_each(Tensor out, const std::vector<Tensor>& xs) override;

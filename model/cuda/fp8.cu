@@ -155,7 +155,7 @@ __global__ void quantize_t_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, con
     if (r < rows && c < cols) {
       const int64_t at = int64_t(r) * cols + c;
       const uint8_t code = __nv_cvt_float_to_fp8(to_f(x[at]) * s, __NV_SATFINITE, fmt);
-      q[at] = code;
+      if (q) q[at] = code;
       tile[i][threadIdx.x] = code;
     }
   }
@@ -225,7 +225,7 @@ __global__ void quantize_t_vec_kernel(uint8_t* q, uint8_t* qt, float* scale_inv,
     uint8_t code[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) code[k] = __nv_cvt_float_to_fp8(f[k] * s, __NV_SATFINITE, fmt);
-    store_codes<8>(q + at, code);
+    if (q) store_codes<8>(q + at, code);
     tile_put8(tile, i, j, code);
   }
   __syncthreads();
@@ -322,29 +322,37 @@ void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, 
   FSDP_LAUNCH_CHECK("quantize_fp8");
 }
 
+namespace {
+// The cast-and-transpose pass of src by a device amax (q may be null).
+template <typename T>
+void cast_t(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x, int rows, int cols,
+            const unsigned* amax, float fmt_max, __nv_fp8_interpretation_t fmt,
+            cudaStream_t stream) {
+  if (int64_t(rows) * cols == 0) {  // the scale still gets written
+    quantize_kernel<T, 1><<<1, kThreads, 0, stream>>>(q, scale_inv, x, 0, amax, fmt_max, fmt);
+    return;
+  }
+  if (tiles_fit(x, q, qt, rows, cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const dim3 tiles(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+    quantize_t_vec_kernel<<<tiles, kThreads, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax,
+                                                          fmt_max, fmt);
+    return;
+  }
+  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
+  FSDP_CHECK(grid.y <= 65535, "quantize_fp8_t: ", rows, " rows");
+  quantize_t_kernel<<<grid, block, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax, fmt_max,
+                                                fmt);
+}
+}  // namespace
+
 void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
                     int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
                     cudaStream_t stream) {
   const int64_t n = int64_t(rows) * cols;
   const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
-  FSDP_CHECK(grid.y <= 65535, "quantize_fp8_t: ", rows, " rows");
   auto run = [&](const auto* x) {
     with_amax(x, n, scratch, stream, [&](const unsigned* amax) {
-      if (n == 0) {  // the scale still gets written
-        using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
-        quantize_kernel<T, 1><<<1, kThreads, 0, stream>>>(q, scale_inv, x, 0, amax, fmt_max, fmt);
-        return;
-      }
-      if (tiles_fit(x, q, qt, rows, cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-        const dim3 tiles(unsigned((cols + kTile - 1) / kTile),
-                         unsigned((rows + kTile - 1) / kTile));
-        quantize_t_vec_kernel<<<tiles, kThreads, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax,
-                                                              fmt_max, fmt);
-        return;
-      }
-      quantize_t_kernel<<<grid, block, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax, fmt_max,
-                                                    fmt);
+      cast_t(q, qt, scale_inv, x, rows, cols, amax, fmt_max, fmt, stream);
     });
   };
   if (src_bf16)
@@ -352,6 +360,19 @@ void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, 
   else
     run(static_cast<const float*>(src));
   FSDP_LAUNCH_CHECK("quantize_fp8_t");
+}
+
+void quantize_fp8_t_amax(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
+                         int rows, int cols, const float* amax, bool e5m2, float fmt_max,
+                         cudaStream_t stream) {
+  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const auto* bits = reinterpret_cast<const unsigned*>(amax);
+  if (src_bf16)
+    cast_t(q, qt, scale_inv, static_cast<const bf16*>(src), rows, cols, bits, fmt_max, fmt, stream);
+  else
+    cast_t(q, qt, scale_inv, static_cast<const float*>(src), rows, cols, bits, fmt_max, fmt,
+           stream);
+  FSDP_LAUNCH_CHECK("quantize_fp8_t_amax");
 }
 
 // The amax word is the f32 itself: non-negative floats order like their

@@ -31,6 +31,22 @@ void CudaOps::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, 
   after("quantize_fp8_t");
 }
 
+void CudaOps::quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
+                                  int rows, int cols, Fp8 format) {
+  const int64_t n = int64_t(rows) * cols;
+  FSDP_CHECK((q.numel == 0 || (q.dtype == DType::u8 && q.numel == n)) && qt.dtype == DType::u8 &&
+                 qt.numel == n && src.numel == n &&
+                 (src.dtype == DType::f32 || src.dtype == DType::bf16),
+             "quantize_fp8_t_amax: [", rows, ", ", cols, "] ", dtype_name(src.dtype), " from ",
+             src.numel, " into ", q.numel, " and ", qt.numel);
+  cuda::quantize_fp8_t_amax(
+      q.numel > 0 ? static_cast<uint8_t*>(q.data) : nullptr, static_cast<uint8_t*>(qt.data),
+      f32(scale_inv, 1, "quantize_fp8_t_amax scale_inv"), src.data, src.dtype == DType::bf16, rows,
+      cols, f32(amax, 1, "quantize_fp8_t_amax amax"), format == Fp8::e5m2, fp8_spec(format).max,
+      impl_->stream);
+  after("quantize_fp8_t_amax");
+}
+
 void CudaOps::amax(Tensor out, Tensor x) {
   FSDP_CHECK(x.dtype == DType::f32 || x.dtype == DType::bf16, "amax of ", dtype_name(x.dtype));
   cuda::amax(f32(out, 1, "amax out"), x.data, x.dtype == DType::bf16, x.numel, impl_->stream);

@@ -113,6 +113,11 @@ void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, 
 void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
                     int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
                     cudaStream_t stream);
+// Ops::quantize_fp8_t_amax: quantize_fp8_t's cast by a given amax; q may be
+// null (the transpose only).
+void quantize_fp8_t_amax(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
+                         int rows, int cols, const float* amax, bool e5m2, float fmt_max,
+                         cudaStream_t stream);
 // Ops::amax (into f32 out[0]) and quantize_fp8_amax: the two passes above,
 // apart, with the amax in caller's memory.
 void amax(float* out, const void* x, bool x_bf16, int64_t n, cudaStream_t stream);

@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <random>
 
 #include "model/cpu/cpu_ops.h"
+#include "model/profiled_ops.h"
 #include "model/transformer.h"
 #include "tests/model/full_weights.h"
 
@@ -158,6 +160,43 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
   EXPECT_EQ(grads[0], grads[2]);
   EXPECT_LT(bytes[1], bytes[0]);
   EXPECT_LT(bytes[2], bytes[1]);
+}
+
+// Under fp8 the backward casts each block input by the amax its forward
+// recorded (Transformer::input_amax), skipping an amax pass. That amax must be
+// the one of the very tensor being cast, in every recompute mode and for a
+// second batch, so the codes are what casting it afresh gives.
+struct AmaxSpy : ProfiledOps {
+  AmaxSpy() : ProfiledOps(std::make_unique<CpuOps>()) {}
+  int calls = 0;
+  void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
+                           int cols, Fp8 format) override {
+    float own = 0.0f;
+    inner().amax(Tensor{&own, DType::f32, 1}, src);
+    EXPECT_EQ(own, amax.f32()[0]) << "backward cast " << calls << " [" << rows << ", " << cols
+                                  << "]";
+    ++calls;
+    ProfiledOps::quantize_fp8_t_amax(q, qt, scale_inv, src, amax, rows, cols, format);
+  }
+};
+
+TEST(Transformer, Fp8BackwardCastsByTheAmaxOfWhatItCasts) {
+  const ModelConfig c = small_config(true);
+  ASSERT_GE(c.n_layer, 2);
+  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+    AmaxSpy ops;
+    Transformer m(c, ops, 2, 6, r, /*fp8=*/true);
+    testing::FullWeights w(m.units(), 7);
+    std::vector<int32_t> in(12), tgt(12);
+    for (int rep = 0; rep < 2; ++rep) {  // another batch: no amax may be left from the first
+      for (int i = 0; i < 12; ++i)
+        in[i] = (i * 7 + rep) % c.vocab_size, tgt[i] = (i * 5 + 3 * rep) % c.vocab_size;
+      m.set_batch(in.data(), tgt.data(), 1.0f);
+      for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
+      for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+    }
+    EXPECT_EQ(ops.calls, 2 * 4 * c.n_layer);  // h1, att, h2, s per block and batch
+  }
 }
 
 TEST(Transformer, RecomputeShrinksGpt350mActivations) {

@@ -67,6 +67,33 @@ OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src) {
   return c;
 }
 
+// The backward's cast of an activation by the amax its forward recorded
+// (given here, larger than the data's own), with or without the row-major
+// codes.
+OpCase quantize_fp8_t_amax_case(int rows, int cols, DType src, bool t_only) {
+  OpCase c;
+  c.op = "quantize_fp8_t_amax";
+  c.shape = fmt("rows=%d cols=%d", rows, cols);
+  c.variant = std::string("e4m3 from ") + dtype_name(src) + " by a given amax" +
+              (t_only ? ", the transpose only" : ", and transposed");
+  c.dtypes = std::string("src ") + dtype_name(src) + "; amax, scale_inv f32; q, qt u8";
+  const int64_t n = int64_t(rows) * cols;
+  c.fwd_bytes = double(n) * double(dtype_size(src)) + (t_only ? 1.0 : 2.0) * n;
+  c.bind = [=](Env& e) {
+    std::vector<float> x = e.rnd(n, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(x[size_t(i)], -int(i % 11));
+    Tensor xt = e.in(src, x), amax = e.in(F32, {4.5f}), qt = e.out(DType::u8, n);
+    Tensor q = t_only ? Tensor{} : e.out(DType::u8, n), si = e.out(F32, 1);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.quantize_fp8_t_amax(q, qt, si, xt, amax, rows, cols, Fp8::e4m3); };
+    b.fwd_checks = {vs_ref("transposed codes", qt, kBitwise), vs_ref("scale_inv", si, kBitwise)};
+    if (!t_only) b.fwd_checks.push_back(vs_ref("codes", q, kBitwise));
+    return b;
+  };
+  return c;
+}
+
 // The engine's refresh of its weights' codes: slices of one f32 shard at odd
 // offsets, some empty, more than one launch holds (Fp8Each::kMax is 16).
 OpCase fp8_each_case() {

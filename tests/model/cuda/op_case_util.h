@@ -58,6 +58,7 @@ OpCase quantize_fp8_t_case(int rows, int cols, Fp8 format, DType src);
 // still writes its scale), and transpose_fp8 of the codes; all bitwise.
 OpCase fp8_gather_cast_case(int rows, int cols);
 OpCase fp8_each_case();
+OpCase quantize_fp8_t_amax_case(int rows, int cols, DType src, bool t_only);
 // linear_fp8 on codes quantized from random x [M, K] and w [N, K].
 OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format, bool residual = false);
 // linear_backward_fp8 from transposed codes (x, w e4m3; dy e5m2).

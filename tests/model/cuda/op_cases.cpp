@@ -524,8 +524,12 @@ std::vector<OpCase> op_cases() {
   t.push_back(quantize_fp8_t_case(77, 1030, Fp8::e5m2, F32));
   t.push_back(quantize_fp8_t_case(320, 200, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(96, 1032, Fp8::e5m2, F32));
+  for (bool t_only : {true, false}) {
+    t.push_back(quantize_fp8_t_amax_case(320, 200, BF, t_only));   // 64 x 64 tiles
+    t.push_back(quantize_fp8_t_amax_case(77, 1030, F32, t_only));  // 32 x 32
+  }
   t.push_back(fp8_gather_cast_case(300, 200));
-  t.push_back(fp8_gather_cast_case(320, 200));  // the 64 x 64 transpose, partial tiles
+  t.push_back(fp8_gather_cast_case(320, 200));    // the 64 x 64 transpose, partial tiles
   t.push_back(fp8_gather_cast_case(1024, 4096));  // gpt-350m's w2
   t.push_back(fp8_each_case());
   // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
@@ -594,6 +598,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
+  t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/true));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
