@@ -1,6 +1,5 @@
 #include "src/backend.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "comm/staged_communicator.h"
@@ -37,16 +36,6 @@ Device resolve_device(const Options& o) {
       throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");
     if (o.precision == Precision::fp32)
       throw_error("--precision fp32 runs on the CPU reference only; on --device cuda use bf16");
-    // The GPU checks (bench/cuda/run_gpu_checks.sh, group i) set the variable
-    // to measure what is not yet verified; users get the refusal.
-    const char* unverified = std::getenv("FSDPTRAIN_UNVERIFIED_FP8");
-    if (o.precision == Precision::fp8 && !(unverified && std::string(unverified) == "1"))
-      throw_error(
-          "--precision fp8 is not ready on --device cuda: its FP8 GEMMs and casts pass their "
-          "checks on an H100, but training with them has not run on a GPU yet, and casting "
-          "each GEMM's activations separately may cost more than FP8 saves; use --precision "
-          "bf16 (--device cpu --precision fp8 runs the same recipe emulated; "
-          "FSDPTRAIN_UNVERIFIED_FP8=1 runs it on cuda anyway, for measuring it)");
     return d;
   }
   if (o.reduce_dtype != DType::f32)

@@ -181,7 +181,9 @@ void Trainer::print_memory_plan() const {
   const std::string fp8_note =
       o_.precision != Precision::fp8
           ? ""
-          : std::string(" with FP8 block GEMMs (e4m3, emulated; their weights gathered as ") +
+          : std::string(" with FP8 block GEMMs (e4m3") +
+                (std::string(ops_->name()) == "cpu" ? ", emulated" : "") +
+                "; their weights gathered as " +
                 (o_.fp8_gather ? "e4m3" : dtype_name(ops_->compute_dtype())) + ")";
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);

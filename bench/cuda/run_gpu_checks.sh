@@ -55,8 +55,6 @@ export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
 # for tiny ones; every value can also be set from outside.
 export DEV=${CHECK_DEVICE:-cuda}
 export PRECISION=bf16   # fsdptrain's default on a GPU (--precision auto); group i runs fp8
-# fsdptrain refuses --precision fp8 on cuda until group i has passed; this lets it run
-export FSDPTRAIN_UNVERIFIED_FP8=1
 if [ "$DEV" = cuda ]; then
   export TORCH_DEV=${TORCH_DEV:-cuda} TORCH_DTYPE=${TORCH_DTYPE:-bf16} PARITY_TOL=${PARITY_TOL:-1e-2}
   export PARITY_MODEL=${PARITY_MODEL:---model gpt-350m --vocab-size 256 --seq-len 256 --batch-size 4}
