@@ -146,7 +146,11 @@ class Ops {
 
   // s = silu(a) * b, elementwise over n.
   virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) = 0;
-  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) = 0;
+  // With amax (f32[2], or empty): amax[0] = max |da|, amax[1] = max |db| of
+  // the values stored (Ops::amax's), for the FP8 backward to cast them by
+  // without another pass over them.
+  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                               Tensor amax) = 0;
 
   // y = a + b (y may alias a or b).
   virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;

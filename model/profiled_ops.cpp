@@ -186,9 +186,10 @@ void ProfiledOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
 void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
   timed(shape("swiglu", {n}), 0, 3.0 * double(n) * sz(s), [&] { inner_->swiglu(s, a, b, n); });
 }
-void ProfiledOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) {
-  timed(shape("swiglu_backward", {n}), 0, 5.0 * double(n) * sz(ds),
-        [&] { inner_->swiglu_backward(da, db, ds, a, b, n); });
+void ProfiledOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                                  Tensor amax) {
+  timed(shape(amax.numel ? "swiglu_backward+amax" : "swiglu_backward", {n}), 0,
+        5.0 * double(n) * sz(ds), [&] { inner_->swiglu_backward(da, db, ds, a, b, n, amax); });
 }
 void ProfiledOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   timed(shape("add", {n}), 0, 3.0 * double(n) * sz(y), [&] { inner_->add(y, a, b, n); });

@@ -82,7 +82,8 @@ class ProfiledOps : public Ops {
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
                           int head_dim) override;
   void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
-  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                       Tensor amax) override;
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                      float grad_scale) override;

@@ -80,7 +80,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     g8_ = alloc(DType::u8, N_ * out);
     g8t_ = alloc(DType::u8, N_ * out);
     scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
-    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer));
+    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer) + 2);
   }
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_));
 }
@@ -130,10 +130,10 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   // FP8 codes (one byte each) of a linear's input, weight and gradient, each
   // twice (with the transpose), their three f32 scales (a slot each), and
-  // each layer's input amaxes.
+  // each layer's input amaxes and those of dA and dB.
   const int64_t fp8_codes = fp8 ? 2 * (N * std::max({d, qd, ff}) + std::max(qd, ff) * d +
                                        N * std::max({qd, kvd, ff, d})) +
-                                      4 * 3 * kFp8ScaleSlot + 4 * kBlockInputs * L
+                                      4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + 2)
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
 }
@@ -220,7 +220,7 @@ void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, i
 // held between forward and backward.
 void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w,
                                         int unit, int param, int M, int N, int K,
-                                        bool accumulate_dx) {
+                                        bool accumulate_dx, Tensor dy_amax) {
   const Tensor dw = w.grad(unit, param);
   if (!fp8_) {
     ops_.linear_backward(dx, dw, dy, in.x, w.weight(unit, param), M, N, K, accumulate_dx);
@@ -229,7 +229,11 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput&
   const int64_t gn = int64_t(M) * N;
   const Fp8Tensor g{g8_.slice(0, gn), scale8(2), kFp8Grad},
       gt{g8t_.slice(0, gn), scale8(2), kFp8Grad};
-  ops_.quantize_fp8_t(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), M, N, kFp8Grad);
+  if (dy_amax.numel > 0)  // made by the op that wrote dy
+    ops_.quantize_fp8_t_amax(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), dy_amax, M, N,
+                             kFp8Grad);
+  else
+    ops_.quantize_fp8_t(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), M, N, kFp8Grad);
   const Fp8Tensor given = w.weight_fp8(unit, param);
   Fp8Tensor wt{w8t_.slice(0, int64_t(N) * K), given.scale_inv, Fp8::e4m3};
   if (given.codes.numel > 0) {
@@ -294,10 +298,10 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // input gradient is added to it.
   block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true, input_amax(layer, kInS)), w, u,
                         kW2, M, d, ff, false);
-  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff);
+  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, swiglu_grad_amax());
   const LinearInput h2 = linear_input(a.h2, M, d, true, input_amax(layer, kInH2));
-  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false);
-  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true);
+  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false, swiglu_grad_amax(0));
+  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true, swiglu_grad_amax(1));
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true);
 

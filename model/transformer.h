@@ -100,8 +100,10 @@ class Transformer {
   // under fp8_, on the codes the engine gathered when it did.
   void block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, int param, int M,
                     int N, int K, Tensor r = {});
+  // dy_amax: max |dy| when the op that made dy computed it, else empty.
   void block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w, int unit,
-                             int param, int M, int N, int K, bool accumulate_dx);
+                             int param, int M, int N, int K, bool accumulate_dx,
+                             Tensor dy_amax = {});
 
   ModelConfig cfg_;
   Ops& ops_;
@@ -125,7 +127,14 @@ class Transformer {
   // its transpose for backward, and their inverse scales. w8_ serves only
   // weights that arrive in the compute dtype (UnitAccess::weight_fp8 empty).
   Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
-  Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax)
+  Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then dA's and dB's
+  // Under fp8_ (else empty): max |dA| and max |dB| as swiglu_backward stores
+  // them, both (which < 0) or one.
+  Tensor swiglu_grad_amax(int which = -1) const {
+    if (!fp8_) return {};
+    const int64_t at = int64_t(kBlockInputs) * cfg_.n_layer;
+    return which < 0 ? amax8_.slice(at, 2) : amax8_.slice(at + which, 1);
+  }
   // the inverse scale of the input (0), weight (1) or gradient (2) codes
   Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }
 };

@@ -372,7 +372,8 @@ void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) so[i] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
 }
 
-void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) {
+void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                             Tensor amax) {
   float* dao = f32(da, n, "swiglu da");
   float* dbo = f32(db, n, "swiglu db");
   const float* dsi = f32(ds, n, "swiglu ds");
@@ -385,6 +386,11 @@ void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b
     // silu'(x) = sg + x sg (1 - sg)
     dao[i] = float(d * y * sg * (1.0 + x * (1.0 - sg)));
     dbo[i] = float(d * x * sg);
+  }
+  if (amax.numel > 0) {
+    FSDP_CHECK(amax.dtype == DType::f32 && amax.numel >= 2, "swiglu_backward amax: f32[2]");
+    this->amax(amax.slice(0, 1), da.slice(0, n));
+    this->amax(amax.slice(1, 1), db.slice(0, n));
   }
 }
 

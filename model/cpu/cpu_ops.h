@@ -54,7 +54,8 @@ class CpuOps final : public Ops {
                           int head_dim) override;
 
   void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
-  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                       Tensor amax) override;
 
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 

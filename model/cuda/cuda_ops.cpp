@@ -356,9 +356,12 @@ void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
   after("swiglu");
 }
 
-void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n) {
+void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
+                              Tensor amax) {
   cuda::swiglu_backward(bf(da, n, "swiglu da"), bf(db, n, "swiglu db"), bf(ds, n, "swiglu ds"),
-                        bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n, impl_->stream);
+                        bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
+                        amax.numel > 0 ? f32(amax, 2, "swiglu_backward amax") : nullptr,
+                        impl_->stream);
   after("swiglu_backward");
 }
 

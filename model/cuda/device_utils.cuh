@@ -84,6 +84,21 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
+// The block's max of each thread's m (>= 0) into *word, an f32's bits
+// (non-negative floats order like their bits), with one atomic per block:
+// thousands of warps on one word serialise.
+__device__ __forceinline__ void block_max_into(unsigned* word, float m) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __syncthreads();  // warp_max may still be read by a previous call
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w) m = fmaxf(m, warp_max[w]);
+    atomicMax(word, __float_as_uint(m));
+  }
+}
+
 // Sum over the block, returned to every thread. `shared` holds one slot per
 // warp. The order of additions is fixed by the launch shape, so results are
 // reproducible.

@@ -45,20 +45,6 @@ __device__ __forceinline__ void store_codes(uint8_t* q, const uint8_t (&c)[VEC])
   }
 }
 
-// The block's max of each thread's m into *word (an f32's bits). One atomic
-// per block: thousands of warps on one word serialise (the engine's
-// per-weight amaxes ran at 0.1-0.3 TB/s with one per warp).
-__device__ __forceinline__ void block_max_into(unsigned* word, float m) {
-  __shared__ float warp_max[kThreads / 32];
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-    atomicMax(word, __float_as_uint(m));
-  }
-}
-
 // max |x| over n into *amax_bits (zeroed before): non-negative floats order
 // like their bit patterns, so an integer atomicMax is a float max. fmaxf
 // skips NaN, as the reference's std::fmax does.

@@ -67,8 +67,9 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
                         cudaStream_t stream);
 
 void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
+// amax: null, or two f32 words that get max |da| and max |db| as stored.
 void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
-                     cudaStream_t stream);
+                     float* amax, cudaStream_t stream);
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 
 // Rows of Vp logits, the first V real (see Ops::cross_entropy).

@@ -26,8 +26,11 @@ struct MapArgs {
   bf16* out[NOUT];
 };
 
-template <int VEC, int NIN, int NOUT, typename F>
-__device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F f) {
+// With AMAX, m[k] keeps the largest |value| stored to output k (after the
+// bf16 rounding, so it is what an amax of that output would find).
+template <int VEC, bool AMAX, int NIN, int NOUT, typename F>
+__device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F f,
+                                       float (&m)[NOUT]) {
   float in[NIN][VEC], out[NOUT][VEC];
 #pragma unroll
   for (int k = 0; k < NIN; ++k) load_vec<VEC>(a.in[k] + i, in[k]);
@@ -40,31 +43,50 @@ __device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F
 #pragma unroll
     for (int k = 0; k < NOUT; ++k) out[k][e] = xo[k];
   }
+  if constexpr (AMAX) {
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        m[k] = fmaxf(m[k], fabsf(__bfloat162float(__float2bfloat16_rn(out[k][e]))));
+  }
 #pragma unroll
   for (int k = 0; k < NOUT; ++k) store_vec<VEC>(a.out[k] + i, out[k]);
 }
 
-template <int VEC, int NIN, int NOUT, typename F>
-__global__ void map_kernel(MapArgs<NIN, NOUT> a, int64_t n, F f) {
+// amax (AMAX only): NOUT zeroed words that receive each output's max |value|.
+template <int VEC, bool AMAX, int NIN, int NOUT, typename F>
+__global__ void map_kernel(MapArgs<NIN, NOUT> a, int64_t n, F f, unsigned* amax) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t nv = n / VEC;
-  for (int64_t v = tid; v < nv; v += stride) map_at<VEC>(a, v * VEC, f);
-  for (int64_t i = nv * VEC + tid; i < n; i += stride) map_at<1>(a, i, f);
+  float m[NOUT] = {};
+  for (int64_t v = tid; v < nv; v += stride) map_at<VEC, AMAX>(a, v * VEC, f, m);
+  for (int64_t i = nv * VEC + tid; i < n; i += stride) map_at<1, AMAX>(a, i, f, m);
+  if constexpr (AMAX) {
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k) block_max_into(amax + k, m[k]);
+  }
 }
 
 template <int NIN, int NOUT, typename F>
-void launch_map(const MapArgs<NIN, NOUT>& a, int64_t n, F f, cudaStream_t stream,
-                const char* what) {
+void launch_map(const MapArgs<NIN, NOUT>& a, int64_t n, F f, cudaStream_t stream, const char* what,
+                float* amax = nullptr) {
+  auto* bits = reinterpret_cast<unsigned*>(amax);
+  if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, NOUT * sizeof(float), stream));
   if (n == 0) return;
   bool vec = true;
   for (int k = 0; k < NIN; ++k) vec = vec && aligned16(a.in[k]);
   for (int k = 0; k < NOUT; ++k) vec = vec && aligned16(a.out[k]);
-  if (vec) {
-    map_kernel<kVec><<<blocks_for(n / kVec + 1, kThreads), kThreads, 0, stream>>>(a, n, f);
-  } else {
-    map_kernel<1><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(a, n, f);
-  }
+  const unsigned blocks = vec ? blocks_for(n / kVec + 1, kThreads) : blocks_for(n, kThreads);
+  if (vec && amax)
+    map_kernel<kVec, true><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else if (vec)
+    map_kernel<kVec, false><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else if (amax)
+    map_kernel<1, true><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else
+    map_kernel<1, false><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
   FSDP_LAUNCH_CHECK(what);
 }
 
@@ -257,8 +279,8 @@ void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream
 }
 
 void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
-                     cudaStream_t stream) {
-  launch_map(MapArgs<3, 2>{{ds, a, b}, {da, db}}, n, SwigluBwd{}, stream, "swiglu_backward");
+                     float* amax, cudaStream_t stream) {
+  launch_map(MapArgs<3, 2>{{ds, a, b}, {da, db}}, n, SwigluBwd{}, stream, "swiglu_backward", amax);
 }
 
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {

@@ -163,9 +163,10 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
 }
 
 // Under fp8 the backward casts each block input by the amax its forward
-// recorded (Transformer::input_amax), skipping an amax pass. That amax must be
-// the one of the very tensor being cast, in every recompute mode and for a
-// second batch, so the codes are what casting it afresh gives.
+// recorded (Transformer::input_amax), and dA and dB by the amaxes SwiGLU's
+// backward computed, skipping an amax pass. Each must be the amax of the
+// very tensor being cast, in every recompute mode and for a second batch,
+// so the codes are what casting it afresh gives.
 struct AmaxSpy : ProfiledOps {
   AmaxSpy() : ProfiledOps(std::make_unique<CpuOps>()) {}
   int calls = 0;
@@ -195,7 +196,8 @@ TEST(Transformer, Fp8BackwardCastsByTheAmaxOfWhatItCasts) {
       for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
       for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
     }
-    EXPECT_EQ(ops.calls, 2 * 4 * c.n_layer);  // h1, att, h2, s per block and batch
+    // h1, att, h2, s, and the gradients dA and dB, per block and batch
+    EXPECT_EQ(ops.calls, 2 * 6 * c.n_layer);
   }
 }
 

@@ -478,7 +478,7 @@ TEST_F(CpuOpsTest, SwiGlu) {
   fill(R);
   poison(da);
   poison(db);
-  ops_.swiglu_backward(da, db, R, a, b, n);
+  ops_.swiglu_backward(da, db, R, a, b, n, {});
   auto loss = [&] {
     ops_.swiglu(s, a, b, n);
     return dot_loss(s, R);

@@ -225,8 +225,11 @@ OpCase swiglu_case(int64_t n) {
     Bound b;
     b.fwd = [=, &o] { o.swiglu(s, at, bt, n); };
     b.fwd_checks = {vs_ref("swiglu", s, kRound)};
-    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n); };
-    b.bwd_checks = {vs_ref("swiglu da", da, kRound), vs_ref("swiglu db", db, kRound)};
+    Tensor amax = e.out(F32, 2);
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n, amax); };
+    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
+    b.bwd_checks = {vs_ref("swiglu da", da, kRound), vs_ref("swiglu db", db, kRound),
+                    vs_ref("max |da|, |db|", amax, kRound)};
     return b;
   };
   return c;
