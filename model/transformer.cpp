@@ -74,7 +74,6 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     const int64_t in = std::max({d, qd, ff}), out = std::max({qd, kvd, ff, d});
     const int64_t weight = std::max(qd, ff) * d;  // the largest block matrix
     x8_ = alloc(DType::u8, N_ * in);
-    x8t_ = alloc(DType::u8, N_ * in);
     w8_ = alloc(DType::u8, weight);
     w8t_ = alloc(DType::u8, weight);
     g8_ = alloc(DType::u8, N_ * out);
@@ -128,11 +127,12 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t stream = es * (L + 1) * N * d;                           // residual stream
   const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
-  // FP8 codes (one byte each) of a linear's input, weight and gradient, each
-  // twice (with the transpose), their three f32 scales (a slot each), and
-  // each layer's input amaxes and those of dA and dB.
-  const int64_t fp8_codes = fp8 ? 2 * (N * std::max({d, qd, ff}) + std::max(qd, ff) * d +
-                                       N * std::max({qd, kvd, ff, d})) +
+  // FP8 codes (one byte each) of a linear's input (row-major in forward,
+  // transposed in backward: one buffer), weight and gradient (each twice,
+  // with the transpose), their three f32 scales (a slot each), and each
+  // layer's input amaxes and those of dA and dB.
+  const int64_t fp8_codes = fp8 ? N * std::max({d, qd, ff}) +
+                                      2 * (std::max(qd, ff) * d + N * std::max({qd, kvd, ff, d})) +
                                       4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + 2)
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
@@ -193,7 +193,7 @@ Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, bool 
     ops_.quantize_fp8_amax(in.q.codes, in.q.scale_inv, x.slice(0, n), amax, in.q.format);
     return in;
   }
-  in.t = {x8t_.slice(0, n), scale8(0), Fp8::e4m3};
+  in.t = {x8_.slice(0, n), scale8(0), Fp8::e4m3};  // the backward needs no row-major codes
   ops_.quantize_fp8_t_amax({}, in.t.codes, in.t.scale_inv, x.slice(0, n), amax, M, K, in.t.format);
   return in;
 }

@@ -83,7 +83,7 @@ class Transformer {
   // The input [M, K] of one or more block linears and, under fp8_, its codes
   // (forward) or their transpose (backward), cast once for all the linears
   // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
-  // x8_ or x8t_ until the next input is made. The forward records the amax it
+  // x8_ until the next input is made. The forward records the amax it
   // casts by in `amax`; the backward casts the same values by it, so it
   // skips the amax pass and gets the same codes.
   struct LinearInput {
@@ -123,10 +123,11 @@ class Transformer {
   Tensor hf_, rstdf_, logits_, losses_;
   // Backward scratch, reused by every layer.
   Tensor dres_, dh_, dq_, dk_, dv_, dq_raw_, dk_raw_, datt_, ds_, da_, db_;
-  // fp8_: codes of one linear's input, weight and output gradient, each with
-  // its transpose for backward, and their inverse scales. w8_ serves only
-  // weights that arrive in the compute dtype (UnitAccess::weight_fp8 empty).
-  Tensor x8_, x8t_, w8_, w8t_, g8_, g8t_, scales8_;
+  // fp8_: codes of one linear's input (LinearInput), and of its weight and
+  // output gradient, each with its transpose for backward, and their inverse
+  // scales. w8_ serves only weights that arrive in the compute dtype
+  // (UnitAccess::weight_fp8 empty).
+  Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
   Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then dA's and dB's
   // Under fp8_ (else empty): max |dA| and max |dB| as swiglu_backward stores
   // them, both (which < 0) or one.

@@ -16,9 +16,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// fp8_scale() of common/fp8.h, in the same f32 operations, from an amax word
+// (an f32's bits, see amax_kernel).
+__device__ __forceinline__ float scale_of(const unsigned* amax_bits, float fmt_max) {
+  const float amax = __uint_as_float(*amax_bits);
+  return amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+}
+
+// Four codes as one little-endian word.
+__device__ __forceinline__ uint32_t pack4(const uint8_t* c) {
+  return c[0] | c[1] << 8 | c[2] << 16 | uint32_t(c[3]) << 24;
+}
+
 // The casts are memory-bound: each thread moves VEC elements with one
 // 16-byte load where the buffers allow it (VEC = 16 / sizeof(T)), else one
-// (VEC = 1). The elements past the last whole vector go one by one.
+// (VEC = 1). The elements past the last whole vector go one by one. (VEC 8
+// of f32 is two loads: the 64 x 64-tile kernels below.)
 template <typename T, int VEC>
 __device__ __forceinline__ void load_as_f32(const T* p, float (&f)[VEC]) {
   if constexpr (VEC == 1) {
@@ -26,20 +39,20 @@ __device__ __forceinline__ void load_as_f32(const T* p, float (&f)[VEC]) {
   } else if constexpr (sizeof(T) == 2) {
     load8(p, f);
   } else {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + k);
+      f[k] = v.x, f[k + 1] = v.y, f[k + 2] = v.z, f[k + 3] = v.w;
+    }
   }
 }
 
 template <int VEC>
 __device__ __forceinline__ void store_codes(uint8_t* q, const uint8_t (&c)[VEC]) {
   if constexpr (VEC == 8) {
-    uint2 v;
-    v.x = c[0] | c[1] << 8 | c[2] << 16 | uint32_t(c[3]) << 24;
-    v.y = c[4] | c[5] << 8 | c[6] << 16 | uint32_t(c[7]) << 24;
-    *reinterpret_cast<uint2*>(q) = v;
+    *reinterpret_cast<uint2*>(q) = make_uint2(pack4(c), pack4(c + 4));
   } else if constexpr (VEC == 4) {
-    *reinterpret_cast<uint32_t*>(q) = c[0] | c[1] << 8 | c[2] << 16 | uint32_t(c[3]) << 24;
+    *reinterpret_cast<uint32_t*>(q) = pack4(c);
   } else {
     q[0] = c[0];
   }
@@ -80,9 +93,7 @@ template <typename T, int VEC>
 __global__ void quantize_kernel(uint8_t* q, float* scale_inv, const T* x, int64_t n,
                                 const unsigned* amax_bits, float fmt_max,
                                 __nv_fp8_interpretation_t fmt) {
-  // fp8_scale(), in the same f32 operations
-  const float amax = __uint_as_float(*amax_bits);
-  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  const float s = scale_of(amax_bits, fmt_max);
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x,
                 first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -104,8 +115,7 @@ template <typename T>
 __global__ void quantize_each_kernel(Fp8Each a, float fmt_max, __nv_fp8_interpretation_t fmt) {
   const int t = blockIdx.y;
   const T* x = static_cast<const T*>(a.src[t]);
-  const float amax = *a.amax[t];
-  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  const float s = scale_of(reinterpret_cast<const unsigned*>(a.amax[t]), fmt_max);
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.scale_inv[t] = 1.0f / s;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.n[t];
        i += int64_t(gridDim.x) * blockDim.x)
@@ -131,8 +141,7 @@ __global__ void quantize_t_kernel(uint8_t* q, uint8_t* qt, float* scale_inv, con
                                   int cols, const unsigned* amax_bits, float fmt_max,
                                   __nv_fp8_interpretation_t fmt) {
   __shared__ uint8_t tile[32][33];
-  const float amax = __uint_as_float(*amax_bits);
-  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  const float s = scale_of(amax_bits, fmt_max);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
     *scale_inv = 1.0f / s;
   const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
@@ -162,8 +171,8 @@ constexpr int kTile = 64, kPitch = kTile + 4;  // 4: the column reads split over
 __device__ __forceinline__ void tile_put8(uint8_t (*tile)[kPitch], int i, int j,
                                           const uint8_t (&code)[8]) {
   auto* row = reinterpret_cast<uint32_t*>(&tile[i][j]);
-  row[0] = code[0] | code[1] << 8 | code[2] << 16 | uint32_t(code[3]) << 24;
-  row[1] = code[4] | code[5] << 8 | code[6] << 16 | uint32_t(code[7]) << 24;
+  row[0] = pack4(code);
+  row[1] = pack4(code + 4);
 }
 
 __device__ __forceinline__ void store_tile_transposed(const uint8_t (*tile)[kPitch], uint8_t* qt,
@@ -172,14 +181,11 @@ __device__ __forceinline__ void store_tile_transposed(const uint8_t (*tile)[kPit
     const int cc = v / 4, part = v % 4;  // tile column, and which 16 of its 64 rows
     const int c = c0 + cc, r = r0 + part * 16;
     if (c >= cols || r >= rows) continue;  // r < rows: all 16 are (rows % 16 == 0)
-    uint32_t w[4];
+    uint8_t col[16];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = part * 16 + 4 * k;
-      w[k] = tile[i][cc] | tile[i + 1][cc] << 8 | tile[i + 2][cc] << 16 |
-             uint32_t(tile[i + 3][cc]) << 24;
-    }
-    *reinterpret_cast<uint4*>(qt + int64_t(c) * rows + r) = make_uint4(w[0], w[1], w[2], w[3]);
+    for (int k = 0; k < 16; ++k) col[k] = tile[part * 16 + k][cc];
+    *reinterpret_cast<uint4*>(qt + int64_t(c) * rows + r) =
+        make_uint4(pack4(col), pack4(col + 4), pack4(col + 8), pack4(col + 12));
   }
 }
 
@@ -190,8 +196,7 @@ __global__ void quantize_t_vec_kernel(uint8_t* q, uint8_t* qt, float* scale_inv,
                                       int rows, int cols, const unsigned* amax_bits, float fmt_max,
                                       __nv_fp8_interpretation_t fmt) {
   __shared__ uint8_t tile[kTile][kPitch];
-  const float amax = __uint_as_float(*amax_bits);
-  const float s = amax > 0.0f && amax <= FLT_MAX ? fmt_max / amax : 1.0f;
+  const float s = scale_of(amax_bits, fmt_max);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = 1.0f / s;
   const int c0 = blockIdx.x * kTile, r0 = blockIdx.y * kTile;
   for (int v = threadIdx.x; v < kTile * kTile / 8; v += blockDim.x) {
@@ -200,14 +205,7 @@ __global__ void quantize_t_vec_kernel(uint8_t* q, uint8_t* qt, float* scale_inv,
     if (r >= rows || c >= cols) continue;  // c < cols: all 8 are (cols % 8 == 0)
     const int64_t at = int64_t(r) * cols + c;
     float f[8];
-    if constexpr (sizeof(T) == 2) {
-      load8(x + at, f);
-    } else {
-      const float4 a = *reinterpret_cast<const float4*>(x + at);
-      const float4 b = *reinterpret_cast<const float4*>(x + at + 4);
-      f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
-      f[7] = b.w;
-    }
+    load_as_f32<T, 8>(x + at, f);
     uint8_t code[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) code[k] = __nv_cvt_float_to_fp8(f[k] * s, __NV_SATFINITE, fmt);
@@ -270,46 +268,36 @@ __global__ void dequantize_kernel(T* dst, const uint8_t* q, const float* scale_i
   }
 }
 
-}  // namespace
-
-namespace {
-// amax of src into a zeroed scratch word, then cast(amax) on the same stream.
-template <typename T, typename Cast>
-void with_amax(const T* x, int64_t n, Scratch& scratch, cudaStream_t stream, Cast&& cast) {
-  auto* amax = static_cast<unsigned*>(scratch.get(sizeof(unsigned)));
-  FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream));
-  if (n > 0)
-    vectorized(x, nullptr, [&](auto v) {
-      amax_kernel<T, v>
-          <<<blocks_for((n + v - 1) / v, kThreads, 4096), kThreads, 0, stream>>>(amax, x, n);
-    });
-  cast(amax);
-}
-}  // namespace
-
-void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
-                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  auto run = [&](const auto* x) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
-    with_amax(x, n, scratch, stream, [&](const unsigned* amax) {
-      vectorized(x, q, [&](auto v) {
-        // at least one block: it writes scale_inv
-        const unsigned blocks = blocks_for((n + v - 1) / v, kThreads, 4096);
-        quantize_kernel<T, v>
-            <<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, amax, fmt_max, fmt);
-      });
-    });
-  };
+// f(x) with src as the bf16 or f32 pointer it is.
+template <typename F>
+void on_src(const void* src, bool src_bf16, F&& f) {
   if (src_bf16)
-    run(static_cast<const bf16*>(src));
+    f(static_cast<const bf16*>(src));
   else
-    run(static_cast<const float*>(src));
-  FSDP_LAUNCH_CHECK("quantize_fp8");
+    f(static_cast<const float*>(src));
 }
 
-namespace {
-// The cast-and-transpose pass of src by a device amax (q may be null).
+// amax_kernel into a zeroed word.
+template <typename T>
+void launch_amax(unsigned* bits, const T* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  vectorized(x, nullptr, [&](auto v) {
+    amax_kernel<T, v>
+        <<<blocks_for((n + v - 1) / v, kThreads, 4096), kThreads, 0, stream>>>(bits, x, n);
+  });
+}
+
+// quantize_kernel by an amax word; at least one block, as it writes scale_inv.
+template <typename T>
+void launch_quantize(uint8_t* q, float* scale_inv, const T* x, int64_t n, const unsigned* bits,
+                     float fmt_max, __nv_fp8_interpretation_t fmt, cudaStream_t stream) {
+  vectorized(x, q, [&](auto v) {
+    quantize_kernel<T, v><<<blocks_for((n + v - 1) / v, kThreads, 4096), kThreads, 0, stream>>>(
+        q, scale_inv, x, n, bits, fmt_max, fmt);
+  });
+}
+
+// The cast-and-transpose pass of src by an amax word (q may be null).
 template <typename T>
 void cast_t(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x, int rows, int cols,
             const unsigned* amax, float fmt_max, __nv_fp8_interpretation_t fmt,
@@ -329,35 +317,56 @@ void cast_t(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x, int rows, int
   quantize_t_kernel<<<grid, block, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax, fmt_max,
                                                 fmt);
 }
+
+// A zeroed scratch word with src's amax, for the current-scaling casts.
+template <typename T>
+const unsigned* amax_in_scratch(const T* x, int64_t n, Scratch& scratch, cudaStream_t stream) {
+  auto* bits = static_cast<unsigned*>(scratch.get(sizeof(unsigned)));
+  FSDP_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), stream));
+  launch_amax(bits, x, n, stream);
+  return bits;
+}
+
+// Enough blocks for the largest tensor (a grid-stride loop past 1024); the
+// smaller tensors' surplus blocks exit at once.
+dim3 each_grid(const Fp8Each& a) {
+  int64_t most = 0;
+  for (int i = 0; i < a.count; ++i) most = std::max(most, a.n[i]);
+  return dim3(blocks_for(most, kThreads, 1024), unsigned(a.count));
+}
+
+__nv_fp8_interpretation_t fp8_interp(bool e5m2) {
+  return e5m2 ? __NV_E5M2 : __NV_E4M3;
+}
 }  // namespace
+
+void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
+                  bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
+  on_src(src, src_bf16, [&](const auto* x) {
+    launch_quantize(q, scale_inv, x, n, amax_in_scratch(x, n, scratch, stream), fmt_max,
+                    fp8_interp(e5m2), stream);
+  });
+  FSDP_LAUNCH_CHECK("quantize_fp8");
+}
 
 void quantize_fp8_t(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
                     int rows, int cols, bool e5m2, float fmt_max, Scratch& scratch,
                     cudaStream_t stream) {
-  const int64_t n = int64_t(rows) * cols;
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  auto run = [&](const auto* x) {
-    with_amax(x, n, scratch, stream, [&](const unsigned* amax) {
-      cast_t(q, qt, scale_inv, x, rows, cols, amax, fmt_max, fmt, stream);
-    });
-  };
-  if (src_bf16)
-    run(static_cast<const bf16*>(src));
-  else
-    run(static_cast<const float*>(src));
+  on_src(src, src_bf16, [&](const auto* x) {
+    cast_t(q, qt, scale_inv, x, rows, cols,
+           amax_in_scratch(x, int64_t(rows) * cols, scratch, stream), fmt_max, fp8_interp(e5m2),
+           stream);
+  });
   FSDP_LAUNCH_CHECK("quantize_fp8_t");
 }
 
 void quantize_fp8_t_amax(uint8_t* q, uint8_t* qt, float* scale_inv, const void* src, bool src_bf16,
                          int rows, int cols, const float* amax, bool e5m2, float fmt_max,
                          cudaStream_t stream) {
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  const auto* bits = reinterpret_cast<const unsigned*>(amax);
-  if (src_bf16)
-    cast_t(q, qt, scale_inv, static_cast<const bf16*>(src), rows, cols, bits, fmt_max, fmt, stream);
-  else
-    cast_t(q, qt, scale_inv, static_cast<const float*>(src), rows, cols, bits, fmt_max, fmt,
-           stream);
+  on_src(src, src_bf16, [&](const auto* x) {
+    cast_t(q, qt, scale_inv, x, rows, cols, reinterpret_cast<const unsigned*>(amax), fmt_max,
+           fp8_interp(e5m2), stream);
+  });
   FSDP_LAUNCH_CHECK("quantize_fp8_t_amax");
 }
 
@@ -367,79 +376,46 @@ void quantize_fp8_t_amax(uint8_t* q, uint8_t* qt, float* scale_inv, const void* 
 void amax(float* out, const void* x, bool x_bf16, int64_t n, cudaStream_t stream) {
   auto* bits = reinterpret_cast<unsigned*>(out);
   FSDP_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), stream));
-  if (n == 0) return;
-  auto run = [&](const auto* p) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
-    vectorized(p, nullptr, [&](auto v) {
-      amax_kernel<T, v>
-          <<<blocks_for((n + v - 1) / v, kThreads, 4096), kThreads, 0, stream>>>(bits, p, n);
-    });
-  };
-  if (x_bf16)
-    run(static_cast<const bf16*>(x));
-  else
-    run(static_cast<const float*>(x));
+  on_src(x, x_bf16, [&](const auto* p) { launch_amax(bits, p, n, stream); });
   FSDP_LAUNCH_CHECK("amax");
 }
 
 void quantize_fp8_amax(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
                        const float* amax, bool e5m2, float fmt_max, cudaStream_t stream) {
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  const auto* bits = reinterpret_cast<const unsigned*>(amax);
-  auto run = [&](const auto* x) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
-    vectorized(x, q, [&](auto v) {
-      const unsigned blocks =
-          blocks_for((n + v - 1) / v, kThreads, 4096);  // >= 1: writes scale_inv
-      quantize_kernel<T, v>
-          <<<blocks, kThreads, 0, stream>>>(q, scale_inv, x, n, bits, fmt_max, fmt);
-    });
-  };
-  if (src_bf16)
-    run(static_cast<const bf16*>(src));
-  else
-    run(static_cast<const float*>(src));
+  on_src(src, src_bf16, [&](const auto* x) {
+    launch_quantize(q, scale_inv, x, n, reinterpret_cast<const unsigned*>(amax), fmt_max,
+                    fp8_interp(e5m2), stream);
+  });
   FSDP_LAUNCH_CHECK("quantize_fp8_amax");
 }
 
-// Enough blocks for the largest tensor (a grid-stride loop past 1024); the
-// smaller tensors' surplus blocks exit at once.
-namespace {
-dim3 each_grid(const Fp8Each& a) {
-  int64_t most = 0;
-  for (int i = 0; i < a.count; ++i) most = std::max(most, a.n[i]);
-  return dim3(blocks_for(most, kThreads, 1024), unsigned(a.count));
-}
-}  // namespace
-
 void amax_each(const Fp8Each& a, bool src_bf16, cudaStream_t stream) {
   if (a.count == 0) return;
-  if (src_bf16)
-    amax_each_kernel<bf16><<<each_grid(a), kThreads, 0, stream>>>(a);
-  else
-    amax_each_kernel<float><<<each_grid(a), kThreads, 0, stream>>>(a);
+  on_src(a.src[0], src_bf16, [&](const auto* x) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
+    amax_each_kernel<T><<<each_grid(a), kThreads, 0, stream>>>(a);
+  });
   FSDP_LAUNCH_CHECK("amax_each");
 }
 
 void quantize_fp8_amax_each(const Fp8Each& a, bool src_bf16, bool e5m2, float fmt_max,
                             cudaStream_t stream) {
   if (a.count == 0) return;
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-  if (src_bf16)
-    quantize_each_kernel<bf16><<<each_grid(a), kThreads, 0, stream>>>(a, fmt_max, fmt);
-  else
-    quantize_each_kernel<float><<<each_grid(a), kThreads, 0, stream>>>(a, fmt_max, fmt);
+  on_src(a.src[0], src_bf16, [&](const auto* x) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
+    quantize_each_kernel<T><<<each_grid(a), kThreads, 0, stream>>>(a, fmt_max, fp8_interp(e5m2));
+  });
   FSDP_LAUNCH_CHECK("quantize_fp8_amax_each");
 }
 
 void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream_t stream) {
   if (int64_t(rows) * cols == 0) return;
-  const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
-  FSDP_CHECK(grid.y <= 65535, "transpose_fp8: ", rows, " rows");
   if (tiles_fit(q, q, qt, rows, cols)) {
     const dim3 tiles(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
     transpose_u8_vec_kernel<<<tiles, kThreads, 0, stream>>>(qt, q, rows, cols);
   } else {
+    const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);
+    FSDP_CHECK(grid.y <= 65535, "transpose_fp8: ", rows, " rows");
     transpose_u8_kernel<<<grid, block, 0, stream>>>(qt, q, rows, cols);
   }
   FSDP_LAUNCH_CHECK("transpose_fp8");
@@ -449,7 +425,7 @@ void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* sca
                     bool e5m2, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = blocks_for(n, kThreads, 4096);
-  const __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const __nv_fp8_interpretation_t fmt = fp8_interp(e5m2);
   if (dst_bf16)
     dequantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(dst), q, scale_inv, n,
                                                        fmt);

@@ -65,48 +65,61 @@ void CudaOps::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor a
   after("quantize_fp8_amax");
 }
 
-// In launches of cuda::Fp8Each::kMax tensors; all of one dtype.
+namespace {
+// launch(a) for each run of up to cuda::Fp8Each::kMax entries, after
+// fill(a, i) for every entry i of the run (each one a kernel argument).
+template <typename Fill, typename Launch>
+void in_launches(size_t count, Fill&& fill, Launch&& launch) {
+  for (size_t first = 0; first < count; first += cuda::Fp8Each::kMax) {
+    cuda::Fp8Each a;
+    for (size_t i = first; i < count && a.count < cuda::Fp8Each::kMax; ++i, ++a.count) fill(a, i);
+    launch(a);
+  }
+}
+}  // namespace
+
+// All of one dtype, f32 or bf16.
 void CudaOps::amax_each(Tensor out, const std::vector<Tensor>& xs) {
   float* o = f32(out, int64_t(xs.size()), "amax_each out");
   if (xs.empty()) return;
   FSDP_CUDA_CHECK(cudaMemsetAsync(o, 0, xs.size() * sizeof(float), impl_->stream));
   const bool is_bf16 = xs[0].dtype == DType::bf16;
-  for (size_t first = 0; first < xs.size(); first += cuda::Fp8Each::kMax) {
-    cuda::Fp8Each a;
-    for (size_t i = first; i < xs.size() && a.count < cuda::Fp8Each::kMax; ++i, ++a.count) {
-      FSDP_CHECK(xs[i].dtype == xs[0].dtype && (is_bf16 || xs[i].dtype == DType::f32),
-                 "amax_each: tensor ", i, " is ", dtype_name(xs[i].dtype), ", the first ",
-                 dtype_name(xs[0].dtype), " (one f32 or bf16 dtype for all)");
-      a.src[a.count] = xs[i].data;
-      a.n[a.count] = xs[i].numel;
-      a.amax[a.count] = o + i;
-    }
-    cuda::amax_each(a, is_bf16, impl_->stream);
-  }
+  in_launches(
+      xs.size(),
+      [&](cuda::Fp8Each& a, size_t i) {
+        FSDP_CHECK(xs[i].dtype == xs[0].dtype && (is_bf16 || xs[i].dtype == DType::f32),
+                   "amax_each: tensor ", i, " is ", dtype_name(xs[i].dtype), ", the first ",
+                   dtype_name(xs[0].dtype), " (one f32 or bf16 dtype for all)");
+        a.src[a.count] = xs[i].data;
+        a.n[a.count] = xs[i].numel;
+        a.amax[a.count] = o + i;
+      },
+      [&](const cuda::Fp8Each& a) { cuda::amax_each(a, is_bf16, impl_->stream); });
   after("amax_each");
 }
 
 void CudaOps::quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
   if (casts.empty()) return;
   const bool is_bf16 = casts[0].src.dtype == DType::bf16;
-  for (size_t first = 0; first < casts.size(); first += cuda::Fp8Each::kMax) {
-    cuda::Fp8Each a;
-    for (size_t i = first; i < casts.size() && a.count < cuda::Fp8Each::kMax; ++i, ++a.count) {
-      const Fp8Cast& c = casts[i];
-      FSDP_CHECK(c.q.dtype == DType::u8 && c.q.numel == c.src.numel &&
-                     c.src.dtype == casts[0].src.dtype && (is_bf16 || c.src.dtype == DType::f32),
-                 "quantize_fp8_amax_each: cast ", i, ": ", c.src.numel, " ",
-                 dtype_name(c.src.dtype), " into ", c.q.numel, " ", dtype_name(c.q.dtype),
-                 " (one f32 or bf16 dtype for all)");
-      a.src[a.count] = c.src.data;
-      a.q[a.count] = static_cast<uint8_t*>(c.q.data);
-      a.n[a.count] = c.src.numel;
-      a.amax[a.count] = f32(c.amax, 1, "quantize_fp8_amax_each amax");
-      a.scale_inv[a.count] = f32(c.scale_inv, 1, "quantize_fp8_amax_each scale_inv");
-    }
-    cuda::quantize_fp8_amax_each(a, is_bf16, format == Fp8::e5m2, fp8_spec(format).max,
-                                 impl_->stream);
-  }
+  in_launches(
+      casts.size(),
+      [&](cuda::Fp8Each& a, size_t i) {
+        const Fp8Cast& c = casts[i];
+        FSDP_CHECK(c.q.dtype == DType::u8 && c.q.numel == c.src.numel &&
+                       c.src.dtype == casts[0].src.dtype && (is_bf16 || c.src.dtype == DType::f32),
+                   "quantize_fp8_amax_each: cast ", i, ": ", c.src.numel, " ",
+                   dtype_name(c.src.dtype), " into ", c.q.numel, " ", dtype_name(c.q.dtype),
+                   " (one f32 or bf16 dtype for all)");
+        a.src[a.count] = c.src.data;
+        a.q[a.count] = static_cast<uint8_t*>(c.q.data);
+        a.n[a.count] = c.src.numel;
+        a.amax[a.count] = f32(c.amax, 1, "quantize_fp8_amax_each amax");
+        a.scale_inv[a.count] = f32(c.scale_inv, 1, "quantize_fp8_amax_each scale_inv");
+      },
+      [&](const cuda::Fp8Each& a) {
+        cuda::quantize_fp8_amax_each(a, is_bf16, format == Fp8::e5m2, fp8_spec(format).max,
+                                     impl_->stream);
+      });
   after("quantize_fp8_amax_each");
 }
 
