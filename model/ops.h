@@ -102,9 +102,11 @@ class Ops {
 
   // y = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps), per row of length dim.
   virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) = 0;
-  // dx (=|+=) d/dx, dg += d/dg
+  // dx (=|+=) d/dx, dg += d/dg. With amax (f32[1], or empty): amax[0] =
+  // max |dx| of the values stored (after the +=), as Ops::amax would find it,
+  // for the FP8 backward to cast dx by without another pass over it.
   virtual void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                int rows, int dim, bool accumulate_dx) = 0;
+                                int rows, int dim, bool accumulate_dx, Tensor amax) = 0;
 
   // y[M, N] = x[M, K] W[N, K]^T
   virtual void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) = 0;
@@ -131,9 +133,10 @@ class Ops {
                          int head_dim, float eps, float theta) = 0;
   // dx = d/dx (overwritten), dg += d/dg, from dy = dL/dy and the forward's
   // rstd. dy's contents after the call are unspecified: a backend may rotate
-  // it back in place.
+  // it back in place. amax as in rmsnorm_backward: max |dx|.
   virtual void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                  int B, int T, int heads, int head_dim, float theta) = 0;
+                                  int B, int T, int heads, int head_dim, float theta,
+                                  Tensor amax) = 0;
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the

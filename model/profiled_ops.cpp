@@ -126,10 +126,12 @@ void ProfiledOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, i
         [&] { inner_->rmsnorm(y, rstd, x, g, rows, dim, eps); });
 }
 void ProfiledOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                   int rows, int dim, bool accumulate_dx) {
-  timed(shape(accumulate_dx ? "rmsnorm_backward+=" : "rmsnorm_backward", {rows, dim}), 0,
+                                   int rows, int dim, bool accumulate_dx, Tensor amax) {
+  const std::string name = std::string(accumulate_dx ? "rmsnorm_backward+=" : "rmsnorm_backward") +
+                           (amax.numel ? "+amax" : "");
+  timed(shape(name.c_str(), {rows, dim}), 0,
         double(rows) * dim * (sz(dy) + sz(x) + sz(dx) * (accumulate_dx ? 2 : 1)),
-        [&] { inner_->rmsnorm_backward(dx, dg, dy, x, g, rstd, rows, dim, accumulate_dx); });
+        [&] { inner_->rmsnorm_backward(dx, dg, dy, x, g, rstd, rows, dim, accumulate_dx, amax); });
 }
 void ProfiledOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
   timed(shape("linear", {M, N, K}), 2.0 * M * N * K, 0, [&] { inner_->linear(y, x, w, M, N, K); });
@@ -161,10 +163,12 @@ void ProfiledOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, in
 }
 void ProfiledOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
                                      Tensor rstd, int B, int T, int heads, int head_dim,
-                                     float theta) {
-  timed(shape("norm_rope_backward", {B * T, heads, head_dim}), 0,
-        3.0 * B * T * heads * head_dim * sz(dy),
-        [&] { inner_->norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta); });
+                                     float theta, Tensor amax) {
+  timed(shape(amax.numel ? "norm_rope_backward+amax" : "norm_rope_backward",
+              {B * T, heads, head_dim}),
+        0, 3.0 * B * T * heads * head_dim * sz(dy), [&] {
+          inner_->norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax);
+        });
 }
 // Causal attention: half the T x T score matrix, two GEMMs forward (QK^T, PV)
 // and five backward (as FlashAttention counts them).

@@ -65,7 +65,7 @@ class ProfiledOps : public Ops {
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
   void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) override;
   void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
-                        int dim, bool accumulate_dx) override;
+                        int dim, bool accumulate_dx, Tensor amax) override;
   void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
                        bool accumulate_dx) override;
@@ -75,7 +75,7 @@ class ProfiledOps : public Ops {
   void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
                  float eps, float theta) override;
   void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
-                          int T, int heads, int head_dim, float theta) override;
+                          int T, int heads, int head_dim, float theta, Tensor amax) override;
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
                  int n_kv_head, int head_dim) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,

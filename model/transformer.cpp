@@ -79,7 +79,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     g8_ = alloc(DType::u8, N_ * out);
     g8t_ = alloc(DType::u8, N_ * out);
     scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
-    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer) + 2);
+    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer) + kGradAmaxes);
   }
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_));
 }
@@ -130,10 +130,10 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   // FP8 codes (one byte each) of a linear's input (row-major in forward,
   // transposed in backward: one buffer), weight and gradient (each twice,
   // with the transpose), their three f32 scales (a slot each), and each
-  // layer's input amaxes and those of dA and dB.
+  // layer's input amaxes and those of the gradients in GradAmax.
   const int64_t fp8_codes = fp8 ? N * std::max({d, qd, ff}) +
                                       2 * (std::max(qd, ff) * d + N * std::max({qd, kvd, ff, d})) +
-                                      4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + 2)
+                                      4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + kGradAmaxes)
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
 }
@@ -297,30 +297,32 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
   block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true, input_amax(layer, kInS)), w, u,
-                        kW2, M, d, ff, false);
-  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, swiglu_grad_amax());
+                        kW2, M, d, ff, false, grad_amax(kGradRes));
+  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, grad_amax(kGradA, 2));
   const LinearInput h2 = linear_input(a.h2, M, d, true, input_amax(layer, kInH2));
-  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false, swiglu_grad_amax(0));
-  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true, swiglu_grad_amax(1));
+  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false, grad_amax(kGradA));
+  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true, grad_amax(kGradB));
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
-                        d, true);
+                        d, true, grad_amax(kGradRes));
 
   // Attention branch.
   block_linear_backward(datt_, dres_, linear_input(a.att, M, qd, true, input_amax(layer, kInAtt)),
-                        w, u, kWo, M, d, qd, false);
+                        w, u, kWo, M, d, qd, false, grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
   // rotate them in place.
   ops_.norm_rope_backward(dq_raw_, w.grad(u, kQNorm), dq_, a.q_raw, w.weight(u, kQNorm), a.q_rstd,
-                          B_, T_, H, hd, cfg_.rope_theta);
+                          B_, T_, H, hd, cfg_.rope_theta, grad_amax(kGradQ));
   ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
-                          B_, T_, Hkv, hd, cfg_.rope_theta);
+                          B_, T_, Hkv, hd, cfg_.rope_theta, grad_amax(kGradK));
   const LinearInput h1 = linear_input(a.h1, M, d, true, input_amax(layer, kInH1));
-  block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false);
-  block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true);
+  block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false, grad_amax(kGradQ));
+  block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true, grad_amax(kGradK));
+  // dv comes from cuDNN, which reports no amax: the cast computes its own.
   block_linear_backward(dh_, dv_, h1, w, u, kWv, M, kvd, d, true);
+  // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),
-                        a.rstd1, M, d, true);
+                        a.rstd1, M, d, true, layer > 0 ? grad_amax(kGradRes) : Tensor{});
 }
 
 void Transformer::head_forward(UnitAccess& w, bool training) {
@@ -339,7 +341,7 @@ void Transformer::head_backward(UnitAccess& w) {
   Tensor dwout = cfg_.tie_embeddings ? w.grad(0, 0) : w.grad(u, 1);
   ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, Vp, d, false);
   ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M, d,
-                        false);
+                        false, grad_amax(kGradRes));
 }
 
 Tensor Transformer::output_of(int unit, bool backward) const {

@@ -128,13 +128,16 @@ class Transformer {
   // scales. w8_ serves only weights that arrive in the compute dtype
   // (UnitAccess::weight_fp8 empty).
   Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
-  Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then dA's and dB's
-  // Under fp8_ (else empty): max |dA| and max |dB| as swiglu_backward stores
-  // them, both (which < 0) or one.
-  Tensor swiglu_grad_amax(int which = -1) const {
+  Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then GradAmax's
+  // Output gradients whose max |.| the op that writes them also computes, so
+  // their FP8 cast skips the amax pass: SwiGLU's dA and dB, dres_ (from each
+  // RMSNorm backward: W2's and Wo's dy), and dq, dk (from QK-norm's backward).
+  // Each slot holds the value of the latest write, read by the next cast.
+  enum GradAmax { kGradA, kGradB, kGradRes, kGradQ, kGradK, kGradAmaxes };
+  // Under fp8_ (else empty): `count` slots from `first`.
+  Tensor grad_amax(GradAmax first, int count = 1) const {
     if (!fp8_) return {};
-    const int64_t at = int64_t(kBlockInputs) * cfg_.n_layer;
-    return which < 0 ? amax8_.slice(at, 2) : amax8_.slice(at + which, 1);
+    return amax8_.slice(int64_t(kBlockInputs) * cfg_.n_layer + first, count);
   }
   // the inverse scale of the input (0), weight (1) or gradient (2) codes
   Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }

@@ -172,7 +172,7 @@ void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int di
 }
 
 void CpuOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                              int rows, int dim, bool accumulate_dx) {
+                              int rows, int dim, bool accumulate_dx, Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
   float* dxo = f32(dx, n, "rmsnorm dx");
   float* dgo = f32(dg, dim, "rmsnorm dg");
@@ -198,6 +198,10 @@ void CpuOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor 
       const float v = float(rs * (d * gi[i] - xr[i] * c));
       dxr[i] = accumulate_dx ? dxr[i] + v : v;
     }
+  }
+  if (amax.numel > 0) {
+    FSDP_CHECK(amax.dtype == DType::f32, "rmsnorm_backward amax: f32[1]");
+    this->amax(amax.slice(0, 1), dx.slice(0, n));
   }
 }
 
@@ -255,7 +259,7 @@ void CpuOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, 
 }
 
 void CpuOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                int B, int T, int heads, int head_dim, float theta) {
+                                int B, int T, int heads, int head_dim, float theta, Tensor amax) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim;
@@ -264,7 +268,7 @@ void CpuOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tenso
   std::vector<float> tmp(dyi, dyi + n);
   const Tensor d{tmp.data(), DType::f32, n};
   rope_backward(d, B, T, heads, head_dim, theta);
-  rmsnorm_backward(dx, dg, d, x, g, rstd, rows, head_dim, false);
+  rmsnorm_backward(dx, dg, d, x, g, rstd, rows, head_dim, false, amax);
 }
 
 void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,

@@ -215,14 +215,15 @@ void CudaOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int d
 }
 
 void CudaOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                               int rows, int dim, bool accumulate_dx) {
+                               int rows, int dim, bool accumulate_dx, Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
   bool dg_bf16 = false;
   void* dgp = grad(dg, dim, "rmsnorm dg", dg_bf16);
   cuda::rmsnorm_backward(bf(dx, n, "rmsnorm dx"), dgp, dg_bf16, bf(dy, n, "rmsnorm dy"),
                          bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"),
-                         f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx, impl_->dev,
-                         *impl_, impl_->stream);
+                         f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx,
+                         amax.numel > 0 ? f32(amax, 1, "rmsnorm_backward amax") : nullptr,
+                         impl_->dev, *impl_, impl_->stream);
   after("rmsnorm_backward");
 }
 
@@ -300,10 +301,11 @@ void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T,
 }
 
 void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                 int B, int T, int heads, int head_dim, float theta) {
+                                 int B, int T, int heads, int head_dim, float theta, Tensor amax) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim;
+  float* am = amax.numel > 0 ? f32(amax, 1, "norm_rope_backward amax") : nullptr;
   bool dg_bf16 = false;
   void* dgp = grad(dg, head_dim, "norm_rope dg", dg_bf16);
   bf16* dxo = bf(dx, n, "norm_rope dx");
@@ -313,12 +315,12 @@ void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tens
   const float* rs = f32(rstd, rows, "norm_rope rstd");
   const float* table = impl_->rope_table(T, head_dim, theta);
   if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads, head_dim,
-                                impl_->dev, *impl_, impl_->stream)) {
+                                am, impl_->dev, *impl_, impl_->stream)) {
     // dy's contents are unspecified after the call (Ops::norm_rope_backward),
     // so it is rotated back in place.
     cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
-    cuda::rmsnorm_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, rows, head_dim, false, impl_->dev,
-                           *impl_, impl_->stream);
+    cuda::rmsnorm_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, rows, head_dim, false, am,
+                           impl_->dev, *impl_, impl_->stream);
   }
   after("norm_rope_backward");
 }

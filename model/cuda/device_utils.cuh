@@ -86,17 +86,27 @@ __device__ __forceinline__ double warp_sum(double v) {
 
 // The block's max of each thread's m (>= 0) into *word, an f32's bits
 // (non-negative floats order like their bits), with one atomic per block:
-// thousands of warps on one word serialise.
-__device__ __forceinline__ void block_max_into(unsigned* word, float m) {
-  __shared__ float warp_max[32];
+// thousands of warps on one word serialise. `scratch`: a float per warp in
+// shared memory; a kernel that has shared memory to spare passes its own, so
+// the call adds none to what the launch needs.
+__device__ __forceinline__ void block_max_into(unsigned* word, float m, float* scratch) {
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __syncthreads();  // warp_max may still be read by a previous call
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();  // scratch may still be read by a previous call, or by the caller
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x / 32); ++w) m = fmaxf(m, warp_max[w]);
+    for (int w = 1; w < int(blockDim.x / 32); ++w) m = fmaxf(m, scratch[w]);
     atomicMax(word, __float_as_uint(m));
   }
+}
+__device__ __forceinline__ void block_max_into(unsigned* word, float m) {
+  __shared__ float warp_max[32];
+  block_max_into(word, m, warp_max);
+}
+
+// |v| as it is once stored in bf16: what an amax of the stored tensor finds.
+__device__ __forceinline__ float stored_abs(float v) {
+  return fabsf(__bfloat162float(__float2bfloat16_rn(v)));
 }
 
 // Sum over the block, returned to every thread. `shared` holds one slot per

@@ -154,11 +154,12 @@ __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, cons
 // Each block keeps one f32 dg row per group in shared memory, folds them in
 // group order and writes one partial row per block; rmsnorm_dg_reduce_kernel
 // then adds the partials in block order. Each dy element is read before the
-// same thread writes that dx element, so dx may alias dy.
+// same thread writes that dx element, so dx may alias dy. amax: null, or a
+// zeroed word that gets max |dx| as stored.
 template <int VEC, int ITERS>
 __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
                                         const bf16* g, const float* rstd, int rows, int dim,
-                                        bool accumulate_dx, int G) {
+                                        bool accumulate_dx, int G, unsigned* amax) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   float* my = dg_rows + group * dim;
@@ -180,6 +181,7 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     // order the clearing before any lane's first add.
     __syncthreads();
   }
+  float m = 0.0f;  // max |dx| stored by this thread
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
@@ -213,6 +215,7 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
       for (int k = 0; k < VEC; ++k) {
         o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
         a[k] += d[k] * xv[k] * rs;
+        if (amax) m = fmaxf(m, stored_abs(o[k]));
       }
       store_vec<VEC>(dx + off + c, o);
     };
@@ -248,6 +251,8 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     for (int k = 0; k < gpb; ++k) s += dg_rows[k * dim + c];
     partial[int64_t(blockIdx.x) * dim + c] = s;
   }
+  // dg_rows (gpb * dim >= blockDim.x floats) is free again: a float per warp.
+  if (amax) block_max_into(amax, m, dg_rows);
 }
 
 // Column c of dg: the partial rows of every block added in block order. 32
@@ -370,7 +375,8 @@ void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int row
 
 void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                       const bf16* g, const float* rstd, int rows, int dim, bool accumulate_dx,
-                      const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream) {
+                      float* amax, const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream) {
+  if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (rows == 0) return;
   const bool vec =
       dim % kVec == 0 && aligned16(dx) && aligned16(dy) && aligned16(x) && aligned16(g);
@@ -392,7 +398,7 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
   auto launch = [&](auto vec_c, auto iters_c) {
     rmsnorm_backward_kernel<decltype(vec_c)::value, decltype(iters_c)::value>
         <<<blocks, threads, smem, stream>>>(dx, partial, dy, x, g, rstd, rows, dim, accumulate_dx,
-                                            rg.G);
+                                            rg.G, reinterpret_cast<unsigned*>(amax));
   };
   auto with_iters = [&](auto vec_c) {
     using I = std::integral_constant<int, 0>;

@@ -38,10 +38,11 @@ void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int3
 
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows, int dim,
                      float eps, cudaStream_t stream);
-// dg is bf16 when dg_bf16, else f32.
+// dg is bf16 when dg_bf16, else f32. amax: null, or an f32 word that gets
+// max |dx| as stored.
 void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                       const bf16* g, const float* rstd, int rows, int dim, bool accumulate_dx,
-                      const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream);
+                      float* amax, const DeviceInfo& dev, Scratch& scratch, cudaStream_t stream);
 // dg[dim] += the sum of `blocks` partial rows partial[blocks, dim] (f32), added
 // in block order: the last step of every RMSNorm-style backward.
 void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks, int dim,
@@ -55,15 +56,16 @@ void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, 
 // QK-norm then RoPE fused (norm_rope.cu): per head vector of x[B, T, heads,
 // hd], y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates
 // dy back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when
-// dg_bf16, else f32). Both return false, having enqueued nothing, when the
-// shape or alignment is not one the fused kernels handle (hd must be
-// 16 * 2^i up to 512, pointers 16-byte aligned); the caller then composes
+// dg_bf16, else f32), max |dx| as stored into amax unless it is null. Both
+// return false, having enqueued nothing, when the shape or alignment is not
+// one the fused kernels handle (hd must be 16 * 2^i up to 512, pointers
+// 16-byte aligned); the caller then composes
 // rmsnorm and rope.
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
                        int B, int T, int heads, int hd, float eps, cudaStream_t stream);
 bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                         const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
-                        int heads, int hd, const DeviceInfo& dev, Scratch& scratch,
+                        int heads, int hd, float* amax, const DeviceInfo& dev, Scratch& scratch,
                         cudaStream_t stream);
 
 void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);

@@ -52,10 +52,12 @@ __global__ void norm_rope_forward_kernel(bf16* y, float* rstd, const bf16* x, co
 
 // dy is first rotated back (the transpose rotation), then RMSNorm's backward:
 // dx_j = r (d_j g_j - x_j r^2 mean_i(d_i g_i x_i)), dg_j += sum_rows d_j x_j r.
+// amax: null, or a zeroed word that gets max |dx| as stored.
 template <int VEC>
 __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
                                           const bf16* g, const float* rstd, const float* cos_sin,
-                                          int64_t rows, int T, int heads, int hd, int G) {
+                                          int64_t rows, int T, int heads, int hd, int G,
+                                          unsigned* amax) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   const int half = hd / 2, c = lane * VEC;
@@ -64,6 +66,7 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
   load_vec<VEC>(g + half + c, ghi);
 #pragma unroll
   for (int k = 0; k < VEC; ++k) alo[k] = ahi[k] = 0.0f;
+  float m = 0.0f;  // max |dx| stored by this thread
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
@@ -93,6 +96,7 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
       ohi[k] = rs * (dhi[k] * ghi[k] - xhi[k] * cc);
       alo[k] += dlo[k] * xlo[k] * rs;
       ahi[k] += dhi[k] * xhi[k] * rs;
+      if (amax) m = fmaxf(m, fmaxf(stored_abs(olo[k]), stored_abs(ohi[k])));
     }
     store_vec<VEC>(dx + off + c, olo);
     store_vec<VEC>(dx + off + half + c, ohi);
@@ -109,6 +113,8 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
     for (int k = 0; k < gpb; ++k) s += dg_rows[k * hd + col];
     partial[int64_t(blockIdx.x) * hd + col] = s;
   }
+  // dg_rows (gpb * hd = 2 * kVec * blockDim.x floats) is free again.
+  if (amax) block_max_into(amax, m, dg_rows);
 }
 
 // Lanes per head vector when the fused kernels apply: VEC-wide pairs need
@@ -136,10 +142,11 @@ bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const
 
 bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                         const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
-                        int heads, int hd, const DeviceInfo& dev, Scratch& scratch,
+                        int heads, int hd, float* amax, const DeviceInfo& dev, Scratch& scratch,
                         cudaStream_t stream) {
   const int G = lanes_for(hd);
   if (G == 0 || !aligned16(dx) || !aligned16(dy) || !aligned16(x) || !aligned16(g)) return false;
+  if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   const int64_t rows = int64_t(B) * T * heads;
   if (rows == 0) return true;
   const int gpb = kThreads / G;
@@ -148,8 +155,9 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
   const size_t smem = size_t(gpb) * hd * sizeof(float);
   const int blocks = int(std::min<int64_t>((rows + gpb - 1) / gpb, int64_t(dev.sm_count) * 4));
   auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * hd * sizeof(float)));
-  norm_rope_backward_kernel<kVec><<<blocks, kThreads, smem, stream>>>(
-      dx, partial, dy, x, g, rstd, cos_sin, rows, T, heads, hd, G);
+  norm_rope_backward_kernel<kVec>
+      <<<blocks, kThreads, smem, stream>>>(dx, partial, dy, x, g, rstd, cos_sin, rows, T, heads, hd,
+                                           G, reinterpret_cast<unsigned*>(amax));
   FSDP_LAUNCH_CHECK("norm_rope_backward_kernel");
   rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, hd, stream);
   return true;

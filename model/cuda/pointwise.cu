@@ -47,8 +47,7 @@ __device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F
 #pragma unroll
     for (int k = 0; k < NOUT; ++k)
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        m[k] = fmaxf(m[k], fabsf(__bfloat162float(__float2bfloat16_rn(out[k][e]))));
+      for (int e = 0; e < VEC; ++e) m[k] = fmaxf(m[k], stored_abs(out[k][e]));
   }
 #pragma unroll
   for (int k = 0; k < NOUT; ++k) store_vec<VEC>(a.out[k] + i, out[k]);

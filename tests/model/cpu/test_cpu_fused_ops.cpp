@@ -6,6 +6,7 @@
 // difference check of norm_rope's gradients guards the composition itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -91,12 +92,15 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
   Vec d = dy, want_dx = nan_vec(s.n()), want_dg = dg0;
   ops.rope_backward(view(d), s.B, s.T, s.H, s.hd, theta);
   ops.rmsnorm_backward(view(want_dx), view(want_dg), view(d), view(x), view(g), view(rstd),
-                       s.rows(), s.hd, false);
-  Vec dyc = dy, dx = nan_vec(s.n()), dg = dg0;
+                       s.rows(), s.hd, false, Tensor{});
+  Vec dyc = dy, dx = nan_vec(s.n()), dg = dg0, amax = nan_vec(1);
   ops.norm_rope_backward(view(dx), view(dg), view(dyc), view(x), view(g), view(rstd), s.B, s.T, s.H,
-                         s.hd, theta);
+                         s.hd, theta, view(amax));
   EXPECT_EQ(dx, want_dx);
   EXPECT_EQ(dg, want_dg);
+  float want_amax = 0.0f;
+  for (float v : want_dx) want_amax = std::max(want_amax, std::fabs(v));
+  EXPECT_EQ(amax[0], want_amax) << "max |dx|";
   EXPECT_EQ(dyc, dy) << "the reference leaves dy as it was";
 
   // Odd head_dim: RoPE pairs the halves of a head, so it must be even.
@@ -123,7 +127,7 @@ TEST(CpuFusedOps, NormRopeBackwardMatchesFiniteDifferences) {
   loss();
   Vec dy = R, dx(s.n()), dg(s.hd, 0.0f);
   ops.norm_rope_backward(view(dx), view(dg), view(dy), view(x), view(g), view(rstd), s.B, s.T, s.H,
-                         s.hd, theta);
+                         s.hd, theta, Tensor{});
   const test::GradCheckResult rx = test::grad_check(loss, x.data(), dx.data(), int64_t(x.size()));
   EXPECT_LT(rx.worst_rel_err, 1e-2) << "dx: " << rx.describe();
   const test::GradCheckResult rg = test::grad_check(loss, g.data(), dg.data(), int64_t(g.size()));

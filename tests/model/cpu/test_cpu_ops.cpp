@@ -17,6 +17,7 @@
 //    shows a 5% error in one coordinate is caught.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -216,7 +217,7 @@ TEST_F(CpuOpsTest, RmsNorm) {
   fill(R);
   poison(dx);
   ops_.zero(dg);
-  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false, Tensor{});
   auto loss = [&] {
     ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
     return dot_loss(y, R);
@@ -230,11 +231,19 @@ TEST_F(CpuOpsTest, RmsNorm) {
   Buf base(ops_, DType::f32, rows * dim);
   fill(base);
   ops_.copy(dx, base);
-  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, true);
-  for (int64_t i = 0; i < dx.n(); ++i) EXPECT_FLOAT_EQ(dx[i], base[i] + dx1[i]);
+  // The amax, when asked for, is of the sum stored, not of the part added.
+  Buf amax(ops_, DType::f32, 1);
+  poison(amax);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, true, amax);
+  float want_amax = 0.0f;
+  for (int64_t i = 0; i < dx.n(); ++i) {
+    EXPECT_FLOAT_EQ(dx[i], base[i] + dx1[i]);
+    want_amax = std::max(want_amax, std::fabs(dx[i]));
+  }
+  EXPECT_EQ(amax[0], want_amax);
   for (int64_t i = 0; i < dg.n(); ++i) EXPECT_FLOAT_EQ(dg[i], 2.0f * dg1[i]);
   ops_.copy(dx, base);
-  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false);
+  ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false, Tensor{});
   for (int64_t i = 0; i < dx.n(); ++i) EXPECT_EQ(dx[i], dx1[i]);
 }
 

@@ -35,7 +35,7 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt) {
   OpCase c;
   c.op = "norm_rope";
   c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
-  c.variant = std::string("dx set, dg ") + dtype_name(dgt);
+  c.variant = std::string("dx set, dg ") + dtype_name(dgt) + ", amax";
   c.dtypes = std::string("x,g,y,dy,dx bf16; rstd f32; dg ") + dtype_name(dgt);
   c.fwd_bytes = 2.0 * n * 2 + 2.0 * hd + 4.0 * rows;
   c.bwd_bytes = 3.0 * n * 2 + 4.0 * rows + 2.0 * hd;
@@ -51,10 +51,13 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt) {
     // Backward from the reference's rstd on both sides, so only backward is
     // judged. dy is not checked: its contents afterwards are unspecified.
     b.from_ref = {r};
-    b.bwd = [=, &o] { o.norm_rope_backward(dx, dg, dyt, xt, gt, r, B, T, H, hd, kTheta); };
+    Tensor amax = e.out(F32, 1);
+    b.bwd = [=, &o] { o.norm_rope_backward(dx, dg, dyt, xt, gt, r, B, T, H, hd, kTheta, amax); };
+    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
     b.bwd_checks = {vs_ref("norm_rope dx", dx, kRound),
                     dgt == BF ? vs_ref("norm_rope dg (bf16, +=)", dg, kRound)
-                              : vs_ref("norm_rope dg (f32, +=)", dg, kF32Sum)};
+                              : vs_ref("norm_rope dg (f32, +=)", dg, kF32Sum),
+                    vs_ref("norm_rope max |dx|", amax, kRound)};
     return b;
   };
   return c;

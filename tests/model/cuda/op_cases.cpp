@@ -54,8 +54,9 @@ OpCase rmsnorm_case(int rows, int dim, RmsDx mode) {
   OpCase c;
   c.op = "rmsnorm";
   c.shape = fmt("rows=%d dim=%d", rows, dim);
-  c.variant = mode == RmsDx::set          ? "dx set, dg bf16"
-              : mode == RmsDx::accumulate ? "dx accumulated, dg bf16"
+  // The model asks set and accumulated dx for their amax (FP8's dres).
+  c.variant = mode == RmsDx::set          ? "dx set, dg bf16, amax"
+              : mode == RmsDx::accumulate ? "dx accumulated, dg bf16, amax"
                                           : "dx aliasing dy, dg f32";
   c.dtypes =
       mode == RmsDx::alias_dy ? "x,g,y,dy,dx bf16; rstd,dg f32" : "x,g,y,dy,dx,dg bf16; rstd f32";
@@ -74,13 +75,16 @@ OpCase rmsnorm_case(int rows, int dim, RmsDx mode) {
     b.fwd_checks = {vs_ref("rmsnorm y", y, kRound), vs_ref("rmsnorm rstd (f32)", r, kF32)};
     // Backward from the reference's rstd on both sides, so only backward is judged.
     b.from_ref = {r};
-    b.bwd = [=, &o] { o.rmsnorm_backward(dx, dg, dyt, xt, gt, r, rows, dim, acc); };
+    const Tensor amax = mode == RmsDx::alias_dy ? Tensor{nullptr, e.dt(F32), 0} : e.out(F32, 1);
+    b.bwd = [=, &o] { o.rmsnorm_backward(dx, dg, dyt, xt, gt, r, rows, dim, acc, amax); };
     if (mode == RmsDx::alias_dy)
       b.bwd_checks = {vs_ref("rmsnorm dx aliasing dy", dx, kRound),
                       vs_ref("rmsnorm dg (f32, +=)", dg, kF32Sum)};
     else
+      // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
       b.bwd_checks = {vs_ref(acc ? "rmsnorm dx (+=)" : "rmsnorm dx", dx, kRound),
-                      vs_ref("rmsnorm dg (bf16, +=)", dg, kRound)};
+                      vs_ref("rmsnorm dg (bf16, +=)", dg, kRound),
+                      vs_ref("rmsnorm max |dx|", amax, kRound)};
     return b;
   };
   return c;
@@ -575,6 +579,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   std::vector<OpCase> t;
   t.push_back(embedding_case(c.vocab_size, M, d, BF, false));
   t.push_back(rmsnorm_case(M, d, RmsDx::set));
+  t.push_back(rmsnorm_case(M, d, RmsDx::accumulate));  // a block's norms
   struct Proj {
     const char* name;
     int N, K;
