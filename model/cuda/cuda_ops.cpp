@@ -219,11 +219,10 @@ void CudaOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor
   const int64_t n = int64_t(rows) * dim;
   bool dg_bf16 = false;
   void* dgp = grad(dg, dim, "rmsnorm dg", dg_bf16);
-  cuda::rmsnorm_backward(bf(dx, n, "rmsnorm dx"), dgp, dg_bf16, bf(dy, n, "rmsnorm dy"),
-                         bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"),
-                         f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx,
-                         amax.numel > 0 ? f32(amax, 1, "rmsnorm_backward amax") : nullptr,
-                         impl_->dev, *impl_, impl_->stream);
+  cuda::rmsnorm_backward(
+      bf(dx, n, "rmsnorm dx"), dgp, dg_bf16, bf(dy, n, "rmsnorm dy"), bf(x, n, "rmsnorm x"),
+      bf(g, dim, "rmsnorm g"), f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx,
+      f32_or_null(amax, 1, "rmsnorm_backward amax"), impl_->dev, *impl_, impl_->stream);
   after("rmsnorm_backward");
 }
 
@@ -305,7 +304,7 @@ void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tens
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim;
-  float* am = amax.numel > 0 ? f32(amax, 1, "norm_rope_backward amax") : nullptr;
+  float* am = f32_or_null(amax, 1, "norm_rope_backward amax");
   bool dg_bf16 = false;
   void* dgp = grad(dg, head_dim, "norm_rope dg", dg_bf16);
   bf16* dxo = bf(dx, n, "norm_rope dx");
@@ -362,8 +361,7 @@ void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor 
                               Tensor amax) {
   cuda::swiglu_backward(bf(da, n, "swiglu da"), bf(db, n, "swiglu db"), bf(ds, n, "swiglu ds"),
                         bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
-                        amax.numel > 0 ? f32(amax, 2, "swiglu_backward amax") : nullptr,
-                        impl_->stream);
+                        f32_or_null(amax, 2, "swiglu_backward amax"), impl_->stream);
   after("swiglu_backward");
 }
 

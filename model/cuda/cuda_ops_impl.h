@@ -39,6 +39,10 @@ inline float* f32(Tensor t, int64_t n, const char* what) {
   need(t, n, what);
   return static_cast<float*>(t.data);
 }
+// An optional output (Ops' amax arguments): null when t is empty.
+inline float* f32_or_null(Tensor t, int64_t n, const char* what) {
+  return t.numel > 0 ? f32(t, n, what) : nullptr;
+}
 inline const int32_t* i32(Tensor t, int64_t n, const char* what) {
   FSDP_CHECK(t.dtype == DType::i32, what, " is ", dtype_name(t.dtype), ", expected i32");
   need(t, n, what);

@@ -308,6 +308,7 @@ void cast_t(uint8_t* q, uint8_t* qt, float* scale_inv, const T* x, int rows, int
   }
   if (tiles_fit(x, q, qt, rows, cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     const dim3 tiles(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+    FSDP_CHECK(tiles.y <= 65535, "quantize_fp8_t: ", rows, " rows");
     quantize_t_vec_kernel<<<tiles, kThreads, 0, stream>>>(q, qt, scale_inv, x, rows, cols, amax,
                                                           fmt_max, fmt);
     return;
@@ -412,6 +413,7 @@ void transpose_fp8(uint8_t* qt, const uint8_t* q, int rows, int cols, cudaStream
   if (int64_t(rows) * cols == 0) return;
   if (tiles_fit(q, q, qt, rows, cols)) {
     const dim3 tiles(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+    FSDP_CHECK(tiles.y <= 65535, "transpose_fp8: ", rows, " rows");
     transpose_u8_vec_kernel<<<tiles, kThreads, 0, stream>>>(qt, q, rows, cols);
   } else {
     const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32)), block(32, 8);

@@ -59,8 +59,7 @@ void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, 
 // dg_bf16, else f32), max |dx| as stored into amax unless it is null. Both
 // return false, having enqueued nothing, when the shape or alignment is not
 // one the fused kernels handle (hd must be 16 * 2^i up to 512, pointers
-// 16-byte aligned); the caller then composes
-// rmsnorm and rope.
+// 16-byte aligned); the caller then composes rmsnorm and rope.
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
                        int B, int T, int heads, int hd, float eps, cudaStream_t stream);
 bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
