@@ -101,7 +101,11 @@ class Ops {
   virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) = 0;
 
   // y = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps), per row of length dim.
-  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) = 0;
+  // With amax (f32[1], or empty): amax[0] = max |y| of the values stored, as
+  // Ops::amax would find it, for the FP8 forward to cast y by without another
+  // pass over it.
+  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                       Tensor amax) = 0;
   // dx (=|+=) d/dx, dg += d/dg. With amax (f32[1], or empty): amax[0] =
   // max |dx| of the values stored (after the +=), as Ops::amax would find it,
   // for the FP8 backward to cast dx by without another pass over it.
@@ -147,8 +151,8 @@ class Ops {
                                   Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                   int n_head, int n_kv_head, int head_dim) = 0;
 
-  // s = silu(a) * b, elementwise over n.
-  virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) = 0;
+  // s = silu(a) * b, elementwise over n. amax as in rmsnorm: max |s|.
+  virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) = 0;
   // With amax (f32[2], or empty): amax[0] = max |da|, amax[1] = max |db| of
   // the values stored (Ops::amax's), for the FP8 backward to cast them by
   // without another pass over them.

@@ -121,9 +121,11 @@ void ProfiledOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, in
   timed(shape("embedding_backward", {n, C}), 0, double(n) * C * (sz(dout) + 2 * sz(dwte)),
         [&] { inner_->embedding_backward(dwte, dout, tokens, n, C); });
 }
-void ProfiledOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) {
-  timed(shape("rmsnorm", {rows, dim}), 0, double(rows) * dim * (sz(x) + sz(y)),
-        [&] { inner_->rmsnorm(y, rstd, x, g, rows, dim, eps); });
+void ProfiledOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                          Tensor amax) {
+  timed(shape(amax.numel ? "rmsnorm+amax" : "rmsnorm", {rows, dim}), 0,
+        double(rows) * dim * (sz(x) + sz(y)),
+        [&] { inner_->rmsnorm(y, rstd, x, g, rows, dim, eps, amax); });
 }
 void ProfiledOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
                                    int rows, int dim, bool accumulate_dx, Tensor amax) {
@@ -187,8 +189,9 @@ void ProfiledOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
                                      head_dim);
         });
 }
-void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
-  timed(shape("swiglu", {n}), 0, 3.0 * double(n) * sz(s), [&] { inner_->swiglu(s, a, b, n); });
+void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
+  timed(shape(amax.numel ? "swiglu+amax" : "swiglu", {n}), 0, 3.0 * double(n) * sz(s),
+        [&] { inner_->swiglu(s, a, b, n, amax); });
 }
 void ProfiledOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
                                   Tensor amax) {

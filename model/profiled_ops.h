@@ -63,7 +63,8 @@ class ProfiledOps : public Ops {
 
   void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
-  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) override;
+  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+               Tensor amax) override;
   void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
                         int dim, bool accumulate_dx, Tensor amax) override;
   void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
@@ -81,7 +82,7 @@ class ProfiledOps : public Ops {
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
                           int head_dim) override;
-  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
+  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) override;
   void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
                        Tensor amax) override;
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;

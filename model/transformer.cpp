@@ -182,14 +182,14 @@ void Transformer::backward(int unit, UnitAccess& w) {
   }
 }
 
-Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, bool backward,
+Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, InputCast cast,
                                                    Tensor amax) {
   LinearInput in{x, {}, {}};
   if (!fp8_) return in;
   const int64_t n = int64_t(M) * K;
-  if (!backward) {
+  if (cast != InputCast::backward) {
     in.q = {x8_.slice(0, n), scale8(0), Fp8::e4m3};
-    ops_.amax(amax, x.slice(0, n));
+    if (cast == InputCast::forward_measure) ops_.amax(amax, x.slice(0, n));
     ops_.quantize_fp8_amax(in.q.codes, in.q.scale_inv, x.slice(0, n), amax, in.q.format);
     return in;
   }
@@ -252,9 +252,10 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   const float eps = cfg_.norm_eps;
   BlockActs& a = acts_[layer];
   Tensor x = res_[layer];
+  auto amax = [&](BlockInput in) { return input_amax(layer, in); };
 
-  ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps);
-  const LinearInput h1 = linear_input(a.h1, M, d, false, input_amax(layer, kInH1));
+  ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps, amax(kInH1));
+  const LinearInput h1 = linear_input(a.h1, M, d, InputCast::forward, amax(kInH1));
   block_linear(a.q_raw, h1, w, u, kWq, M, cfg_.q_dim(), d);
   block_linear(a.k_raw, h1, w, u, kWk, M, cfg_.kv_dim(), d);
   block_linear(a.v, h1, w, u, kWv, M, cfg_.kv_dim(), d);
@@ -264,22 +265,25 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
                  cfg_.rope_theta);
   ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
-  block_linear(a.mid, linear_input(a.att, M, cfg_.q_dim(), false, input_amax(layer, kInAtt)), w, u,
-               kWo, M, d, cfg_.q_dim(), x);
+  const LinearInput att =
+      linear_input(a.att, M, cfg_.q_dim(), InputCast::forward_measure, amax(kInAtt));
+  block_linear(a.mid, att, w, u, kWo, M, d, cfg_.q_dim(), x);
 
-  ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps);
+  ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps, amax(kInH2));
   mlp_forward(layer, w);
-  block_linear(res_[layer + 1], linear_input(a.s, M, ff, false, input_amax(layer, kInS)), w, u, kW2,
-               M, d, ff, a.mid);
+  const LinearInput s = linear_input(a.s, M, ff, InputCast::forward, amax(kInS));
+  block_linear(res_[layer + 1], s, w, u, kW2, M, d, ff, a.mid);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, ff = cfg_.d_ff;
   BlockActs& a = acts_[layer];
-  const LinearInput h2 = linear_input(a.h2, M, d, false, input_amax(layer, kInH2));
+  // h2's amax is the one its RMSNorm wrote, still in place when
+  // recomputation re-runs only this part.
+  const LinearInput h2 = linear_input(a.h2, M, d, InputCast::forward, input_amax(layer, kInH2));
   block_linear(a.a, h2, w, u, kW1, M, ff, d);
   block_linear(a.b, h2, w, u, kW3, M, ff, d);
-  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff);
+  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff, input_amax(layer, kInS));
 }
 
 // dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
@@ -293,21 +297,24 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   BlockActs& a = acts_[layer];
+  auto input = [&](Tensor x, int K, BlockInput in) {
+    return linear_input(x, M, K, InputCast::backward, input_amax(layer, in));
+  };
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
-  block_linear_backward(ds_, dres_, linear_input(a.s, M, ff, true, input_amax(layer, kInS)), w, u,
-                        kW2, M, d, ff, false, grad_amax(kGradRes));
+  block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, kW2, M, d, ff, false,
+                        grad_amax(kGradRes));
   ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, grad_amax(kGradA, 2));
-  const LinearInput h2 = linear_input(a.h2, M, d, true, input_amax(layer, kInH2));
+  const LinearInput h2 = input(a.h2, d, kInH2);
   block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false, grad_amax(kGradA));
   block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true, grad_amax(kGradB));
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true, grad_amax(kGradRes));
 
   // Attention branch.
-  block_linear_backward(datt_, dres_, linear_input(a.att, M, qd, true, input_amax(layer, kInAtt)),
-                        w, u, kWo, M, d, qd, false, grad_amax(kGradRes));
+  block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, kWo, M, d, qd, false,
+                        grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
   // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
   // rotate them in place.
@@ -315,7 +322,7 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                           B_, T_, H, hd, cfg_.rope_theta, grad_amax(kGradQ));
   ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
                           B_, T_, Hkv, hd, cfg_.rope_theta, grad_amax(kGradK));
-  const LinearInput h1 = linear_input(a.h1, M, d, true, input_amax(layer, kInH1));
+  const LinearInput h1 = input(a.h1, d, kInH1);
   block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false, grad_amax(kGradQ));
   block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true, grad_amax(kGradK));
   // dv comes from cuDNN, which reports no amax: the cast computes its own.
@@ -329,7 +336,7 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
   const int u = num_units() - 1, M = int(N_), d = cfg_.d_model;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
   Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
-  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), M, d, cfg_.norm_eps);
+  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), M, d, cfg_.norm_eps, {});
   ops_.linear(logits_, hf_, wout, M, Vp, d);  // padding columns: zero rows of wout
   ops_.cross_entropy(losses_, logits_, targets_, M, V, Vp, training ? loss_scale_ : 0.0f);
 }

@@ -83,14 +83,19 @@ class Transformer {
   // The input [M, K] of one or more block linears and, under fp8_, its codes
   // (forward) or their transpose (backward), cast once for all the linears
   // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
-  // x8_ until the next input is made. The forward records the amax it
-  // casts by in `amax`; the backward casts the same values by it, so it
-  // skips the amax pass and gets the same codes.
+  // x8_ until the next input is made. The forward casts by the amax in
+  // `amax`; the backward casts the same values by it, so it skips the amax
+  // pass and gets the same codes.
   struct LinearInput {
     Tensor x;
     Fp8Tensor q, t;
   };
-  LinearInput linear_input(Tensor x, int M, int K, bool backward, Tensor amax);
+  // forward: `amax` already holds max |x|, written by the op that made x
+  // (RMSNorm, SwiGLU); forward_measure: x's maker (cuDNN's attention) gives
+  // none, so an amax pass fills it first; backward: the transposed codes, by
+  // the amax the forward cast with.
+  enum class InputCast { forward, forward_measure, backward };
+  LinearInput linear_input(Tensor x, int M, int K, InputCast cast, Tensor amax);
   enum BlockInput { kInH1, kInAtt, kInH2, kInS, kBlockInputs };
   Tensor input_amax(int layer, BlockInput in) const {
     return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};

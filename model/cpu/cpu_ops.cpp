@@ -154,7 +154,8 @@ void CpuOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, 
   }
 }
 
-void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) {
+void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                     Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
   float* yo = f32(y, n, "rmsnorm y");
   float* r = f32(rstd, rows, "rmsnorm rstd");
@@ -168,6 +169,10 @@ void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int di
     r[row] = float(rs);
     float* yr = yo + int64_t(row) * dim;
     for (int i = 0; i < dim; ++i) yr[i] = float(double(xr[i]) * r[row] * gi[i]);
+  }
+  if (amax.numel > 0) {
+    FSDP_CHECK(amax.dtype == DType::f32, "rmsnorm amax: f32[1]");
+    this->amax(amax.slice(0, 1), y.slice(0, n));
   }
 }
 
@@ -254,7 +259,7 @@ void CpuOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, flo
 void CpuOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
                        int head_dim, float eps, float theta) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
-  rmsnorm(y, rstd, x, g, B * T * heads, head_dim, eps);
+  rmsnorm(y, rstd, x, g, B * T * heads, head_dim, eps, {});
   rope(y, B, T, heads, head_dim, theta);
 }
 
@@ -369,11 +374,15 @@ void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Te
   }
 }
 
-void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
+void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
   float* so = f32(s, n, "swiglu s");
   const float* ai = f32(a, n, "swiglu a");
   const float* bi = f32(b, n, "swiglu b");
   for (int64_t i = 0; i < n; ++i) so[i] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
+  if (amax.numel > 0) {
+    FSDP_CHECK(amax.dtype == DType::f32, "swiglu amax: f32[1]");
+    this->amax(amax.slice(0, 1), s.slice(0, n));
+  }
 }
 
 void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,

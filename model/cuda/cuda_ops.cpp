@@ -206,11 +206,12 @@ void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n,
   after("embedding_backward");
 }
 
-void CudaOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) {
+void CudaOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                      Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
   cuda::rmsnorm_forward(bf(y, n, "rmsnorm y"), f32(rstd, rows, "rmsnorm rstd"),
                         bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"), rows, dim, eps,
-                        impl_->stream);
+                        f32_or_null(amax, 1, "rmsnorm amax"), impl_->stream);
   after("rmsnorm");
 }
 
@@ -293,7 +294,7 @@ void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T,
   const bf16* gi = bf(g, head_dim, "norm_rope g");
   const float* table = impl_->rope_table(T, head_dim, theta);
   if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, impl_->stream)) {
-    cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, impl_->stream);
+    cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, nullptr, impl_->stream);
     cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
   }
   after("norm_rope");
@@ -351,9 +352,9 @@ void CudaOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, T
   after("attention_backward");
 }
 
-void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n) {
+void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
   cuda::swiglu_forward(bf(s, n, "swiglu s"), bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
-                       impl_->stream);
+                       f32_or_null(amax, 1, "swiglu amax"), impl_->stream);
   after("swiglu");
 }
 

@@ -72,7 +72,8 @@ class CudaOps final : public Ops {
   void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
 
-  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps) override;
+  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+               Tensor amax) override;
   void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
                         int dim, bool accumulate_dx, Tensor amax) override;
 
@@ -96,7 +97,7 @@ class CudaOps final : public Ops {
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
                           int head_dim) override;
 
-  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n) override;
+  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) override;
   void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
                        Tensor amax) override;
 

@@ -118,9 +118,10 @@ RowGroups row_groups(int dim, int vec) {
   return {G, kThreads / G};
 }
 
+// amax: null, or a zeroed word that gets max |y| as stored.
 template <int VEC>
 __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows,
-                                       int dim, float eps, int G) {
+                                       int dim, float eps, int G, unsigned* amax) {
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   const int64_t row = int64_t(blockIdx.x) * gpb + group;
   const bool active = row < rows;
@@ -134,20 +135,27 @@ __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, cons
       for (int k = 0; k < VEC; ++k) ss += v[k] * v[k];
     }
   ss = warp_sum(ss, G);
-  if (!active) return;
-  // Backward reads the stored f32 rstd; the forward uses the same value so
-  // both describe one function.
-  const float rs = 1.0f / sqrtf(ss / float(dim) + eps);
-  if (lane == 0) rstd[row] = rs;
-  bf16* yr = y + row * dim;
-  for (int c = lane * VEC; c < dim; c += G * VEC) {
-    float v[VEC], gv[VEC];
-    load_vec<VEC>(xr + c, v);
-    load_vec<VEC>(g + c, gv);
+  float m = 0.0f;  // max |y| as stored, for amax
+  if (active) {
+    // Backward reads the stored f32 rstd; the forward uses the same value so
+    // both describe one function.
+    const float rs = 1.0f / sqrtf(ss / float(dim) + eps);
+    if (lane == 0) rstd[row] = rs;
+    bf16* yr = y + row * dim;
+    for (int c = lane * VEC; c < dim; c += G * VEC) {
+      float v[VEC], gv[VEC];
+      load_vec<VEC>(xr + c, v);
+      load_vec<VEC>(g + c, gv);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = v[k] * rs * gv[k];
-    store_vec<VEC>(yr + c, v);
+      for (int k = 0; k < VEC; ++k) {
+        v[k] = v[k] * rs * gv[k];
+        if (amax) m = fmaxf(m, stored_abs(v[k]));
+      }
+      store_vec<VEC>(yr + c, v);
+    }
   }
+  // Every thread of the block reaches this, active or not: it synchronises.
+  if (amax) block_max_into(amax, m);
 }
 
 // dx_j = r (dy_j g_j - x_j r^2 mean_i(dy_i g_i x_i)); dg_j += sum_rows dy_j x_j r.
@@ -359,16 +367,19 @@ void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int3
 }
 
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows, int dim,
-                     float eps, cudaStream_t stream) {
+                     float eps, float* amax, cudaStream_t stream) {
+  if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (rows == 0) return;
+  auto* bits = reinterpret_cast<unsigned*>(amax);
   const bool vec = dim % kVec == 0 && aligned16(y) && aligned16(x) && aligned16(g);
   const RowGroups rg = row_groups(dim, vec ? kVec : 1);
   const unsigned blocks = blocks_for(rows, rg.gpb, int64_t(1) << 31);
   if (vec) {
     rmsnorm_forward_kernel<kVec>
-        <<<blocks, kThreads, 0, stream>>>(y, rstd, x, g, rows, dim, eps, rg.G);
+        <<<blocks, kThreads, 0, stream>>>(y, rstd, x, g, rows, dim, eps, rg.G, bits);
   } else {
-    rmsnorm_forward_kernel<1><<<blocks, kThreads, 0, stream>>>(y, rstd, x, g, rows, dim, eps, rg.G);
+    rmsnorm_forward_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(y, rstd, x, g, rows, dim, eps, rg.G, bits);
   }
   FSDP_LAUNCH_CHECK("rmsnorm_forward_kernel");
 }

@@ -36,8 +36,9 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int n,
 void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int32_t* tokens, int n,
                         int C, int64_t vocab, Scratch& scratch, cudaStream_t stream);
 
+// amax: null, or an f32 word that gets max |y| as stored.
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows, int dim,
-                     float eps, cudaStream_t stream);
+                     float eps, float* amax, cudaStream_t stream);
 // dg is bf16 when dg_bf16, else f32. amax: null, or an f32 word that gets
 // max |dx| as stored.
 void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
@@ -67,7 +68,9 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
                         int heads, int hd, float* amax, const DeviceInfo& dev, Scratch& scratch,
                         cudaStream_t stream);
 
-void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
+// amax: null, or an f32 word that gets max |s| as stored.
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, float* amax,
+                    cudaStream_t stream);
 // amax: null, or two f32 words that get max |da| and max |db| as stored.
 void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
                      float* amax, cudaStream_t stream);

@@ -273,8 +273,9 @@ unsigned grid_for(int64_t n) {
 
 // ---- launchers -------------------------------------------------------------------
 
-void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
-  launch_map(MapArgs<2, 1>{{a, b}, {s}}, n, SwigluFwd{}, stream, "swiglu_forward");
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, float* amax,
+                    cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{a, b}, {s}}, n, SwigluFwd{}, stream, "swiglu_forward", amax);
 }
 
 void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,

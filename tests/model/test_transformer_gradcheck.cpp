@@ -162,15 +162,28 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
   EXPECT_LT(bytes[2], bytes[1]);
 }
 
-// Under fp8 the backward casts each block input by the amax its forward
-// recorded (Transformer::input_amax), and the output gradients by the amaxes
-// the ops that wrote them computed (SwiGLU's dA and dB, RMSNorm's dres,
-// QK-norm's dq and dk), skipping an amax pass. Each must be the amax of the
-// very tensor being cast, in every recompute mode and for a second batch,
-// so the codes are what casting it afresh gives.
+// Under fp8 the forward casts h1, h2 and s by the amaxes their RMSNorm and
+// SwiGLU computed, and only attention's output after an amax pass; the
+// backward casts each block input by the amax its forward cast it with
+// (Transformer::input_amax), and the output gradients by the amaxes the ops
+// that wrote them computed (SwiGLU's dA and dB, RMSNorm's dres, QK-norm's dq
+// and dk). Each must be the amax of the very tensor being cast, in every
+// recompute mode and for a second batch, so the codes are what casting it
+// afresh gives.
 struct AmaxSpy : ProfiledOps {
   AmaxSpy() : ProfiledOps(std::make_unique<CpuOps>()) {}
-  int calls = 0;
+  int calls = 0, forward_casts = 0, passes = 0;
+  void amax(Tensor out, Tensor x) override {
+    ++passes;
+    ProfiledOps::amax(out, x);
+  }
+  void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override {
+    float own = 0.0f;
+    inner().amax(Tensor{&own, DType::f32, 1}, src);
+    EXPECT_EQ(own, amax.f32()[0]) << "forward cast " << forward_casts << " of " << src.numel;
+    ++forward_casts;
+    ProfiledOps::quantize_fp8_amax(q, scale_inv, src, amax, format);
+  }
   void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
                            int cols, Fp8 format) override {
     float own = 0.0f;
@@ -200,6 +213,12 @@ TEST(Transformer, Fp8BackwardCastsByTheAmaxOfWhatItCasts) {
     // Per block and batch: inputs h1, att, h2, s; gradients dres (W2's and
     // Wo's), dA, dB, dq, dk. Only dv, from cuDNN, is cast by its own amax.
     EXPECT_EQ(ops.calls, 2 * (4 + 6) * c.n_layer);
+    // The forward casts those 4 inputs each time it runs, recomputation
+    // included (all 4 again under block; under mlp only h2, for W1 and W3);
+    // the amax pass is attention's output's alone.
+    const int runs = r == Recompute::block ? 2 : 1, mlp_again = r == Recompute::mlp ? 1 : 0;
+    EXPECT_EQ(ops.forward_casts, 2 * (4 * runs + mlp_again) * c.n_layer);
+    EXPECT_EQ(ops.passes, 2 * runs * c.n_layer);
   }
 }
 

@@ -80,7 +80,7 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
   Vec x = random_vec(rng, s.n(), -2.0f, 2.0f), g = random_vec(rng, s.hd, 0.5f, 1.5f);
 
   Vec want_y = nan_vec(s.n()), want_r = nan_vec(s.rows());
-  ops.rmsnorm(view(want_y), view(want_r), view(x), view(g), s.rows(), s.hd, eps);
+  ops.rmsnorm(view(want_y), view(want_r), view(x), view(g), s.rows(), s.hd, eps, {});
   ops.rope(view(want_y), s.B, s.T, s.H, s.hd, theta);
   Vec y = nan_vec(s.n()), rstd = nan_vec(s.rows());
   ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta);

@@ -153,8 +153,8 @@ TEST_F(CpuOpsTest, MemoryAllocZeroCopyTransfer) {
   Buf empty(ops_, DType::f32, 0);
   EXPECT_EQ(empty.n(), 0);
   Buf bf(ops_, DType::bf16, 37);
-  EXPECT_THROW(ops_.copy(bf, a), Error);                        // dtype mismatch
-  EXPECT_THROW(ops_.rmsnorm(bf, a, a, a, 1, 4, 1e-5f), Error);  // non-f32 rejected
+  EXPECT_THROW(ops_.copy(bf, a), Error);                            // dtype mismatch
+  EXPECT_THROW(ops_.rmsnorm(bf, a, a, a, 1, 4, 1e-5f, {}), Error);  // non-f32 rejected
 }
 
 // ---- embedding -----------------------------------------------------------------
@@ -202,7 +202,9 @@ TEST_F(CpuOpsTest, RmsNorm) {
   fill(g, 0.5f, 1.5f);
   poison(y);
   poison(rstd);
-  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+  Buf y_amax(ops_, DType::f32, 1);
+  poison(y_amax);
+  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps, y_amax);
   std::vector<double> want_y(rows * dim), want_r(rows);
   for (int r = 0; r < rows; ++r) {
     double ss = 0.0;
@@ -212,6 +214,9 @@ TEST_F(CpuOpsTest, RmsNorm) {
   }
   expect_close("rmsnorm y", y.f(), want_y);
   expect_close("rmsnorm rstd", rstd.f(), want_r);
+  float want_y_amax = 0.0f;  // of y as stored
+  for (int64_t i = 0; i < y.n(); ++i) want_y_amax = std::max(want_y_amax, std::fabs(y[i]));
+  EXPECT_EQ(y_amax[0], want_y_amax);
 
   Buf R(ops_, DType::f32, rows * dim), dx(ops_, DType::f32, rows * dim), dg(ops_, DType::f32, dim);
   fill(R);
@@ -219,14 +224,14 @@ TEST_F(CpuOpsTest, RmsNorm) {
   ops_.zero(dg);
   ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false, Tensor{});
   auto loss = [&] {
-    ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+    ops_.rmsnorm(y, rstd, x, g, rows, dim, eps, {});
     return dot_loss(y, R);
   };
   expect_grad("rmsnorm dx", grad_check(loss, x.f(), dx.f(), x.n()));
   expect_grad("rmsnorm dg", grad_check(loss, g.f(), dg.f(), g.n()));
 
   // accumulate_dx adds to what is there; dg always accumulates.
-  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps);
+  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps, {});
   const std::vector<float> dx1 = snapshot(dx), dg1 = snapshot(dg);
   Buf base(ops_, DType::f32, rows * dim);
   fill(base);
@@ -478,10 +483,17 @@ TEST_F(CpuOpsTest, SwiGlu) {
   fill(a, -4.0f, 4.0f);
   fill(b, -2.0f, 2.0f);
   poison(s);
-  ops_.swiglu(s, a, b, n);
+  Buf s_amax(ops_, DType::f32, 1);
+  poison(s_amax);
+  ops_.swiglu(s, a, b, n, s_amax);
   std::vector<double> want(n);
-  for (int64_t i = 0; i < n; ++i) want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
+  float want_amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
+    want_amax = std::max(want_amax, std::fabs(s[i]));
+  }
   expect_close("swiglu", s.f(), want);
+  EXPECT_EQ(s_amax[0], want_amax);
 
   Buf R(ops_, DType::f32, n), da(ops_, DType::f32, n), db(ops_, DType::f32, n);
   fill(R);
@@ -489,7 +501,7 @@ TEST_F(CpuOpsTest, SwiGlu) {
   poison(db);
   ops_.swiglu_backward(da, db, R, a, b, n, {});
   auto loss = [&] {
-    ops_.swiglu(s, a, b, n);
+    ops_.swiglu(s, a, b, n, {});
     return dot_loss(s, R);
   };
   expect_grad("swiglu da", grad_check(loss, a.f(), da.f(), n));

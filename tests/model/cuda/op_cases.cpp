@@ -54,7 +54,8 @@ OpCase rmsnorm_case(int rows, int dim, RmsDx mode) {
   OpCase c;
   c.op = "rmsnorm";
   c.shape = fmt("rows=%d dim=%d", rows, dim);
-  // The model asks set and accumulated dx for their amax (FP8's dres).
+  // The FP8 model asks a block's norms for max |y| (its h1, h2) and max |dx|
+  // (its dres); the aliasing variant keeps the kernels' paths without.
   c.variant = mode == RmsDx::set          ? "dx set, dg bf16, amax"
               : mode == RmsDx::accumulate ? "dx accumulated, dg bf16, amax"
                                           : "dx aliasing dy, dg f32";
@@ -69,13 +70,17 @@ OpCase rmsnorm_case(int rows, int dim, RmsDx mode) {
     Tensor dyt = e.in(BF, dy);
     Tensor dg = e.in(mode == RmsDx::alias_dy ? F32 : BF, dg0);
     Tensor dx = mode == RmsDx::alias_dy ? dyt : acc ? e.in(BF, dx0) : e.out(BF, n);
+    const Tensor no_amax{nullptr, e.dt(F32), 0};
+    const Tensor y_amax = mode == RmsDx::alias_dy ? no_amax : e.out(F32, 1);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.rmsnorm(y, r, xt, gt, rows, dim, 1e-5f); };
+    b.fwd = [=, &o] { o.rmsnorm(y, r, xt, gt, rows, dim, 1e-5f, y_amax); };
     b.fwd_checks = {vs_ref("rmsnorm y", y, kRound), vs_ref("rmsnorm rstd (f32)", r, kF32)};
+    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
+    if (mode != RmsDx::alias_dy) b.fwd_checks.push_back(vs_ref("rmsnorm max |y|", y_amax, kRound));
     // Backward from the reference's rstd on both sides, so only backward is judged.
     b.from_ref = {r};
-    const Tensor amax = mode == RmsDx::alias_dy ? Tensor{nullptr, e.dt(F32), 0} : e.out(F32, 1);
+    const Tensor amax = mode == RmsDx::alias_dy ? no_amax : e.out(F32, 1);
     b.bwd = [=, &o] { o.rmsnorm_backward(dx, dg, dyt, xt, gt, r, rows, dim, acc, amax); };
     if (mode == RmsDx::alias_dy)
       b.bwd_checks = {vs_ref("rmsnorm dx aliasing dy", dx, kRound),
@@ -227,11 +232,11 @@ OpCase swiglu_case(int64_t n) {
     Tensor dst = e.in(BF, ds), da = e.out(BF, n), db = e.out(BF, n);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.swiglu(s, at, bt, n); };
-    b.fwd_checks = {vs_ref("swiglu", s, kRound)};
-    Tensor amax = e.out(F32, 2);
-    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n, amax); };
+    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 2);
+    b.fwd = [=, &o] { o.swiglu(s, at, bt, n, s_amax); };
     // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
+    b.fwd_checks = {vs_ref("swiglu", s, kRound), vs_ref("max |s|", s_amax, kRound)};
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n, amax); };
     b.bwd_checks = {vs_ref("swiglu da", da, kRound), vs_ref("swiglu db", db, kRound),
                     vs_ref("max |da|, |db|", amax, kRound)};
     return b;
