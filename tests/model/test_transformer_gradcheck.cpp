@@ -195,7 +195,7 @@ struct AmaxSpy : ProfiledOps {
   }
 };
 
-TEST(Transformer, Fp8BackwardCastsByTheAmaxOfWhatItCasts) {
+TEST(Transformer, Fp8CastsByTheAmaxOfWhatItCasts) {
   const ModelConfig c = small_config(true);
   ASSERT_GE(c.n_layer, 2);
   for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
