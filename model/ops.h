@@ -12,6 +12,11 @@
 //  - Per-row statistics (rstd, lse) and losses are always f32.
 //  - Calls may be asynchronous on a device; to_host() and sum_squares()
 //    synchronise.
+//  - An `_ld` argument (leading dimension, as in BLAS) is the distance in
+//    elements between the starts of consecutive token rows of the tensors it
+//    names, at least their row width: q, k and v are views into the packed
+//    output of one q|k|v GEMM. Such a tensor starts at its first row; its
+//    numel reaches at least the end of its last.
 #pragma once
 
 #include <chrono>
@@ -132,24 +137,26 @@ class Ops {
   // QK-norm and RoPE in one op: for every head vector of x[B, T, heads,
   // head_dim], y = rope(rmsnorm(x) * g), i.e. rmsnorm over the B*T*heads rows
   // of width head_dim (rstd[B*T*heads], f32, kept for backward) followed by
-  // rope on the result.
+  // rope on the result. x's token rows are x_ld apart; y is packed.
   virtual void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                         int head_dim, float eps, float theta) = 0;
+                         int head_dim, float eps, float theta, int64_t x_ld) = 0;
   // dx = d/dx (overwritten), dg += d/dg, from dy = dL/dy and the forward's
-  // rstd. dy's contents after the call are unspecified: a backend may rotate
-  // it back in place. amax as in rmsnorm_backward: max |dx|.
+  // rstd; dx's and x's token rows are x_ld apart, dy is packed. dy's contents
+  // after the call are unspecified: a backend may rotate it back in place.
+  // amax as in rmsnorm_backward: max |dx|.
   virtual void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                  int B, int T, int heads, int head_dim, float theta,
-                                  Tensor amax) = 0;
+                                  int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                                  int64_t x_ld) = 0;
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
-  // log-sum-exp of each softmax row for backward.
+  // log-sum-exp of each softmax row for backward. v's token rows (and dv's)
+  // are v_ld apart; every other tensor is packed.
   virtual void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                         int n_head, int n_kv_head, int head_dim) = 0;
+                         int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                   Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                  int n_head, int n_kv_head, int head_dim) = 0;
+                                  int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
 
   // s = silu(a) * b, elementwise over n. amax as in rmsnorm: max |s|.
   virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) = 0;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/error.h"
 #include "common/mix64.h"
 
 namespace fsdp {
@@ -21,10 +22,19 @@ int64_t UnitSpec::numel() const {
 }
 
 int64_t UnitSpec::offset_of(int param) const {
-  int64_t off = 0;
-  for (int i = 0; i < param; ++i)
-    off = (off + params[i].stored_numel() + kParamAlign - 1) / kParamAlign * kParamAlign;
-  return off;
+  int64_t end = 0;
+  for (int i = 0; i < param; ++i) end = param_start(end, params[i]) + params[i].stored_numel();
+  return param_start(end, params[size_t(param)]);
+}
+
+int64_t UnitSpec::span_numel(int first, int count) const {
+  FSDP_CHECK(count >= 1 && first >= 0 && first + count <= int(params.size()), "parameters ", first,
+             "+", count, " of unit ", name);
+  for (int p = first + 1; p < first + count; ++p)
+    FSDP_CHECK(params[size_t(p)].packed, "unit ", name, ": ", params[size_t(p)].name,
+               " is not packed behind ", params[size_t(p) - 1].name);
+  const int last = first + count - 1;
+  return offset_of(last) + params[size_t(last)].stored_numel() - offset_of(first);
 }
 
 std::vector<UnitSpec> model_units(const ModelConfig& c) {
@@ -39,6 +49,11 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   auto linear = [&](std::string name, int64_t rows, int64_t cols, float s) {
     ParamSpec p = matrix(std::move(name), rows, cols, s);
     p.fp8 = true;
+    return p;
+  };
+  auto packed = [&](std::string name, int64_t rows, int64_t cols, float s) {
+    ParamSpec p = linear(std::move(name), rows, cols, s);
+    p.packed = true;
     return p;
   };
   auto gain = [](std::string name, int64_t n) {
@@ -58,8 +73,8 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     units.push_back({"blocks." + std::to_string(l),
                      {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
-                      linear(b + "attn.wk", c.kv_dim(), d, std),
-                      linear(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
+                      packed(b + "attn.wk", c.kv_dim(), d, std),
+                      packed(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
                       gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
                       gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
                       linear(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}});

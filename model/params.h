@@ -31,6 +31,10 @@ struct ParamSpec {
   // codes, which the weights' provider may hand over as such
   // (UnitAccess::weight_fp8).
   bool fp8 = false;
+  // Stored right after the previous parameter, with no alignment gap, so the
+  // two are one matrix: Wk and Wv after Wq, which the model runs as one q|k|v
+  // GEMM. Under FP8 such a run also shares one scale (UnitAccess::weight_fp8).
+  bool packed = false;
 
   int64_t numel() const;         // logical elements
   int64_t stored_numel() const;  // with the padding rows: what the model computes on
@@ -45,7 +49,17 @@ struct UnitSpec {
   // offset, gaps included (they stay zero).
   int64_t numel() const;
   int64_t offset_of(int param) const;  // element offset of a parameter in the flat unit
+  // Elements from parameter `first`'s start to the end of parameter
+  // first + count - 1, which must each be packed behind the one before: what
+  // UnitAccess hands over for a run of packed parameters.
+  int64_t span_numel(int first, int count) const;
 };
+
+// Where a parameter starts in its flat unit (or segment of one) when the one
+// before it ends at `end`: kParamAlign-aligned, or at `end` when packed.
+inline int64_t param_start(int64_t end, const ParamSpec& p) {
+  return p.packed ? end : (end + kParamAlign - 1) / kParamAlign * kParamAlign;
+}
 
 std::vector<UnitSpec> model_units(const ModelConfig& c);
 

@@ -159,34 +159,35 @@ void ProfiledOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim
         [&] { inner_->rope_backward(dx, B, T, heads, head_dim, theta); });
 }
 void ProfiledOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                            int head_dim, float eps, float theta) {
+                            int head_dim, float eps, float theta, int64_t x_ld) {
   timed(shape("norm_rope", {B * T, heads, head_dim}), 0, 2.0 * B * T * heads * head_dim * sz(x),
-        [&] { inner_->norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta); });
+        [&] { inner_->norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta, x_ld); });
 }
 void ProfiledOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
                                      Tensor rstd, int B, int T, int heads, int head_dim,
-                                     float theta, Tensor amax) {
+                                     float theta, Tensor amax, int64_t x_ld) {
   timed(shape(amax.numel ? "norm_rope_backward+amax" : "norm_rope_backward",
               {B * T, heads, head_dim}),
         0, 3.0 * B * T * heads * head_dim * sz(dy), [&] {
-          inner_->norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax);
+          inner_->norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax,
+                                     x_ld);
         });
 }
 // Causal attention: half the T x T score matrix, two GEMMs forward (QK^T, PV)
 // and five backward (as FlashAttention counts them).
 void ProfiledOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                            int n_head, int n_kv_head, int head_dim) {
+                            int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   timed(shape("attention", {B, T, n_head, n_kv_head, head_dim}),
         2.0 * B * n_head * double(T) * T * head_dim, 0,
-        [&] { inner_->attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim); });
+        [&] { inner_->attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim, v_ld); });
 }
 void ProfiledOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                      Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                     int n_head, int n_kv_head, int head_dim) {
+                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   timed(shape("attention_backward", {B, T, n_head, n_kv_head, head_dim}),
         5.0 * B * n_head * double(T) * T * head_dim, 0, [&] {
           inner_->attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, n_head, n_kv_head,
-                                     head_dim);
+                                     head_dim, v_ld);
         });
 }
 void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {

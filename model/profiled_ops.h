@@ -74,14 +74,15 @@ class ProfiledOps : public Ops {
   void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
   void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
   void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
-                 float eps, float theta) override;
+                 float eps, float theta, int64_t x_ld) override;
   void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
-                          int T, int heads, int head_dim, float theta, Tensor amax) override;
+                          int T, int heads, int head_dim, float theta, Tensor amax,
+                          int64_t x_ld) override;
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                 int n_kv_head, int head_dim) override;
+                 int n_kv_head, int head_dim, int64_t v_ld) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                          int head_dim) override;
+                          int head_dim, int64_t v_ld) override;
   void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) override;
   void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
                        Tensor amax) override;

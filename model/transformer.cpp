@@ -15,6 +15,12 @@ constexpr Fp8 kFp8Grad = Fp8::e4m3;
 
 // Parameter indices inside a block unit, in model_units() order.
 enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
+
+// The rest of a buffer from element `from`: a view of q, k or v inside the
+// q|k|v GEMM's output, whose rows the ops step through by its row stride.
+Tensor tail(Tensor t, int64_t from) {
+  return t.slice(from, t.numel - from);
+}
 }  // namespace
 
 Recompute parse_recompute(const std::string& name) {
@@ -63,16 +69,14 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   dh_ = alloc(ct, N_ * d);
   dq_ = alloc(ct, N_ * qd);
   dk_ = alloc(ct, N_ * kvd);
-  dv_ = alloc(ct, N_ * kvd);
-  dq_raw_ = alloc(ct, N_ * qd);
-  dk_raw_ = alloc(ct, N_ * kvd);
+  dqkv_ = alloc(ct, N_ * (qd + 2 * kvd));
   datt_ = alloc(ct, N_ * qd);
   ds_ = alloc(ct, N_ * ff);
   da_ = alloc(ct, N_ * ff);
   db_ = alloc(ct, N_ * ff);
   if (fp8_) {
-    const int64_t in = std::max({d, qd, ff}), out = std::max({qd, kvd, ff, d});
-    const int64_t weight = std::max(qd, ff) * d;  // the largest block matrix
+    const int64_t in = std::max({d, qd, ff}), out = std::max({qd + 2 * kvd, ff, d});
+    const int64_t weight = std::max(qd + 2 * kvd, ff) * d;  // the largest block matrix
     x8_ = alloc(DType::u8, N_ * in);
     w8_ = alloc(DType::u8, weight);
     w8t_ = alloc(DType::u8, weight);
@@ -90,11 +94,9 @@ Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
   BlockActs a;
   a.h1 = alloc(ct, N_ * d);
   a.rstd1 = alloc(f32, N_);
-  a.q_raw = alloc(ct, N_ * qd);
-  a.k_raw = alloc(ct, N_ * kvd);
+  a.qkv = alloc(ct, N_ * (qd + 2 * kvd));
   a.q = alloc(ct, N_ * qd);
   a.k = alloc(ct, N_ * kvd);
-  a.v = alloc(ct, N_ * kvd);
   a.q_rstd = alloc(f32, N_ * cfg_.n_head);
   a.k_rstd = alloc(f32, N_ * cfg_.n_kv_head);
   a.att = alloc(ct, N_ * qd);
@@ -115,8 +117,8 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t N = int64_t(batch_size) * seq_len, d = c.d_model, qd = c.q_dim();
   const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
   const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
-  // Per block: h1, mid, h2 (d-sized), q_raw, q, att (q-sized), k_raw, k, v
-  // (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32;
+  // Per block: h1, mid, h2 (d-sized), qkv (q- and twice kv-sized), q, att
+  // (q-sized), k (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32;
   // and the MLP's a, b, s (d_ff-sized).
   const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
   const int64_t mlp = es * N * 3 * ff;
@@ -131,8 +133,9 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   // transposed in backward: one buffer), weight and gradient (each twice,
   // with the transpose), their three f32 scales (a slot each), and each
   // layer's input amaxes and those of the gradients in GradAmax.
+  const int64_t qkv = qd + 2 * kvd;
   const int64_t fp8_codes = fp8 ? N * std::max({d, qd, ff}) +
-                                      2 * (std::max(qd, ff) * d + N * std::max({qd, kvd, ff, d})) +
+                                      2 * (std::max(qkv, ff) * d + N * std::max({qkv, ff, d})) +
                                       4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + kGradAmaxes)
                                 : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
@@ -198,19 +201,19 @@ Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, Input
   return in;
 }
 
-void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, int param,
+void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, Weight W,
                                int M, int N, int K, Tensor r) {
   if (!fp8_) {
     if (r.numel > 0)
-      ops_.linear_add(y, in.x, w.weight(unit, param), r, M, N, K);
+      ops_.linear_add(y, in.x, w.weight(unit, W.param, W.count), r, M, N, K);
     else
-      ops_.linear(y, in.x, w.weight(unit, param), M, N, K);
+      ops_.linear(y, in.x, w.weight(unit, W.param, W.count), M, N, K);
     return;
   }
-  Fp8Tensor wq = w.weight_fp8(unit, param);  // codes gathered so, or cast here
+  Fp8Tensor wq = w.weight_fp8(unit, W.param, W.count);  // codes gathered so, or cast here
   if (wq.codes.numel == 0) {
     wq = {w8_.slice(0, int64_t(N) * K), scale8(1), Fp8::e4m3};
-    ops_.quantize_fp8(wq.codes, wq.scale_inv, w.weight(unit, param), wq.format);
+    ops_.quantize_fp8(wq.codes, wq.scale_inv, w.weight(unit, W.param, W.count), wq.format);
   }
   ops_.linear_fp8(y, in.q, wq, r, M, N, K);
 }
@@ -219,11 +222,12 @@ void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, i
 // same values give the same codes, and no FP8 copy of every activation is
 // held between forward and backward.
 void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w,
-                                        int unit, int param, int M, int N, int K,
-                                        bool accumulate_dx, Tensor dy_amax) {
-  const Tensor dw = w.grad(unit, param);
+                                        int unit, Weight W, int M, int N, int K, bool accumulate_dx,
+                                        Tensor dy_amax) {
+  const Tensor dw = w.grad(unit, W.param, W.count);
   if (!fp8_) {
-    ops_.linear_backward(dx, dw, dy, in.x, w.weight(unit, param), M, N, K, accumulate_dx);
+    ops_.linear_backward(dx, dw, dy, in.x, w.weight(unit, W.param, W.count), M, N, K,
+                         accumulate_dx);
     return;
   }
   const int64_t gn = int64_t(M) * N;
@@ -234,14 +238,14 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput&
                              kFp8Grad);
   else
     ops_.quantize_fp8_t(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), M, N, kFp8Grad);
-  const Fp8Tensor given = w.weight_fp8(unit, param);
+  const Fp8Tensor given = w.weight_fp8(unit, W.param, W.count);
   Fp8Tensor wt{w8t_.slice(0, int64_t(N) * K), given.scale_inv, Fp8::e4m3};
   if (given.codes.numel > 0) {
     ops_.transpose_fp8(wt.codes, given.codes, N, K);
   } else {
     wt.scale_inv = scale8(1);
-    ops_.quantize_fp8_t(w8_.slice(0, int64_t(N) * K), wt.codes, wt.scale_inv, w.weight(unit, param),
-                        N, K, Fp8::e4m3);
+    ops_.quantize_fp8_t(w8_.slice(0, int64_t(N) * K), wt.codes, wt.scale_inv,
+                        w.weight(unit, W.param, W.count), N, K, Fp8::e4m3);
   }
   ops_.linear_backward_fp8(dx, dw, g, gt, in.t, wt, M, N, K, accumulate_dx);
 }
@@ -249,6 +253,7 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput&
 void Transformer::block_forward(int layer, UnitAccess& w) {
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
   const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
+  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv = qd + 2 * kvd;
   const float eps = cfg_.norm_eps;
   BlockActs& a = acts_[layer];
   Tensor x = res_[layer];
@@ -256,23 +261,23 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
 
   ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps, amax(kInH1));
   const LinearInput h1 = linear_input(a.h1, M, d, InputCast::forward, amax(kInH1));
-  block_linear(a.q_raw, h1, w, u, kWq, M, cfg_.q_dim(), d);
-  block_linear(a.k_raw, h1, w, u, kWk, M, cfg_.kv_dim(), d);
-  block_linear(a.v, h1, w, u, kWv, M, cfg_.kv_dim(), d);
+  // Wq|Wk|Wv are packed into one matrix: one GEMM, whose output rows hold
+  // q, k and v side by side (views with row stride qkv).
+  block_linear(a.qkv, h1, w, u, {kWq, 3}, M, qkv, d);
   // QK-norm (RMSNorm over each head's vector), then the rotation, in one op.
-  ops_.norm_rope(a.q, a.q_rstd, a.q_raw, w.weight(u, kQNorm), B_, T_, H, hd, eps, cfg_.rope_theta);
-  ops_.norm_rope(a.k, a.k_rstd, a.k_raw, w.weight(u, kKNorm), B_, T_, Hkv, hd, eps,
-                 cfg_.rope_theta);
-  ops_.attention(a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
+  ops_.norm_rope(a.q, a.q_rstd, a.qkv, w.weight(u, kQNorm), B_, T_, H, hd, eps, cfg_.rope_theta,
+                 qkv);
+  ops_.norm_rope(a.k, a.k_rstd, tail(a.qkv, qd), w.weight(u, kKNorm), B_, T_, Hkv, hd, eps,
+                 cfg_.rope_theta, qkv);
+  ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
-  const LinearInput att =
-      linear_input(a.att, M, cfg_.q_dim(), InputCast::forward_measure, amax(kInAtt));
-  block_linear(a.mid, att, w, u, kWo, M, d, cfg_.q_dim(), x);
+  const LinearInput att = linear_input(a.att, M, qd, InputCast::forward_measure, amax(kInAtt));
+  block_linear(a.mid, att, w, u, {kWo, 1}, M, d, qd, x);
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps, amax(kInH2));
   mlp_forward(layer, w);
   const LinearInput s = linear_input(a.s, M, ff, InputCast::forward, amax(kInS));
-  block_linear(res_[layer + 1], s, w, u, kW2, M, d, ff, a.mid);
+  block_linear(res_[layer + 1], s, w, u, {kW2, 1}, M, d, ff, a.mid);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
@@ -281,8 +286,8 @@ void Transformer::mlp_forward(int layer, UnitAccess& w) {
   // h2's amax is the one its RMSNorm wrote, still in place when
   // recomputation re-runs only this part.
   const LinearInput h2 = linear_input(a.h2, M, d, InputCast::forward, input_amax(layer, kInH2));
-  block_linear(a.a, h2, w, u, kW1, M, ff, d);
-  block_linear(a.b, h2, w, u, kW3, M, ff, d);
+  block_linear(a.a, h2, w, u, {kW1, 1}, M, ff, d);
+  block_linear(a.b, h2, w, u, {kW3, 1}, M, ff, d);
   ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff, input_amax(layer, kInS));
 }
 
@@ -295,7 +300,7 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   if (recompute_ == Recompute::mlp) mlp_forward(layer, w);
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
   const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
-  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv = qd + 2 * kvd;
   BlockActs& a = acts_[layer];
   auto input = [&](Tensor x, int K, BlockInput in) {
     return linear_input(x, M, K, InputCast::backward, input_amax(layer, in));
@@ -303,30 +308,27 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
-  block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, kW2, M, d, ff, false,
+  block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, {kW2, 1}, M, d, ff, false,
                         grad_amax(kGradRes));
   ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, grad_amax(kGradA, 2));
   const LinearInput h2 = input(a.h2, d, kInH2);
-  block_linear_backward(dh_, da_, h2, w, u, kW1, M, ff, d, false, grad_amax(kGradA));
-  block_linear_backward(dh_, db_, h2, w, u, kW3, M, ff, d, true, grad_amax(kGradB));
+  block_linear_backward(dh_, da_, h2, w, u, {kW1, 1}, M, ff, d, false, grad_amax(kGradA));
+  block_linear_backward(dh_, db_, h2, w, u, {kW3, 1}, M, ff, d, true, grad_amax(kGradB));
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true, grad_amax(kGradRes));
 
-  // Attention branch.
-  block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, kWo, M, d, qd, false,
+  // Attention branch: dq, dk and dv land in dqkv_ laid out as qkv, so Wq|Wk|Wv
+  // take one GEMM backward too. dq_ and dk_ are scratch that nothing reads
+  // afterwards, so norm_rope_backward may rotate them in place.
+  block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, {kWo, 1}, M, d, qd, false,
                         grad_amax(kGradRes));
-  ops_.attention_backward(dq_, dk_, dv_, datt_, a.att, a.lse, a.q, a.k, a.v, B_, T_, H, Hkv, hd);
-  // dq_ and dk_ are scratch that nothing reads afterwards, so the op may
-  // rotate them in place.
-  ops_.norm_rope_backward(dq_raw_, w.grad(u, kQNorm), dq_, a.q_raw, w.weight(u, kQNorm), a.q_rstd,
-                          B_, T_, H, hd, cfg_.rope_theta, grad_amax(kGradQ));
-  ops_.norm_rope_backward(dk_raw_, w.grad(u, kKNorm), dk_, a.k_raw, w.weight(u, kKNorm), a.k_rstd,
-                          B_, T_, Hkv, hd, cfg_.rope_theta, grad_amax(kGradK));
-  const LinearInput h1 = input(a.h1, d, kInH1);
-  block_linear_backward(dh_, dq_raw_, h1, w, u, kWq, M, qd, d, false, grad_amax(kGradQ));
-  block_linear_backward(dh_, dk_raw_, h1, w, u, kWk, M, kvd, d, true, grad_amax(kGradK));
-  // dv comes from cuDNN, which reports no amax: the cast computes its own.
-  block_linear_backward(dh_, dv_, h1, w, u, kWv, M, kvd, d, true);
+  ops_.attention_backward(dq_, dk_, tail(dqkv_, qd + kvd), datt_, a.att, a.lse, a.q, a.k,
+                          tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
+  ops_.norm_rope_backward(dqkv_, w.grad(u, kQNorm), dq_, a.qkv, w.weight(u, kQNorm), a.q_rstd, B_,
+                          T_, H, hd, cfg_.rope_theta, {}, qkv);
+  ops_.norm_rope_backward(tail(dqkv_, qd), w.grad(u, kKNorm), dk_, tail(a.qkv, qd),
+                          w.weight(u, kKNorm), a.k_rstd, B_, T_, Hkv, hd, cfg_.rope_theta, {}, qkv);
+  block_linear_backward(dh_, dqkv_, input(a.h1, d, kInH1), w, u, {kWq, 3}, M, qkv, d, false);
   // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),
                         a.rstd1, M, d, true, layer > 0 ? grad_amax(kGradRes) : Tensor{});

@@ -54,8 +54,13 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       if (own) persistent_bytes_ += int64_t(x.send.back().bytes());
       if (g.fp8) ops_.zero(x.send.back());  // codes between parameters stay 0
     }
-    for (int p = 0; p < int(specs[u].params.size()); ++p)
-      x.fp8_index.push_back(x.layout.segments[x.layout.segment_of[p]].fp8 ? fp8_params++ : -1);
+    // A packed run of linears (q|k|v, W1|W3) is one matrix with one scale.
+    for (int p = 0; p < int(specs[u].params.size()); ++p) {
+      const bool fp8 = x.layout.segments[x.layout.segment_of[p]].fp8;
+      x.fp8_index.push_back(!fp8                        ? -1
+                            : specs[u].params[p].packed ? x.fp8_index.back()
+                                                        : fp8_params++);
+    }
   }
   if (fp8_params > 0) {
     amax_ = ops_.alloc(DType::f32, fp8_params);
@@ -128,25 +133,37 @@ void FsdpEngine::refresh_send_buffers() {
 
 // Per-tensor scaling of a sharded tensor: every rank holds a slice, so the
 // scale comes from the max of the slices' amaxes, all-reduced once for every
-// parameter of every unit. Each rank then derives the same scale (the same
-// f32 operations on the same amax) and casts its own slice; the gathered
-// codes are what casting the whole f32 weight would give.
-// A unit's FP8 parameters have consecutive indices, so each unit is one
+// scaled matrix of every unit (a packed run of linears is one). Each rank then
+// derives the same scale (the same f32 operations on the same amax) and casts
+// its own slice; the gathered codes are what casting the whole f32 matrix
+// would give. A unit's matrices have consecutive indices, so each unit is one
 // amax_each and one quantize_fp8_amax_each (one launch each on a GPU).
 void FsdpEngine::refresh_fp8_codes() {
   const int rank = shard_.rank();
-  for (auto& u : units_) {
-    std::vector<Tensor> slices;
-    int first = -1;
+  struct Matrix {
+    int param, count, index;
+  };
+  auto matrices = [](const Unit& u) {
+    std::vector<Matrix> m;
     for (int p = 0; p < int(u.fp8_index.size()); ++p) {
       if (u.fp8_index[p] < 0) continue;
-      if (first < 0) first = u.fp8_index[p];
-      FSDP_CHECK(u.fp8_index[p] == first + int(slices.size()),
+      if (!m.empty() && m.back().index == u.fp8_index[p])
+        ++m.back().count;
+      else
+        m.push_back({p, 1, u.fp8_index[p]});
+    }
+    return m;
+  };
+  for (auto& u : units_) {
+    const std::vector<Matrix> ms = matrices(u);
+    std::vector<Tensor> slices;
+    for (const Matrix& m : ms) {
+      FSDP_CHECK(m.index == ms[0].index + int(slices.size()),
                  "fp8 indices of a unit not consecutive");
-      const Overlap o = shard_overlap(u.layout, p, rank);
+      const Overlap o = shard_overlap(u.layout, m.param, rank, m.count);
       slices.push_back(u.master.slice(o.local, o.count));
     }
-    if (first >= 0) ops_.amax_each(amax_.slice(first, int64_t(slices.size())), slices);
+    if (!ms.empty()) ops_.amax_each(amax_.slice(ms[0].index, int64_t(slices.size())), slices);
   }
   if (shard_.size() > 1) {
     shard_.wait_stream(ops_.stream());
@@ -155,15 +172,13 @@ void FsdpEngine::refresh_fp8_codes() {
   }
   for (auto& u : units_) {
     std::vector<Ops::Fp8Cast> casts;
-    for (int p = 0; p < int(u.fp8_index.size()); ++p) {
-      const int i = u.fp8_index[p];
-      if (i < 0) continue;
-      const Overlap o = shard_overlap(u.layout, p, rank);
-      const Segment& g = u.layout.segments[u.layout.segment_of[p]];
-      casts.push_back(
-          {u.send[u.layout.segment_of[p]].slice(o.count ? o.local - g.local : 0, o.count),
-           scale_inv_.slice(i * kFp8ScaleSlot, 1), u.master.slice(o.local, o.count),
-           amax_.slice(i, 1)});
+    for (const Matrix& m : matrices(u)) {
+      const Overlap o = shard_overlap(u.layout, m.param, rank, m.count);
+      const int s = u.layout.segment_of[m.param];
+      const Segment& g = u.layout.segments[s];
+      casts.push_back({u.send[s].slice(o.count ? o.local - g.local : 0, o.count),
+                       scale_inv_.slice(m.index * kFp8ScaleSlot, 1),
+                       u.master.slice(o.local, o.count), amax_.slice(m.index, 1)});
     }
     ops_.quantize_fp8_amax_each(casts, Fp8::e4m3);
   }
@@ -227,7 +242,15 @@ void FsdpEngine::progress() {
   if (replicas_in_flight_ > 0) replicate_->progress();
 }
 
-Tensor FsdpEngine::weight(int unit, int param) {
+int64_t FsdpEngine::span(int unit, int param, int count) const {
+  const UnitLayout& l = units_[unit].layout;
+  FSDP_CHECK(count >= 1 && param + count <= int(l.offsets.size()) &&
+                 l.segment_of[param] == l.segment_of[param + count - 1],
+             "parameters ", param, "+", count, " of unit ", unit, " span segments");
+  return model_.units()[size_t(unit)].span_numel(param, count);  // checks they are packed
+}
+
+Tensor FsdpEngine::weight(int unit, int param, int count) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
@@ -235,10 +258,10 @@ Tensor FsdpEngine::weight(int unit, int param) {
   const Segment& seg = u.layout.segments[g];
   FSDP_CHECK(!seg.fp8, "parameter ", param, " of unit ", unit, " is gathered as FP8 codes");
   const Tensor& full = direct_ ? u.send[g] : slots_[u.slot].full[g];
-  return full.slice(u.layout.offsets[param] - seg.begin, u.layout.stored[param]);
+  return full.slice(u.layout.offsets[param] - seg.begin, span(unit, param, count));
 }
 
-Fp8Tensor FsdpEngine::weight_fp8(int unit, int param) {
+Fp8Tensor FsdpEngine::weight_fp8(int unit, int param, int count) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.ready, "unit ", unit, " used while not gathered");
@@ -246,18 +269,19 @@ Fp8Tensor FsdpEngine::weight_fp8(int unit, int param) {
   if (i < 0) return {};
   const int g = u.layout.segment_of[param];
   const Tensor& full = direct_ ? u.send[g] : slots_[u.slot].full[g];
-  return {full.slice(u.layout.offsets[param] - u.layout.segments[g].begin, u.layout.stored[param]),
-          scale_inv_.slice(i * kFp8ScaleSlot, 1), Fp8::e4m3};
+  return {
+      full.slice(u.layout.offsets[param] - u.layout.segments[g].begin, span(unit, param, count)),
+      scale_inv_.slice(i * kFp8ScaleSlot, 1), Fp8::e4m3};
 }
 
-Tensor FsdpEngine::grad(int unit, int param) {
+Tensor FsdpEngine::grad(int unit, int param, int count) {
   progress();
   const Unit& u = units_[unit];
   FSDP_CHECK(u.grad_active, "gradient of unit ", unit, " used outside its backward");
   // Direct: the backward's += lands in the f32 shard, which the optimizer
   // step clears, so micro-batches accumulate there too.
   const Tensor& full = direct_ ? u.grad : slots_[u.slot].grad_full;
-  return full.slice(u.layout.offsets[param], u.layout.stored[param]);
+  return full.slice(u.layout.offsets[param], span(unit, param, count));
 }
 
 void FsdpEngine::begin_grads(int unit) {

@@ -99,9 +99,12 @@ class FsdpEngine final : public UnitAccess {
   // plans and connections.
   void discard_gradients();
 
-  Tensor weight(int unit, int param) override;
-  Fp8Tensor weight_fp8(int unit, int param) override;
-  Tensor grad(int unit, int param) override;
+  using UnitAccess::grad;
+  using UnitAccess::weight;
+  using UnitAccess::weight_fp8;
+  Tensor weight(int unit, int param, int count) override;
+  Fp8Tensor weight_fp8(int unit, int param, int count) override;
+  Tensor grad(int unit, int param, int count) override;
   // Whether block linears are gathered as FP8 codes (EngineOptions::fp8_gather).
   bool fp8_gather() const { return fp8_; }
 
@@ -142,7 +145,9 @@ class FsdpEngine final : public UnitAccess {
     // compute-dtype copy, or E4M3 codes; owned: allocated here (not a slice).
     std::vector<Tensor> send;
     std::vector<bool> owned;
-    std::vector<int> fp8_index;  // per parameter: its slot in amax_/scale_inv_, or -1
+    // Per parameter: its matrix's slot in amax_/scale_inv_ (shared by a packed
+    // run), or -1.
+    std::vector<int> fp8_index;
     int slot = 0;
     WorkHandle gather;          // in flight while non-null
     WorkHandle replica_reduce;  // all-reduce of `grad` across replicas in flight
@@ -158,6 +163,8 @@ class FsdpEngine final : public UnitAccess {
   };
 
   DType gather_dtype(const Segment& g) const { return g.fp8 ? DType::u8 : ct_; }
+  // Elements of the packed run of `count` parameters from `param` (one segment).
+  int64_t span(int unit, int param, int count) const;
   void refresh_fp8_codes();
   void issue_gather(int unit);
   void wait_gather(int unit);
@@ -181,7 +188,7 @@ class FsdpEngine final : public UnitAccess {
   DType ct_, rt_;  // compute and reduce dtypes
   bool direct_;    // one rank holds whole units: no gather, no reduce-scatter
   bool fp8_;       // block linears gathered as FP8 codes
-  // f32 per FP8-gathered parameter of every unit: the amax of its master
+  // f32 per FP8-gathered matrix of every unit: the amax of its master
   // (agreed over the shard group) and the inverse scale of its codes.
   Tensor amax_, scale_inv_;
   std::vector<Unit> units_;

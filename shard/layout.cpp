@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+
 namespace fsdp {
 
 UnitLayout make_layout(const UnitSpec& unit, int ranks, bool fp8_split) {
@@ -30,9 +32,15 @@ UnitLayout make_layout(const UnitSpec& unit, int ranks, bool fp8_split) {
     g.begin = l.padded;
     g.local = l.shard;
     int64_t end = 0;  // within the segment
+    int prev = -1;    // the segment's previous parameter
     for (int p = 0; p < P; ++p) {
       if (kinds.size() > 1 && unit.params[p].fp8 != g.fp8) continue;
-      const int64_t at = (end + kParamAlign - 1) / kParamAlign * kParamAlign;
+      // A packed parameter continues the matrix of the one before it in the
+      // spec, so that one must be its neighbour here too.
+      FSDP_CHECK(!unit.params[p].packed || prev == p - 1, "unit ", unit.name, ": ",
+                 unit.params[p].name, " is packed but not next to ", unit.params[p - 1].name);
+      prev = p;
+      const int64_t at = param_start(end, unit.params[p]);
       l.offsets[p] = g.begin + at;
       l.segment_of[p] = int(s);
       end = at + l.stored[p];
@@ -49,11 +57,14 @@ UnitLayout make_layout(const UnitSpec& unit, int ranks, bool fp8_split) {
   return l;
 }
 
-Overlap shard_overlap(const UnitLayout& l, int param, int rank) {
+Overlap shard_overlap(const UnitLayout& l, int param, int rank, int count) {
+  const int last = param + count - 1;
+  FSDP_CHECK(count >= 1 && l.segment_of[param] == l.segment_of[last], "parameters ", param, "+",
+             count, " span segments");
   const Segment& g = l.segments[size_t(l.segment_of[param])];
   const int64_t first = g.begin + int64_t(rank) * g.shard;  // the rank's slice of the segment
   const int64_t lo = std::max(l.offsets[param], first);
-  const int64_t hi = std::min(l.offsets[param] + l.sizes[param], first + g.shard);
+  const int64_t hi = std::min(l.offsets[last] + l.sizes[last], first + g.shard);
   return hi > lo ? Overlap{lo, hi - lo, g.local + (lo - first)} : Overlap{};
 }
 

@@ -43,11 +43,12 @@ struct UnitLayout {
 // when it has any; otherwise, and by default, one segment in spec order.
 UnitLayout make_layout(const UnitSpec& unit, int ranks, bool fp8_split = false);
 
-// The part of parameter p that falls in rank's shard.
+// The part of parameter p (or of the run of `count` parameters from p, which
+// must share a segment: a packed matrix) that falls in rank's shard.
 struct Overlap {
   int64_t begin = 0, count = 0;  // element range in the gathered unit; count 0 if none
   int64_t local = 0;             // where it starts in the rank's shard
 };
-Overlap shard_overlap(const UnitLayout& l, int param, int rank);
+Overlap shard_overlap(const UnitLayout& l, int param, int rank, int count = 1);
 
 }  // namespace fsdp

@@ -34,8 +34,8 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
-  for (const auto& u : model_units(one_block))
-    layouts.push_back(make_layout(u, shard_size, fp8 && fp8_gather));
+  const std::vector<UnitSpec> units = model_units(one_block);
+  for (const auto& u : units) layouts.push_back(make_layout(u, shard_size, fp8 && fp8_gather));
   FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
   const int64_t blocks = c.n_layer;
   const int64_t times[3] = {1, blocks, 1};
@@ -52,9 +52,12 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
     m.grads += 4 * shard;
     m.moments += 8 * shard;
     for (const Segment& g : layouts[u].segments) m.send_copy += times[u] * send_size(g) * g.shard;
-    // and an f32 amax and inverse scale (in its own slot) per FP8-gathered parameter
-    for (int seg : layouts[u].segment_of)
-      m.send_copy += times[u] * 4 * (1 + kFp8ScaleSlot) * layouts[u].segments[seg].fp8;
+    // and an f32 amax and inverse scale (in its own slot) per FP8-gathered
+    // matrix: a parameter, or a packed run of them (FsdpEngine::fp8_index)
+    const auto& params = units[size_t(u)].params;
+    for (size_t p = 0; p < params.size(); ++p)
+      if (layouts[u].segments[size_t(layouts[u].segment_of[p])].fp8 && !params[p].packed)
+        m.send_copy += times[u] * 4 * (1 + kFp8ScaleSlot);
   }
   // Buffers: resharding keeps the embedding's and head's own and two that
   // blocks alternate in (one for a single block); without it, one per unit.

@@ -29,6 +29,16 @@ const int32_t* i32(Tensor t, int64_t need, const char* what) {
   return t.i32();
 }
 
+// Elements a tensor of `rows` rows of `width`, rows `ld` apart, must hold.
+int64_t rows_need(int64_t rows, int64_t width, int64_t ld) {
+  FSDP_CHECK(ld >= width, "row stride ", ld, " is below the row width ", width);
+  return rows == 0 ? 0 : (rows - 1) * ld + width;
+}
+void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
+               int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_ld, width, dst + r * dst_ld);
+}
+
 // Four partial sums break the chain of dependent additions (attention is
 // mostly short dot products); their order is fixed, so results stay
 // reproducible.
@@ -256,28 +266,40 @@ void CpuOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, flo
   rotate(dx, B, T, heads, head_dim, theta, -1.0);
 }
 
+// Strided rows (x_ld) are packed into a copy first and unpacked after, so the
+// reference stays the plain composition.
 void CpuOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                       int head_dim, float eps, float theta) {
+                       int head_dim, float eps, float theta, int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
-  rmsnorm(y, rstd, x, g, B * T * heads, head_dim, eps, {});
+  const int64_t tokens = int64_t(B) * T, width = int64_t(heads) * head_dim;
+  std::vector<float> packed(size_t(tokens * width));
+  copy_rows(packed.data(), width, f32(x, rows_need(tokens, width, x_ld), "norm_rope x"), x_ld,
+            tokens, width);
+  rmsnorm(y, rstd, {packed.data(), DType::f32, tokens * width}, g, B * T * heads, head_dim, eps,
+          {});
   rope(y, B, T, heads, head_dim, theta);
 }
 
 void CpuOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                int B, int T, int heads, int head_dim, float theta, Tensor amax) {
+                                int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                                int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
-  const int64_t n = int64_t(rows) * head_dim;
+  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
+  const int64_t width = int64_t(heads) * head_dim, need = rows_need(tokens, width, x_ld);
   const float* dyi = f32(dy, n, "norm_rope dy");
   // Rotated back in a copy, so the caller's dy stays as it was.
-  std::vector<float> tmp(dyi, dyi + n);
+  std::vector<float> tmp(dyi, dyi + n), xp(static_cast<size_t>(n)), dxp(static_cast<size_t>(n));
   const Tensor d{tmp.data(), DType::f32, n};
   rope_backward(d, B, T, heads, head_dim, theta);
-  rmsnorm_backward(dx, dg, d, x, g, rstd, rows, head_dim, false, amax);
+  copy_rows(xp.data(), width, f32(x, need, "norm_rope x"), x_ld, tokens, width);
+  rmsnorm_backward({dxp.data(), DType::f32, n}, dg, d, {xp.data(), DType::f32, n}, g, rstd, rows,
+                   head_dim, false, amax);
+  copy_rows(f32(dx, need, "norm_rope dx"), x_ld, dxp.data(), width, tokens, width);
 }
 
 void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                       int n_head, int n_kv_head, int head_dim) {
+                       int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
@@ -285,7 +307,8 @@ void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int
   float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
   const float* qi = f32(q, nq, "attention q");
   const float* ki = f32(k, nkv, "attention k");
-  const float* vi = f32(v, nkv, "attention v");
+  const float* vi =
+      f32(v, rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld), "attention v");
   const int group = n_head / n_kv_head;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   std::vector<double> s(T), acc(head_dim);
@@ -309,7 +332,7 @@ void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int j = 0; j <= t; ++j) {
           const double p = s[j] / sum;
-          const float* vj = vi + ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
+          const float* vj = vi + (int64_t(b) * T + j) * v_ld + int64_t(kvh) * head_dim;
           for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
         }
         float* ot = o + ((int64_t(b) * T + t) * n_head + h) * head_dim;
@@ -321,19 +344,21 @@ void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int
 
 void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                 Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                                int n_kv_head, int head_dim) {
+                                int n_kv_head, int head_dim, int64_t v_ld) {
   FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
+  const int64_t kv_width = int64_t(n_kv_head) * head_dim;
+  const int64_t v_need = rows_need(int64_t(B) * T, kv_width, v_ld);
   float* dqo = f32(dq, nq, "attention dq");
   float* dko = f32(dk, nkv, "attention dk");
-  float* dvo = f32(dv, nkv, "attention dv");
+  float* dvo = f32(dv, v_need, "attention dv");
   const float* doi = f32(dout, nq, "attention dout");
   const float* oi = f32(out, nq, "attention out");
   const float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
   const float* qi = f32(q, nq, "attention q");
   const float* ki = f32(k, nkv, "attention k");
-  const float* vi = f32(v, nkv, "attention v");
+  const float* vi = f32(v, v_need, "attention v");
   const int group = n_head / n_kv_head;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   // dk and dv sum over every query row and every query head of the group;
@@ -354,7 +379,7 @@ void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Te
         for (int j = 0; j <= i; ++j) {
           const int64_t kvoff = ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
           const float* kj = ki + kvoff;
-          const float* vj = vi + kvoff;
+          const float* vj = vi + (int64_t(b) * T + j) * v_ld + int64_t(kvh) * head_dim;
           // Probabilities are recomputed from q, k and the saved lse instead of
           // stored, as flash attention does.
           const double p = std::exp(scale * dot(qr, kj, head_dim) - lse_i);
@@ -370,7 +395,7 @@ void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Te
     }
   for (int64_t i = 0; i < nkv; ++i) {
     dko[i] = float(scale * dk_acc[i]);
-    dvo[i] = float(dv_acc[i]);
+    dvo[i / kv_width * v_ld + i % kv_width] = float(dv_acc[i]);
   }
 }
 

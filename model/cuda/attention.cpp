@@ -34,17 +34,19 @@ void check_fe(fe::error_t e, const char* what, const AttentionShape& s) {
 std::vector<int64_t> bhsd_dim(const AttentionShape& s, int heads) {
   return {s.B, heads, s.T, s.hd};
 }
-std::vector<int64_t> bhsd_stride(const AttentionShape& s, int heads) {
-  return {int64_t(s.T) * heads * s.hd, s.hd, int64_t(heads) * s.hd, 1};
+// row: elements from one token to the next (heads * hd when packed).
+std::vector<int64_t> bhsd_stride(const AttentionShape& s, int heads, int64_t row = 0) {
+  if (row == 0) row = int64_t(heads) * s.hd;
+  return {int64_t(s.T) * row, s.hd, row, 1};
 }
 
 fe::graph::Tensor_attributes tensor(const char* name, int64_t uid, const AttentionShape& s,
-                                    int heads) {
+                                    int heads, int64_t row = 0) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
       .set_dim(bhsd_dim(s, heads))
-      .set_stride(bhsd_stride(s, heads));
+      .set_stride(bhsd_stride(s, heads, row));
 }
 
 // Softmax statistics: log-sum-exp per (b, h, t) in f32, [B, H, T, 1] packed,
@@ -75,7 +77,7 @@ GraphPtr describe_graph(const AttentionShape& s, bool backward, bool determinist
   GraphPtr g = new_graph();
   auto Q = g->tensor(tensor("Q", kQ, s, s.H));
   auto K = g->tensor(tensor("K", kK, s, s.Hkv));
-  auto V = g->tensor(tensor("V", kV, s, s.Hkv));
+  auto V = g->tensor(tensor("V", kV, s, s.Hkv, s.v_ld));
   if (!backward) {
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("sdpa_forward")
@@ -102,7 +104,10 @@ GraphPtr describe_graph(const AttentionShape& s, bool backward, bool determinist
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
     dQ->set_output(true).set_uid(kdQ).set_dim(bhsd_dim(s, s.H)).set_stride(bhsd_stride(s, s.H));
     dK->set_output(true).set_uid(kdK).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
-    dV->set_output(true).set_uid(kdV).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
+    dV->set_output(true)
+        .set_uid(kdV)
+        .set_dim(bhsd_dim(s, s.Hkv))
+        .set_stride(bhsd_stride(s, s.Hkv, s.v_ld));
   }
   return g;
 }
@@ -123,8 +128,8 @@ struct Attention::Impl {
   cudaStream_t stream = nullptr;
   bool deterministic = false, allow_fallback = false;
   std::vector<std::string> engines;  // one line per shape and direction, for the log
-  // Key: B, T, H, Hkv, hd, backward.
-  std::map<std::tuple<int, int, int, int, int, bool>, Built> graphs;
+  // Key: B, T, H, Hkv, hd, v_ld, backward.
+  std::map<std::tuple<int, int, int, int, int, int64_t, bool>, Built> graphs;
 
   Built& graph(const AttentionShape& s, bool backward);
   void choose(Built& b, const AttentionShape& s, bool backward,
@@ -159,7 +164,7 @@ fe::error_t build_all(fe::graph::Graph& g, cudnnHandle_t handle, fe::HeurMode_t 
 }  // namespace
 
 Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
-  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, backward);
+  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, s.v_ld, backward);
   auto it = graphs.find(key);
   if (it != graphs.end()) return it->second;
 

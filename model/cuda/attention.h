@@ -14,6 +14,7 @@ namespace fsdp::cuda {
 
 struct AttentionShape {
   int B, T, H, Hkv, hd;
+  int64_t v_ld;  // elements between token rows of v and dv (Hkv * hd when packed)
 };
 
 class Attention {
@@ -25,7 +26,8 @@ class Attention {
   Attention(const Attention&) = delete;
   Attention& operator=(const Attention&) = delete;
 
-  // q, out: [B, T, H, hd] bf16; k, v: [B, T, Hkv, hd] bf16; lse: [B, H, T] f32.
+  // q, out: [B, T, H, hd] bf16; k, v: [B, T, Hkv, hd] bf16 (v's token rows
+  // s.v_ld apart); lse: [B, H, T] f32.
   void forward(const AttentionShape& s, void* out, float* lse, const void* q, const void* k,
                const void* v, Scratch& scratch);
   void backward(const AttentionShape& s, void* dq, void* dk, void* dv, const void* dout,

@@ -283,17 +283,42 @@ void CudaOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, fl
   after("rope_backward");
 }
 
+namespace {
+// Elements a tensor of `rows` rows of `width`, rows `ld` apart, must hold.
+int64_t rows_need(int64_t rows, int64_t width, int64_t ld) {
+  FSDP_CHECK(ld >= width, "row stride ", ld, " is below the row width ", width);
+  return rows == 0 ? 0 : (rows - 1) * ld + width;
+}
+void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+               int64_t width, cudaStream_t stream) {
+  const size_t es = sizeof(cuda::bf16);
+  if (rows > 0)
+    FSDP_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * es, src, size_t(src_ld) * es,
+                                      size_t(width) * es, size_t(rows), cudaMemcpyDeviceToDevice,
+                                      stream));
+}
+}  // namespace
+
+// Head sizes the fused kernels do not take (96, say) compose rmsnorm and
+// rope; strided rows are then packed into a temporary first (and dx
+// unpacked after): a slow path, kept simple.
 void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                        int head_dim, float eps, float theta) {
+                        int head_dim, float eps, float theta, int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
-  const int64_t n = int64_t(rows) * head_dim;
+  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
+  const int64_t width = int64_t(heads) * head_dim;
   bf16* yo = bf(y, n, "norm_rope y");
   float* rs = f32(rstd, rows, "norm_rope rstd");
-  const bf16* xi = bf(x, n, "norm_rope x");
+  const bf16* xi = bf(x, rows_need(tokens, width, x_ld), "norm_rope x");
   const bf16* gi = bf(g, head_dim, "norm_rope g");
   const float* table = impl_->rope_table(T, head_dim, theta);
-  if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, impl_->stream)) {
+  if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
+                               impl_->stream)) {
+    if (x_ld != width) {  // y is free until written: the packed copy goes there
+      copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
+      xi = yo;
+    }
     cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, nullptr, impl_->stream);
     cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
   }
@@ -301,54 +326,67 @@ void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T,
 }
 
 void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                 int B, int T, int heads, int head_dim, float theta, Tensor amax) {
+                                 int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                                 int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
-  const int64_t n = int64_t(rows) * head_dim;
+  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
+  const int64_t width = int64_t(heads) * head_dim, need = rows_need(tokens, width, x_ld);
   float* am = f32_or_null(amax, 1, "norm_rope_backward amax");
   bool dg_bf16 = false;
   void* dgp = grad(dg, head_dim, "norm_rope dg", dg_bf16);
-  bf16* dxo = bf(dx, n, "norm_rope dx");
+  bf16* dxo = bf(dx, need, "norm_rope dx");
   bf16* dyi = bf(dy, n, "norm_rope dy");
-  const bf16* xi = bf(x, n, "norm_rope x");
+  const bf16* xi = bf(x, need, "norm_rope x");
   const bf16* gi = bf(g, head_dim, "norm_rope g");
   const float* rs = f32(rstd, rows, "norm_rope rstd");
   const float* table = impl_->rope_table(T, head_dim, theta);
   if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads, head_dim,
-                                am, impl_->dev, *impl_, impl_->stream)) {
+                                am, x_ld, impl_->dev, *impl_, impl_->stream)) {
     // dy's contents are unspecified after the call (Ops::norm_rope_backward),
     // so it is rotated back in place.
     cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
-    cuda::rmsnorm_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, rows, head_dim, false, am,
+    const bool strided = x_ld != width;
+    Tensor packed = strided ? alloc(DType::bf16, 2 * n) : Tensor{};  // x, then dx
+    bf16* xp = strided ? static_cast<bf16*>(packed.data) : const_cast<bf16*>(xi);
+    bf16* dxp = strided ? xp + n : dxo;
+    if (strided) copy_rows(xp, width, xi, x_ld, tokens, width, impl_->stream);
+    cuda::rmsnorm_backward(dxp, dgp, dg_bf16, dyi, xp, gi, rs, rows, head_dim, false, am,
                            impl_->dev, *impl_, impl_->stream);
+    if (strided) {
+      copy_rows(dxo, x_ld, dxp, width, tokens, width, impl_->stream);
+      free(packed);
+    }
   }
   after("norm_rope_backward");
 }
 
 void CudaOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                        int n_head, int n_kv_head, int head_dim) {
+                        int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
-  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim};
+  const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
+  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->forward(
       s, bf(out, nq, "attention out"), f32(lse, int64_t(B) * n_head * T, "attention lse"),
-      bf(q, nq, "attention q"), bf(k, nkv, "attention k"), bf(v, nkv, "attention v"), *impl_);
+      bf(q, nq, "attention q"), bf(k, nkv, "attention k"), bf(v, nv, "attention v"), *impl_);
   after("attention");
 }
 
 void CudaOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                  Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                                 int n_kv_head, int head_dim) {
+                                 int n_kv_head, int head_dim, int64_t v_ld) {
   FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
-  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim};
+  const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
+  const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->backward(
-      s, bf(dq, nq, "attention dq"), bf(dk, nkv, "attention dk"), bf(dv, nkv, "attention dv"),
+      s, bf(dq, nq, "attention dq"), bf(dk, nkv, "attention dk"), bf(dv, nv, "attention dv"),
       bf(dout, nq, "attention dout"), bf(out, nq, "attention out"),
       f32(lse, int64_t(B) * n_head * T, "attention lse"), bf(q, nq, "attention q"),
-      bf(k, nkv, "attention k"), bf(v, nkv, "attention v"), *impl_);
+      bf(k, nkv, "attention k"), bf(v, nv, "attention v"), *impl_);
   after("attention_backward");
 }
 

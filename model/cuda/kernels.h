@@ -57,16 +57,18 @@ void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, 
 // QK-norm then RoPE fused (norm_rope.cu): per head vector of x[B, T, heads,
 // hd], y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates
 // dy back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when
-// dg_bf16, else f32), max |dx| as stored into amax unless it is null. Both
-// return false, having enqueued nothing, when the shape or alignment is not
-// one the fused kernels handle (hd must be 16 * 2^i up to 512, pointers
-// 16-byte aligned); the caller then composes rmsnorm and rope.
+// dg_bf16, else f32), max |dx| as stored into amax unless it is null; x's
+// and dx's token rows are x_ld apart. Both return false, having enqueued
+// nothing, when the shape or alignment is not one the fused kernels handle
+// (hd must be 16 * 2^i up to 512, pointers 16-byte aligned, x_ld a multiple
+// of 8); the caller then composes rmsnorm and rope.
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
-                       int B, int T, int heads, int hd, float eps, cudaStream_t stream);
+                       int B, int T, int heads, int hd, float eps, int64_t x_ld,
+                       cudaStream_t stream);
 bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                         const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
-                        int heads, int hd, float* amax, const DeviceInfo& dev, Scratch& scratch,
-                        cudaStream_t stream);
+                        int heads, int hd, float* amax, int64_t x_ld, const DeviceInfo& dev,
+                        Scratch& scratch, cudaStream_t stream);
 
 // amax: null, or an f32 word that gets max |s| as stored.
 void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, float* amax,

@@ -15,19 +15,25 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// G lanes per head vector (2 * G * VEC == head_dim), kThreads / G vectors a block.
+// Where head vector `row` starts in a tensor whose token rows are ld apart.
+__device__ __forceinline__ int64_t head_at(int64_t row, int heads, int hd, int64_t ld) {
+  return row / heads * ld + row % heads * hd;
+}
+
+// G lanes per head vector (2 * G * VEC == head_dim), kThreads / G vectors a
+// block. x's token rows are x_ld apart (a view into the q|k|v GEMM's output).
 template <int VEC>
 __global__ void norm_rope_forward_kernel(bf16* y, float* rstd, const bf16* x, const bf16* g,
                                          const float* cos_sin, int64_t rows, int T, int heads,
-                                         int hd, float eps, int G) {
+                                         int hd, float eps, int G, int64_t x_ld) {
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   const int64_t row = int64_t(blockIdx.x) * gpb + group;
   const bool active = row < rows;
   const int half = hd / 2, c = lane * VEC;
-  const int64_t off = (active ? row : 0) * hd;
+  const int64_t off = (active ? row : 0) * hd, xoff = head_at(active ? row : 0, heads, hd, x_ld);
   float lo[VEC], hi[VEC], ss = 0.0f;
-  load_vec<VEC>(x + off + c, lo);
-  load_vec<VEC>(x + off + half + c, hi);
+  load_vec<VEC>(x + xoff + c, lo);
+  load_vec<VEC>(x + xoff + half + c, hi);
 #pragma unroll
   for (int k = 0; k < VEC; ++k) ss += lo[k] * lo[k] + hi[k] * hi[k];
   ss = warp_sum(ss, G);
@@ -52,12 +58,13 @@ __global__ void norm_rope_forward_kernel(bf16* y, float* rstd, const bf16* x, co
 
 // dy is first rotated back (the transpose rotation), then RMSNorm's backward:
 // dx_j = r (d_j g_j - x_j r^2 mean_i(d_i g_i x_i)), dg_j += sum_rows d_j x_j r.
-// amax: null, or a zeroed word that gets max |dx| as stored.
+// amax: null, or a zeroed word that gets max |dx| as stored. dx's and x's
+// token rows are x_ld apart; dy is packed.
 template <int VEC>
 __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
                                           const bf16* g, const float* rstd, const float* cos_sin,
                                           int64_t rows, int T, int heads, int hd, int G,
-                                          unsigned* amax) {
+                                          unsigned* amax, int64_t x_ld) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   const int half = hd / 2, c = lane * VEC;
@@ -70,15 +77,15 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
-    const int64_t off = (active ? row : 0) * hd;
+    const int64_t off = (active ? row : 0) * hd, xoff = head_at(active ? row : 0, heads, hd, x_ld);
     const int t = int(((active ? row : 0) / heads) % T);
     const float* cs = cos_sin + int64_t(t) * half + c;
     const float* sn = cos_sin + (int64_t(T) + t) * half + c;
     float dlo[VEC], dhi[VEC], xlo[VEC], xhi[VEC], dot = 0.0f;
     load_vec<VEC>(dy + off + c, dlo);
     load_vec<VEC>(dy + off + half + c, dhi);
-    load_vec<VEC>(x + off + c, xlo);
-    load_vec<VEC>(x + off + half + c, xhi);
+    load_vec<VEC>(x + xoff + c, xlo);
+    load_vec<VEC>(x + xoff + half + c, xhi);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float a = dlo[k], b = dhi[k];
@@ -98,8 +105,8 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
       ahi[k] += dhi[k] * xhi[k] * rs;
       if (amax) m = fmaxf(m, fmaxf(stored_abs(olo[k]), stored_abs(ohi[k])));
     }
-    store_vec<VEC>(dx + off + c, olo);
-    store_vec<VEC>(dx + off + half + c, ohi);
+    store_vec<VEC>(dx + xoff + c, olo);
+    store_vec<VEC>(dx + xoff + half + c, ohi);
   }
   float* my = dg_rows + group * hd;
 #pragma unroll
@@ -128,24 +135,27 @@ int lanes_for(int hd) {
 }  // namespace
 
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
-                       int B, int T, int heads, int hd, float eps, cudaStream_t stream) {
+                       int B, int T, int heads, int hd, float eps, int64_t x_ld,
+                       cudaStream_t stream) {
   const int G = lanes_for(hd);
-  if (G == 0 || !aligned16(y) || !aligned16(x) || !aligned16(g)) return false;
+  if (G == 0 || !aligned16(y) || !aligned16(x) || x_ld % kVec != 0 || !aligned16(g)) return false;
   const int64_t rows = int64_t(B) * T * heads;
   if (rows == 0) return true;
   const int gpb = kThreads / G;
   norm_rope_forward_kernel<kVec><<<blocks_for(rows, gpb, int64_t(1) << 31), kThreads, 0, stream>>>(
-      y, rstd, x, g, cos_sin, rows, T, heads, hd, eps, G);
+      y, rstd, x, g, cos_sin, rows, T, heads, hd, eps, G, x_ld);
   FSDP_LAUNCH_CHECK("norm_rope_forward_kernel");
   return true;
 }
 
 bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf16* x,
                         const bf16* g, const float* rstd, const float* cos_sin, int B, int T,
-                        int heads, int hd, float* amax, const DeviceInfo& dev, Scratch& scratch,
-                        cudaStream_t stream) {
+                        int heads, int hd, float* amax, int64_t x_ld, const DeviceInfo& dev,
+                        Scratch& scratch, cudaStream_t stream) {
   const int G = lanes_for(hd);
-  if (G == 0 || !aligned16(dx) || !aligned16(dy) || !aligned16(x) || !aligned16(g)) return false;
+  if (G == 0 || !aligned16(dx) || !aligned16(dy) || !aligned16(x) || x_ld % kVec != 0 ||
+      !aligned16(g))
+    return false;
   if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   const int64_t rows = int64_t(B) * T * heads;
   if (rows == 0) return true;
@@ -157,7 +167,7 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
   auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * hd * sizeof(float)));
   norm_rope_backward_kernel<kVec>
       <<<blocks, kThreads, smem, stream>>>(dx, partial, dy, x, g, rstd, cos_sin, rows, T, heads, hd,
-                                           G, reinterpret_cast<unsigned*>(amax));
+                                           G, reinterpret_cast<unsigned*>(amax), x_ld);
   FSDP_LAUNCH_CHECK("norm_rope_backward_kernel");
   rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, hd, stream);
   return true;

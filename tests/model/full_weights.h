@@ -35,8 +35,10 @@ class FullWeights final : public UnitAccess {
                          w_.back().data() + u.offset_of(p));
     }
   }
-  Tensor weight(int unit, int param) override { return view(w_, unit, param); }
-  Tensor grad(int unit, int param) override { return view(g_, unit, param); }
+  using UnitAccess::grad;
+  using UnitAccess::weight;
+  Tensor weight(int unit, int param, int count) override { return view(w_, unit, param, count); }
+  Tensor grad(int unit, int param, int count) override { return view(g_, unit, param, count); }
   std::vector<float>& unit_weights(int u) { return w_[u]; }
   std::vector<float>& unit_grads(int u) { return g_[u]; }
   void zero_grads() {
@@ -44,9 +46,9 @@ class FullWeights final : public UnitAccess {
   }
 
  private:
-  Tensor view(std::vector<std::vector<float>>& v, int unit, int param) {
+  Tensor view(std::vector<std::vector<float>>& v, int unit, int param, int count) {
     const auto& u = units_[unit];
-    return {v[unit].data() + u.offset_of(param), DType::f32, u.params[param].stored_numel()};
+    return {v[unit].data() + u.offset_of(param), DType::f32, u.span_numel(param, count)};
   }
   std::vector<UnitSpec> units_;
   std::vector<std::vector<float>> w_, g_;

@@ -45,12 +45,12 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   std::map<std::string, ProfiledOps::Row> by_key;
   for (const auto& r : prof.rows()) by_key[r.key] = r;
   const int M = B * T, L = c.n_layer;
-  // Per block forward: q, k, v, o, w1, w3, w2 (7 GEMMs), o and w2 with the
-  // residual add in the epilogue; the head adds one.
-  ASSERT_TRUE(by_key.count("linear 16x16x16"));  // wq (q_dim == d_model here)
-  EXPECT_EQ(by_key["linear 16x16x16"].calls, L);
+  // Per block forward: q|k|v as one, o, w1, w3, w2 (5 GEMMs), o and w2 with
+  // the residual add in the epilogue; the head adds one.
+  ASSERT_TRUE(by_key.count("linear 16x32x16"));  // wq|wk|wv: q_dim 16 + 2 kv_dim 8
+  EXPECT_EQ(by_key["linear 16x32x16"].calls, L);
+  EXPECT_EQ(by_key.count("linear 16x16x16") + by_key.count("linear 16x8x16"), 0u);
   EXPECT_EQ(by_key["linear_add 16x16x16"].calls, L);  // wo + residual
-  EXPECT_EQ(by_key["linear 16x8x16"].calls, 2 * L);   // wk, wv (kv_dim 8)
   EXPECT_EQ(by_key["linear 16x24x16"].calls, 2 * L);  // w1, w3
   EXPECT_EQ(by_key["linear_add 16x16x24"].calls, L);  // w2 + residual
   EXPECT_EQ(by_key.count("linear 16x16x24"), 0u);

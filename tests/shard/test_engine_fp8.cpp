@@ -65,7 +65,8 @@ TEST(FsdpFp8Gather, TrainsBitForBitAsCastingTheGatheredWeight) {
 
 // After a step, with weights kept gathered: each linear's codes and scale are
 // the whole f32 master cast at once (the reference quantize_fp8), on every
-// rank, whatever slice of it the rank holds.
+// rank, whatever slice of it the rank holds; a packed run (Wq|Wk|Wv) is one
+// matrix, cast with one scale, and each of its parameters reads its part.
 TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   const ModelConfig c = testing::engine_test_config();
@@ -79,29 +80,45 @@ TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
   for (int u = 0; u < run.engine.num_units(); ++u) {
     const auto full = run.full_master(u, *g.shard);
     const UnitLayout& l = run.engine.layout(u);
-    for (int p = 0; p < int(units[size_t(u)].params.size()); ++p) {
-      const Fp8Tensor got = run.engine.weight_fp8(u, p);
-      if (!units[size_t(u)].params[size_t(p)].fp8) {
-        EXPECT_EQ(got.codes.numel, 0);
+    const auto& params = units[size_t(u)].params;
+    for (int p = 0; p < int(params.size()); ++p) {
+      if (!params[size_t(p)].fp8) {
+        EXPECT_EQ(run.engine.weight_fp8(u, p).codes.numel, 0);
         EXPECT_NO_THROW(run.engine.weight(u, p));
         continue;
       }
-      ASSERT_EQ(got.codes.numel, l.stored[p]);
       EXPECT_THROW(run.engine.weight(u, p), Error);  // no compute-dtype copy exists
-      std::vector<float> w(full.begin() + l.offsets[p], full.begin() + l.offsets[p] + l.sizes[p]);
+      if (params[size_t(p)].packed) continue;        // checked with the first of its run
+      int count = 1;
+      while (p + count < int(params.size()) && params[size_t(p + count)].packed) ++count;
+      const std::string name = params[size_t(p)].name + "+" + std::to_string(count - 1);
+      const Fp8Tensor got = run.engine.weight_fp8(u, p, count);
+      const int64_t n = l.offsets[p + count - 1] + l.sizes[p + count - 1] - l.offsets[p];
+      ASSERT_EQ(got.codes.numel, n) << name;
+      std::vector<float> w(full.begin() + l.offsets[p], full.begin() + l.offsets[p] + n);
       std::vector<uint8_t> want(w.size());
       float want_scale = 0;
-      run.ops.quantize_fp8(Tensor{want.data(), DType::u8, int64_t(w.size())},
-                           Tensor{&want_scale, DType::f32, 1},
-                           Tensor{w.data(), DType::f32, int64_t(w.size())}, Fp8::e4m3);
-      EXPECT_EQ(std::memcmp(got.codes.data, want.data(), want.size()), 0)
-          << units[size_t(u)].params[size_t(p)].name;
-      EXPECT_EQ(got.scale_inv.f32()[0], want_scale) << units[size_t(u)].params[size_t(p)].name;
+      run.ops.quantize_fp8(Tensor{want.data(), DType::u8, n}, Tensor{&want_scale, DType::f32, 1},
+                           Tensor{w.data(), DType::f32, n}, Fp8::e4m3);
+      EXPECT_EQ(std::memcmp(got.codes.data, want.data(), want.size()), 0) << name;
+      EXPECT_EQ(got.scale_inv.f32()[0], want_scale) << name;
       EXPECT_NE(want_scale, 1.0f);
+      for (int q = p; q < p + count; ++q) {  // each parameter of the run: its part, the same scale
+        const Fp8Tensor part = run.engine.weight_fp8(u, q);
+        EXPECT_EQ(part.codes.numel, l.stored[q]) << params[size_t(q)].name;
+        EXPECT_EQ(static_cast<uint8_t*>(part.codes.data),
+                  static_cast<uint8_t*>(got.codes.data) + (l.offsets[q] - l.offsets[p]))
+            << params[size_t(q)].name;
+        EXPECT_EQ(part.scale_inv.data, got.scale_inv.data) << params[size_t(q)].name;
+      }
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 7 * c.n_layer);
+  // Per block: q|k|v, o, W1, W3, W2.
+  EXPECT_EQ(checked, 5 * c.n_layer);
+  // A run that is not packed, or that leaves its segment, is refused.
+  EXPECT_THROW(run.engine.weight_fp8(1, 6, 2), Error);  // wo, mlp_norm
+  EXPECT_THROW(run.engine.weight_fp8(1, 1, 4), Error);  // wq, wk, wv, q_norm
 }
 
 // Passes every call through, noting each all-gather's element type and count.

@@ -180,22 +180,26 @@ TEST(HostMemory, TakesTheLowestOfMemAvailableAndEveryCgroupLevel) {
 
 // The plan as it was computed before: every unit laid out and mapped to the
 // engine's slots. plan_memory now lays out one block for all of them.
-// fp8: block linears gathered as 1-byte codes, each with an f32 amax and
-// inverse scale.
+// fp8: block linears gathered as 1-byte codes, each matrix with an f32 amax
+// and inverse scale.
 MemoryPlan enumerated_plan(const ModelConfig& c, int n, DType compute, bool reshard, DType reduce,
                            bool fp8) {
   std::vector<UnitLayout> layouts;
-  for (const auto& u : model_units(c)) layouts.push_back(make_layout(u, n, fp8));
+  const std::vector<UnitSpec> units = model_units(c);
+  for (const auto& u : units) layouts.push_back(make_layout(u, n, fp8));
   MemoryPlan m;
   const int64_t es = dtype_size(compute);
-  for (const auto& l : layouts) {
+  for (size_t u = 0; u < layouts.size(); ++u) {
+    const UnitLayout& l = layouts[u];
     m.master += 4 * l.shard;
     m.grads += 4 * l.shard;
     m.moments += 8 * l.shard;
     for (const Segment& g : l.segments)
       if (g.fp8 || compute != DType::f32) m.send_copy += (g.fp8 ? 1 : es) * g.shard;
-    for (int g : l.segment_of)
-      m.send_copy += l.segments[size_t(g)].fp8 ? 4 * (1 + kFp8ScaleSlot) : 0;  // amax, scale slot
+    // an amax and a scale slot per matrix: a packed run (q|k|v) is one
+    for (size_t p = 0; p < l.segment_of.size(); ++p)
+      if (l.segments[size_t(l.segment_of[p])].fp8 && !units[u].params[p].packed)
+        m.send_copy += 4 * (1 + kFp8ScaleSlot);
   }
   if (n == 1) return m;  // one rank computes in its shards (no slots)
   const SlotPlan slots = plan_slots(layouts, reshard);

@@ -69,6 +69,7 @@ TEST(CpuFusedOps, LinearAddIsLinearThenAdd) {
 struct Heads {
   int B = 2, T = 5, H = 3, hd = 8;
   int rows() const { return B * T * H; }
+  int64_t width() const { return int64_t(H) * hd; }  // a token's row: packed
   size_t n() const { return size_t(rows()) * hd; }
 };
 
@@ -83,7 +84,7 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
   ops.rmsnorm(view(want_y), view(want_r), view(x), view(g), s.rows(), s.hd, eps, {});
   ops.rope(view(want_y), s.B, s.T, s.H, s.hd, theta);
   Vec y = nan_vec(s.n()), rstd = nan_vec(s.rows());
-  ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta);
+  ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta, s.width());
   EXPECT_EQ(y, want_y);
   EXPECT_EQ(rstd, want_r);
 
@@ -95,7 +96,7 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
                        s.rows(), s.hd, false, Tensor{});
   Vec dyc = dy, dx = nan_vec(s.n()), dg = dg0, amax = nan_vec(1);
   ops.norm_rope_backward(view(dx), view(dg), view(dyc), view(x), view(g), view(rstd), s.B, s.T, s.H,
-                         s.hd, theta, view(amax));
+                         s.hd, theta, view(amax), s.width());
   EXPECT_EQ(dx, want_dx);
   EXPECT_EQ(dg, want_dg);
   float want_amax = 0.0f;
@@ -104,8 +105,8 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
   EXPECT_EQ(dyc, dy) << "the reference leaves dy as it was";
 
   // Odd head_dim: RoPE pairs the halves of a head, so it must be even.
-  EXPECT_ANY_THROW(
-      ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H * 8, 1, eps, theta));
+  EXPECT_ANY_THROW(ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H * 8, 1, eps,
+                                 theta, s.H * 8));
 }
 
 // loss = sum(norm_rope(x, g) * R): norm_rope_backward with dy = R must give
@@ -119,7 +120,8 @@ TEST(CpuFusedOps, NormRopeBackwardMatchesFiniteDifferences) {
   const Vec R = random_vec(rng, s.n());
   Vec y(s.n()), rstd(s.rows());
   auto loss = [&] {
-    ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta);
+    ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta,
+                  s.width());
     double l = 0.0;
     for (size_t i = 0; i < y.size(); ++i) l += double(y[i]) * R[i];
     return l;
@@ -127,7 +129,7 @@ TEST(CpuFusedOps, NormRopeBackwardMatchesFiniteDifferences) {
   loss();
   Vec dy = R, dx(s.n()), dg(s.hd, 0.0f);
   ops.norm_rope_backward(view(dx), view(dg), view(dy), view(x), view(g), view(rstd), s.B, s.T, s.H,
-                         s.hd, theta, Tensor{});
+                         s.hd, theta, Tensor{}, s.width());
   const test::GradCheckResult rx = test::grad_check(loss, x.data(), dx.data(), int64_t(x.size()));
   EXPECT_LT(rx.worst_rel_err, 1e-2) << "dx: " << rx.describe();
   const test::GradCheckResult rg = test::grad_check(loss, g.data(), dg.data(), int64_t(g.size()));

@@ -391,7 +391,7 @@ TEST_P(AttentionTest, ForwardMatchesNaive) {
   fill(v);
   poison(out);
   poison(lse);
-  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   std::vector<double> want_out, want_lse;
   naive_attention(s, q.f(), k.f(), v.f(), want_out, want_lse);
   expect_close("attention out", out.f(), want_out);
@@ -414,13 +414,13 @@ TEST_F(CpuOpsTest, AttentionBackward) {
   Buf R(ops_, DType::f32, s.nq()), dq(ops_, DType::f32, s.nq()), dk(ops_, DType::f32, s.nkv()),
       dv(ops_, DType::f32, s.nkv());
   fill(R);
-  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   poison(dq);
   poison(dk);
   poison(dv);
-  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   auto loss = [&] {
-    ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+    ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
     return dot_loss(out, R);
   };
   test::GradCheckOptions all;
@@ -431,8 +431,8 @@ TEST_F(CpuOpsTest, AttentionBackward) {
 
   // Bitwise reproducible run to run.
   const std::vector<float> dq1 = snapshot(dq), dk1 = snapshot(dk), dv1 = snapshot(dv);
-  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
-  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
+  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   EXPECT_EQ(snapshot(dq), dq1);
   EXPECT_EQ(snapshot(dk), dk1);
   EXPECT_EQ(snapshot(dv), dv1);
@@ -446,7 +446,7 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
   fill(q);
   fill(k);
   fill(v);
-  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   const std::vector<float> out1 = snapshot(out), lse1 = snapshot(lse);
   // Change keys and values at position 4 (every batch row and kv head).
   const int t0 = 4;
@@ -456,7 +456,7 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
       k[o] += 3.0f;
       v[o] -= 5.0f;
     }
-  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd);
+  ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, s.KV * s.hd);
   for (int b = 0; b < s.B; ++b)
     for (int t = 0; t < s.T; ++t) {
       bool same = true;

@@ -38,17 +38,19 @@ class DeviceWeights final : public UnitAccess {
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
-  Tensor weight(int unit, int param) override { return view(w_, unit, param); }
-  Tensor grad(int unit, int param) override { return view(g_, unit, param); }
+  using UnitAccess::grad;
+  using UnitAccess::weight;
+  Tensor weight(int unit, int param, int count) override { return view(w_, unit, param, count); }
+  Tensor grad(int unit, int param, int count) override { return view(g_, unit, param, count); }
   Tensor unit_grads(int u) const { return g_[u]; }
   void zero_grads() {
     for (Tensor t : g_) ops_.zero(t);
   }
 
  private:
-  Tensor view(const std::vector<Tensor>& v, int unit, int param) const {
+  Tensor view(const std::vector<Tensor>& v, int unit, int param, int count) const {
     const UnitSpec& u = units_[unit];
-    return v[unit].slice(u.offset_of(param), u.params[param].stored_numel());
+    return v[unit].slice(u.offset_of(param), u.span_numel(param, count));
   }
   Ops& ops_;
   std::vector<UnitSpec> units_;

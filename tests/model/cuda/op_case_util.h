@@ -44,7 +44,9 @@ inline Check vs_host(std::string what, Tensor t, Tol tol, std::vector<float> wan
 // entry), as the model's residual stream calls it.
 OpCase linear_add_case(int M, int N, int K, bool alias);
 // norm_rope: QK-norm and RoPE over [B, T, H, hd], backward with dg of dtype dg.
-OpCase norm_rope_case(int B, int T, int H, int hd, DType dg);
+// ld > 0: x and dx are views from column `col` of rows ld wide (q or k inside
+// the q|k|v GEMM's output); the other columns must come back untouched.
+OpCase norm_rope_case(int B, int T, int H, int hd, DType dg, int64_t ld = 0, int64_t col = 0);
 
 // ---- FP8 (fp8_op_cases.cpp) ---------------------------------------------------
 // quantize_fp8 over n values of dtype src spanning ~2^24 in magnitude (so

@@ -183,35 +183,43 @@ OpCase rope_case(int B, int T, int H, int hd) {
 }
 
 // ---- attention --------------------------------------------------------------
-OpCase attention_case(int B, int T, int H, int Hkv, int hd) {
+OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld = 0) {
   const int64_t nq = int64_t(B) * T * H * hd, nkv = int64_t(B) * T * Hkv * hd;
-  const int64_t nl = int64_t(B) * H * T;
+  const int64_t nl = int64_t(B) * H * T, kv_width = int64_t(Hkv) * hd;
+  if (v_ld == 0) v_ld = kv_width;
+  // A strided v is the last columns of rows v_ld wide, as in the q|k|v GEMM's output.
+  const int64_t nv = int64_t(B) * T * v_ld, vcol = v_ld - kv_width;
   OpCase c;
   c.op = "attention";
   c.shape = fmt("B=%d T=%d heads=%d kv_heads=%d head_dim=%d", B, T, H, Hkv, hd);
-  c.variant = "causal";
+  c.variant =
+      v_ld == kv_width ? "causal" : fmt("causal, v and dv rows %lld apart", (long long)v_ld);
   c.dtypes = "q,k,v,out,dout,dq,dk,dv bf16; lse f32";
   // Causal: half of the T x T scores; forward 2 matmuls, backward 5.
   c.fwd_flops = 4.0 * B * H * double(T) * T * hd / 2;
   c.bwd_flops = 2.5 * c.fwd_flops;
   c.bind = [=](Env& e) {
-    const auto q = e.rnd(nq, -2.0f, 2.0f), k = e.rnd(nkv, -2.0f, 2.0f), v = e.rnd(nkv);
-    const auto dout = e.rnd(nq);
-    Tensor qt = e.in(BF, q), kt = e.in(BF, k), vt = e.in(BF, v);
+    const auto q = e.rnd(nq, -2.0f, 2.0f), k = e.rnd(nkv, -2.0f, 2.0f), v = e.rnd(nv);
+    const auto dout = e.rnd(nq), dv0 = e.rnd(nv);
+    Tensor qt = e.in(BF, q), kt = e.in(BF, k), vw = e.in(BF, v);
     Tensor out = e.out(BF, nq), lse = e.out(F32, nl);
-    Tensor dot = e.in(BF, dout), dq = e.out(BF, nq), dk = e.out(BF, nkv), dv = e.out(BF, nkv);
+    Tensor dot = e.in(BF, dout), dq = e.out(BF, nq), dk = e.out(BF, nkv);
+    // A wide dv starts from the same values on both sides and is compared
+    // whole, so a write outside its view would show as an error of order 1.
+    Tensor dvw = v_ld != kv_width ? e.in(BF, dv0) : e.out(BF, nkv);
+    const Tensor vt = vw.slice(vcol, nv - vcol), dv = dvw.slice(vcol, dvw.numel - vcol);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.attention(out, lse, qt, kt, vt, B, T, H, Hkv, hd); };
+    b.fwd = [=, &o] { o.attention(out, lse, qt, kt, vt, B, T, H, Hkv, hd, v_ld); };
     b.fwd_checks = {vs_ref("attention out", out, kAttn), vs_ref("attention lse (f32)", lse, kF32)};
     // Backward from the same forward on both sides: the device's bf16 out and
     // its lse, given to the reference as well.
     b.from_dev = {out, lse};
     b.bwd = [=, &o] {
-      o.attention_backward(dq, dk, dv, dot, out, lse, qt, kt, vt, B, T, H, Hkv, hd);
+      o.attention_backward(dq, dk, dv, dot, out, lse, qt, kt, vt, B, T, H, Hkv, hd, v_ld);
     };
     b.bwd_checks = {vs_ref("attention dq", dq, kAttn), vs_ref("attention dk", dk, kAttn),
-                    vs_ref("attention dv", dv, kAttn)};
+                    vs_ref("attention dv", dvw, kAttn)};
     return b;
   };
   return c;
@@ -525,6 +533,12 @@ std::vector<OpCase> op_cases() {
   // composition of rmsnorm and rope they fall back to.
   for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
   t.push_back(norm_rope_case(2, 40, 3, 64, F32));
+  // q and k as views into q|k|v rows (3 + 2 * 1 heads): the fused kernels at
+  // head_dim 64, the packed fallback at 12.
+  for (int hd : {64, 12}) {
+    t.push_back(norm_rope_case(2, 40, 3, hd, BF, 5 * hd, 0));
+    t.push_back(norm_rope_case(2, 40, 1, hd, BF, 5 * hd, 3 * hd));
+  }
 
   // n = 100003: odd, so no kernel can assume a multiple of its vector width.
   for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
@@ -555,6 +569,8 @@ std::vector<OpCase> op_cases() {
   t.push_back(attention_case(2, 128, 4, 2, 64));
   t.push_back(attention_case(1, 64, 4, 4, 16));
   t.push_back(attention_case(2, 96, 8, 2, 128));
+  // v inside a q|k|v row (4 + 2 * 2 heads of 64).
+  t.push_back(attention_case(2, 128, 4, 2, 64, 8 * 64));
 
   // n = 1003: a tail that is not a multiple of the vector width.
   for (int64_t n : {int64_t(4096), int64_t(1003)}) {
@@ -589,9 +605,9 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
     const char* name;
     int N, K;
   };
-  for (Proj p :
-       {Proj{"wq/wo", c.q_dim(), d}, Proj{"wk/wv", c.kv_dim(), d}, Proj{"w1/w3", c.d_ff, d},
-        Proj{"w2", d, c.d_ff}, Proj{"head (padded vocab)", c.padded_vocab(), d}}) {
+  const int qkv = c.q_dim() + 2 * c.kv_dim();
+  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1/w3", c.d_ff, d},
+                 Proj{"w2", d, c.d_ff}, Proj{"head (padded vocab)", c.padded_vocab(), d}}) {
     t.push_back(linear_case(M, p.N, p.K, LinDx::set, BF));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
   }
@@ -599,8 +615,8 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.back().variant = "w2 + residual, " + t.back().variant;
   // The same block projections as FP8 GEMMs (issue 13's forward), and the
   // per-tensor cast of an activation that feeds them.
-  for (Proj p : {Proj{"wq/wo", c.q_dim(), d}, Proj{"wk/wv", c.kv_dim(), d},
-                 Proj{"w1/w3", c.d_ff, d}, Proj{"w2", d, c.d_ff}}) {
+  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1/w3", c.d_ff, d},
+                 Proj{"w2", d, c.d_ff}}) {
     t.push_back(linear_fp8_case(M, p.N, p.K, Fp8::e4m3, Fp8::e4m3));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
     t.push_back(linear_backward_fp8_case(M, p.N, p.K, false, F32));
@@ -613,8 +629,10 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/true));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
-  t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF));
-  t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim()));
+  // q, k and v as the model reads them: views into the q|k|v GEMM's output.
+  t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF, qkv, 0));
+  t.push_back(norm_rope_case(B, T, c.n_kv_head, c.head_dim(), BF, qkv, c.q_dim()));
+  t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim(), qkv));
   t.push_back(swiglu_case(int64_t(M) * c.d_ff));
   t.push_back(add_case(int64_t(M) * d, false));
   t.push_back(cross_entropy_case(M, c.vocab_size, c.padded_vocab(), 1.0f / float(M)));
