@@ -14,9 +14,9 @@
 //    synchronise.
 //  - An `_ld` argument (leading dimension, as in BLAS) is the distance in
 //    elements between the starts of consecutive token rows of the tensors it
-//    names, at least their row width: q, k and v are views into the packed
-//    output of one q|k|v GEMM. Such a tensor starts at its first row; its
-//    numel reaches at least the end of its last.
+//    names, at least their row width: q, k and v are views into the output
+//    of one q|k|v GEMM, SwiGLU's a and b into that of one W1|W3 GEMM. Such a tensor starts at its
+//    first row; its numel reaches at least the end of its last.
 #pragma once
 
 #include <chrono>
@@ -39,6 +39,13 @@ struct AdamWHyper {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 1;
   int step = 1;  // from 1, for bias correction
 };
+
+// The elements a tensor of `rows` token rows of `width`, rows `ld` apart,
+// must hold (the `_ld` convention above); ld below width is an error.
+inline int64_t rows_need(int64_t rows, int64_t width, int64_t ld) {
+  FSDP_CHECK(ld >= width, "row stride ", ld, " is below the row width ", width);
+  return rows == 0 ? 0 : (rows - 1) * ld + width;
+}
 
 // FP8 codes (u8, from quantize_fp8 or quantize_fp8_t) with the inverse
 // scale they were made with (f32[1]) and their format.
@@ -158,13 +165,17 @@ class Ops {
                                   Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                   int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
 
-  // s = silu(a) * b, elementwise over n. amax as in rmsnorm: max |s|.
-  virtual void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) = 0;
-  // With amax (f32[2], or empty): amax[0] = max |da|, amax[1] = max |db| of
-  // the values stored (Ops::amax's), for the FP8 backward to cast them by
-  // without another pass over them.
-  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                               Tensor amax) = 0;
+  // s = silu(a) * b, elementwise over [rows, cols]: a's and b's rows ab_ld
+  // apart (the halves of the W1|W3 GEMM's output), s packed. amax as in
+  // rmsnorm: max |s|.
+  virtual void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                      Tensor amax) = 0;
+  // da and db laid out as a and b, from ds (packed). With amax (f32[1], or
+  // empty): amax[0] = the max of |da| and |db| over both, of the values
+  // stored (Ops::amax's): what the FP8 backward casts the W1|W3 gradient by,
+  // without another pass over it.
+  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                               int cols, int64_t ab_ld, Tensor amax) = 0;
 
   // y = a + b (y may alias a or b).
   virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;

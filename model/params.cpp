@@ -77,7 +77,7 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
                       packed(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
                       gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
                       gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
-                      linear(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}});
+                      packed(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}});
   }
   UnitSpec head{"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) head.params.push_back(vocab_matrix("head.weight"));

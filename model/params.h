@@ -32,8 +32,9 @@ struct ParamSpec {
   // (UnitAccess::weight_fp8).
   bool fp8 = false;
   // Stored right after the previous parameter, with no alignment gap, so the
-  // two are one matrix: Wk and Wv after Wq, which the model runs as one q|k|v
-  // GEMM. Under FP8 such a run also shares one scale (UnitAccess::weight_fp8).
+  // two are one matrix: Wk and Wv after Wq, W3 after W1, which the model runs
+  // as one GEMM each (q|k|v, and SwiGLU's two up-projections). Under FP8 such
+  // a run also shares one scale (UnitAccess::weight_fp8).
   bool packed = false;
 
   int64_t numel() const;         // logical elements

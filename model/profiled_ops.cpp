@@ -190,14 +190,18 @@ void ProfiledOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
                                      head_dim, v_ld);
         });
 }
-void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
-  timed(shape(amax.numel ? "swiglu+amax" : "swiglu", {n}), 0, 3.0 * double(n) * sz(s),
-        [&] { inner_->swiglu(s, a, b, n, amax); });
+void ProfiledOps::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                         Tensor amax) {
+  const double n = double(rows) * cols;
+  timed(shape(amax.numel ? "swiglu+amax" : "swiglu", {rows, cols}), 0, 3.0 * n * sz(s),
+        [&] { inner_->swiglu(s, a, b, rows, cols, ab_ld, amax); });
 }
-void ProfiledOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                                  Tensor amax) {
-  timed(shape(amax.numel ? "swiglu_backward+amax" : "swiglu_backward", {n}), 0,
-        5.0 * double(n) * sz(ds), [&] { inner_->swiglu_backward(da, db, ds, a, b, n, amax); });
+void ProfiledOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                                  int cols, int64_t ab_ld, Tensor amax) {
+  const double n = double(rows) * cols;
+  timed(shape(amax.numel ? "swiglu_backward+amax" : "swiglu_backward", {rows, cols}), 0,
+        5.0 * n * sz(ds),
+        [&] { inner_->swiglu_backward(da, db, ds, a, b, rows, cols, ab_ld, amax); });
 }
 void ProfiledOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   timed(shape("add", {n}), 0, 3.0 * double(n) * sz(y), [&] { inner_->add(y, a, b, n); });

@@ -83,9 +83,10 @@ class ProfiledOps : public Ops {
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
                           int head_dim, int64_t v_ld) override;
-  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) override;
-  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                       Tensor amax) override;
+  void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+              Tensor amax) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
+                       int64_t ab_ld, Tensor amax) override;
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                      float grad_scale) override;

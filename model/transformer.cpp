@@ -17,7 +17,8 @@ constexpr Fp8 kFp8Grad = Fp8::e4m3;
 enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
 
 // The rest of a buffer from element `from`: a view of q, k or v inside the
-// q|k|v GEMM's output, whose rows the ops step through by its row stride.
+// q|k|v GEMM's output (or of b inside W1|W3's), whose rows the ops step
+// through by its row stride.
 Tensor tail(Tensor t, int64_t from) {
   return t.slice(from, t.numel - from);
 }
@@ -57,7 +58,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
       continue;
     }
     BlockActs a = l == 0 ? shared : alloc_block(recompute_ == Recompute::none);
-    if (recompute_ == Recompute::mlp) a.a = shared.a, a.b = shared.b, a.s = shared.s;
+    if (recompute_ == Recompute::mlp) a.ab = shared.ab, a.s = shared.s;
     acts_.push_back(a);
   }
   hf_ = alloc(ct, N_ * d);
@@ -72,11 +73,10 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   dqkv_ = alloc(ct, N_ * (qd + 2 * kvd));
   datt_ = alloc(ct, N_ * qd);
   ds_ = alloc(ct, N_ * ff);
-  da_ = alloc(ct, N_ * ff);
-  db_ = alloc(ct, N_ * ff);
+  dab_ = alloc(ct, N_ * 2 * ff);
   if (fp8_) {
-    const int64_t in = std::max({d, qd, ff}), out = std::max({qd + 2 * kvd, ff, d});
-    const int64_t weight = std::max(qd + 2 * kvd, ff) * d;  // the largest block matrix
+    const int64_t in = std::max({d, qd, ff}), out = std::max({qd + 2 * kvd, 2 * ff, d});
+    const int64_t weight = std::max(qd + 2 * kvd, 2 * ff) * d;  // the largest block matrix
     x8_ = alloc(DType::u8, N_ * in);
     w8_ = alloc(DType::u8, weight);
     w8t_ = alloc(DType::u8, weight);
@@ -105,8 +105,7 @@ Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
   a.h2 = alloc(ct, N_ * d);
   a.rstd2 = alloc(f32, N_);
   if (with_mlp) {
-    a.a = alloc(ct, N_ * ff);
-    a.b = alloc(ct, N_ * ff);
+    a.ab = alloc(ct, N_ * 2 * ff);
     a.s = alloc(ct, N_ * ff);
   }
   return a;
@@ -119,7 +118,7 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
   // Per block: h1, mid, h2 (d-sized), qkv (q- and twice kv-sized), q, att
   // (q-sized), k (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32;
-  // and the MLP's a, b, s (d_ff-sized).
+  // and the MLP's a|b and s (d_ff-sized each).
   const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
   const int64_t mlp = es * N * 3 * ff;
   const int64_t blocks = recompute == Recompute::none  ? L * (attn + mlp)
@@ -134,10 +133,11 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   // with the transpose), their three f32 scales (a slot each), and each
   // layer's input amaxes and those of the gradients in GradAmax.
   const int64_t qkv = qd + 2 * kvd;
-  const int64_t fp8_codes = fp8 ? N * std::max({d, qd, ff}) +
-                                      2 * (std::max(qkv, ff) * d + N * std::max({qkv, ff, d})) +
-                                      4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + kGradAmaxes)
-                                : 0;
+  const int64_t fp8_codes =
+      fp8 ? N * std::max({d, qd, ff}) +
+                2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
+                4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + kGradAmaxes)
+          : 0;
   return io + stream + blocks + head + scratch + fp8_codes;
 }
 
@@ -286,9 +286,9 @@ void Transformer::mlp_forward(int layer, UnitAccess& w) {
   // h2's amax is the one its RMSNorm wrote, still in place when
   // recomputation re-runs only this part.
   const LinearInput h2 = linear_input(a.h2, M, d, InputCast::forward, input_amax(layer, kInH2));
-  block_linear(a.a, h2, w, u, {kW1, 1}, M, ff, d);
-  block_linear(a.b, h2, w, u, {kW3, 1}, M, ff, d);
-  ops_.swiglu(a.s, a.a, a.b, int64_t(M) * ff, input_amax(layer, kInS));
+  // W1|W3 are packed into one matrix: one GEMM, a and b side by side in its rows.
+  block_linear(a.ab, h2, w, u, {kW1, 2}, M, 2 * ff, d);
+  ops_.swiglu(a.s, a.ab, tail(a.ab, ff), M, ff, 2 * ff, input_amax(layer, kInS));
 }
 
 // dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
@@ -310,10 +310,10 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // input gradient is added to it.
   block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, {kW2, 1}, M, d, ff, false,
                         grad_amax(kGradRes));
-  ops_.swiglu_backward(da_, db_, ds_, a.a, a.b, int64_t(M) * ff, grad_amax(kGradA, 2));
-  const LinearInput h2 = input(a.h2, d, kInH2);
-  block_linear_backward(dh_, da_, h2, w, u, {kW1, 1}, M, ff, d, false, grad_amax(kGradA));
-  block_linear_backward(dh_, db_, h2, w, u, {kW3, 1}, M, ff, d, true, grad_amax(kGradB));
+  ops_.swiglu_backward(dab_, tail(dab_, ff), ds_, a.ab, tail(a.ab, ff), M, ff, 2 * ff,
+                       grad_amax(kGradAB));
+  block_linear_backward(dh_, dab_, input(a.h2, d, kInH2), w, u, {kW1, 2}, M, 2 * ff, d, false,
+                        grad_amax(kGradAB));
   ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
                         d, true, grad_amax(kGradRes));
 

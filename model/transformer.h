@@ -72,8 +72,9 @@ class Transformer {
  private:
   struct BlockActs {
     // qkv: the q|k|v GEMM's output [rows, q_dim + 2 kv_dim]; q and k are
-    // QK-normed and rotated out of it, v is read from it in place.
-    Tensor h1, rstd1, qkv, q, k, q_rstd, k_rstd, att, lse, mid, h2, rstd2, a, b, s;
+    // QK-normed and rotated out of it, v is read from it in place. ab: the
+    // W1|W3 GEMM's [rows, 2 d_ff], SwiGLU's a and b side by side.
+    Tensor h1, rstd1, qkv, q, k, q_rstd, k_rstd, att, lse, mid, h2, rstd2, ab, s;
   };
   Tensor alloc(DType t, int64_t n);
   BlockActs alloc_block(bool with_mlp);
@@ -103,7 +104,7 @@ class Transformer {
     return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};
   }
   // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`
-  // (with the `count` - 1 packed behind it: q|k|v as one matrix), and its
+  // (with the `count` - 1 packed behind it: q|k|v, W1|W3), and its
   // backward (dW into w.grad): the compute dtype's GEMMs, or FP8 ones under
   // fp8_, on the codes the engine gathered when it did.
   struct Weight {
@@ -132,8 +133,9 @@ class Transformer {
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
   std::vector<BlockActs> acts_;
   Tensor hf_, rstdf_, logits_, losses_;
-  // Backward scratch, reused by every layer. dqkv_ is laid out as qkv.
-  Tensor dres_, dh_, dq_, dk_, dqkv_, datt_, ds_, da_, db_;
+  // Backward scratch, reused by every layer. dqkv_ and dab_ are laid out as
+  // qkv and ab.
+  Tensor dres_, dh_, dq_, dk_, dqkv_, datt_, ds_, dab_;
   // fp8_: codes of one linear's input (LinearInput), and of its weight and
   // output gradient, each with its transpose for backward, and their inverse
   // scales. w8_ serves only weights that arrive in the compute dtype
@@ -141,11 +143,11 @@ class Transformer {
   Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
   Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then GradAmax's
   // Output gradients whose max |.| the op that writes them also computes, so
-  // their FP8 cast skips the amax pass: SwiGLU's dA and dB, and dres_ (from
-  // each RMSNorm backward: W2's and Wo's dy). Each slot holds the value of
-  // the latest write, read by the next cast. dqkv_ gets an amax pass: its dv
-  // part comes from cuDNN, which computes none.
-  enum GradAmax { kGradA, kGradB, kGradRes, kGradAmaxes };
+  // their FP8 cast skips the amax pass: SwiGLU's dA|dB, and dres_ (from each
+  // RMSNorm backward: W2's and Wo's dy). Each slot holds the value of the
+  // latest write, read by the next cast. dqkv_ gets an amax pass: its dv part
+  // comes from cuDNN, which computes none.
+  enum GradAmax { kGradAB, kGradRes, kGradAmaxes };
   // Under fp8_ (else empty): `count` slots from `first`.
   Tensor grad_amax(GradAmax first, int count = 1) const {
     if (!fp8_) return {};

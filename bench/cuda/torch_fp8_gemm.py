@@ -35,9 +35,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     a = ap.parse_args()
     M, d = a.tokens, a.d_model
-    # The model's block GEMMs: q|k|v as one (its three weights are packed), wo, w1/w3, w2.
-    shapes = [("wq|wk|wv", a.q_dim + 2 * a.kv_dim, d), ("wo", d, a.q_dim), ("w1/w3", a.d_ff, d),
-              ("w2", d, a.d_ff)]
+    # The model's block GEMMs: q|k|v and w1|w3 as one each (their weights are packed), wo, w2.
+    shapes = [("wq|wk|wv", a.q_dim + 2 * a.kv_dim, d), ("wo", d, a.q_dim),
+              ("w1|w3", 2 * a.d_ff, d), ("w2", d, a.d_ff)]
     one = torch.ones((), device="cuda")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for name, N, K in shapes:

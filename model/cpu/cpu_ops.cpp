@@ -29,11 +29,6 @@ const int32_t* i32(Tensor t, int64_t need, const char* what) {
   return t.i32();
 }
 
-// Elements a tensor of `rows` rows of `width`, rows `ld` apart, must hold.
-int64_t rows_need(int64_t rows, int64_t width, int64_t ld) {
-  FSDP_CHECK(ld >= width, "row stride ", ld, " is below the row width ", width);
-  return rows == 0 ? 0 : (rows - 1) * ld + width;
-}
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                int64_t width) {
   for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_ld, width, dst + r * dst_ld);
@@ -399,36 +394,46 @@ void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Te
   }
 }
 
-void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
+void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {
+  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
   float* so = f32(s, n, "swiglu s");
-  const float* ai = f32(a, n, "swiglu a");
-  const float* bi = f32(b, n, "swiglu b");
-  for (int64_t i = 0; i < n; ++i) so[i] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
+  const float* ai = f32(a, need, "swiglu a");
+  const float* bi = f32(b, need, "swiglu b");
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * ab_ld + c;
+      so[r * cols + c] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
+    }
   if (amax.numel > 0) {
     FSDP_CHECK(amax.dtype == DType::f32, "swiglu amax: f32[1]");
     this->amax(amax.slice(0, 1), s.slice(0, n));
   }
 }
 
-void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                             Tensor amax) {
-  float* dao = f32(da, n, "swiglu da");
-  float* dbo = f32(db, n, "swiglu db");
+void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                             int cols, int64_t ab_ld, Tensor amax) {
+  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
+  float* dao = f32(da, need, "swiglu da");
+  float* dbo = f32(db, need, "swiglu db");
   const float* dsi = f32(ds, n, "swiglu ds");
-  const float* ai = f32(a, n, "swiglu a");
-  const float* bi = f32(b, n, "swiglu b");
-  for (int64_t i = 0; i < n; ++i) {
-    // Read everything first so da or db may alias ds, a or b.
-    const double x = ai[i], y = bi[i], d = dsi[i];
-    const double sg = sigmoid(x);
-    // silu'(x) = sg + x sg (1 - sg)
-    dao[i] = float(d * y * sg * (1.0 + x * (1.0 - sg)));
-    dbo[i] = float(d * x * sg);
-  }
+  const float* ai = f32(a, need, "swiglu a");
+  const float* bi = f32(b, need, "swiglu b");
+  float m = 0.0f;  // max |da|, |db| as stored
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      // Read everything first so da and db may alias a and b.
+      const int64_t i = r * ab_ld + c;
+      const double x = ai[i], y = bi[i], d = dsi[r * cols + c];
+      const double sg = sigmoid(x);
+      // silu'(x) = sg + x sg (1 - sg)
+      dao[i] = float(d * y * sg * (1.0 + x * (1.0 - sg)));
+      dbo[i] = float(d * x * sg);
+      // As Ops::amax: NaN does not count (fmax keeps the number).
+      m = std::fmax(m, std::fmax(std::fabs(dao[i]), std::fabs(dbo[i])));
+    }
   if (amax.numel > 0) {
-    FSDP_CHECK(amax.dtype == DType::f32 && amax.numel >= 2, "swiglu_backward amax: f32[2]");
-    this->amax(amax.slice(0, 1), da.slice(0, n));
-    this->amax(amax.slice(1, 1), db.slice(0, n));
+    FSDP_CHECK(amax.dtype == DType::f32, "swiglu_backward amax: f32[1]");
+    amax.f32()[0] = m;
   }
 }
 

@@ -55,9 +55,10 @@ class CpuOps final : public Ops {
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
                           int head_dim, int64_t v_ld) override;
 
-  void swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) override;
-  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                       Tensor amax) override;
+  void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+              Tensor amax) override;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
+                       int64_t ab_ld, Tensor amax) override;
 
   void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 

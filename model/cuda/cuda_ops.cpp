@@ -284,11 +284,6 @@ void CudaOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, fl
 }
 
 namespace {
-// Elements a tensor of `rows` rows of `width`, rows `ld` apart, must hold.
-int64_t rows_need(int64_t rows, int64_t width, int64_t ld) {
-  FSDP_CHECK(ld >= width, "row stride ", ld, " is below the row width ", width);
-  return rows == 0 ? 0 : (rows - 1) * ld + width;
-}
 void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
                int64_t width, cudaStream_t stream) {
   const size_t es = sizeof(cuda::bf16);
@@ -390,17 +385,20 @@ void CudaOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, T
   after("attention_backward");
 }
 
-void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int64_t n, Tensor amax) {
-  cuda::swiglu_forward(bf(s, n, "swiglu s"), bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
-                       f32_or_null(amax, 1, "swiglu amax"), impl_->stream);
+void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {
+  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
+  cuda::swiglu_forward(bf(s, n, "swiglu s"), bf(a, need, "swiglu a"), bf(b, need, "swiglu b"), rows,
+                       cols, ab_ld, f32_or_null(amax, 1, "swiglu amax"), impl_->stream);
   after("swiglu");
 }
 
-void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int64_t n,
-                              Tensor amax) {
-  cuda::swiglu_backward(bf(da, n, "swiglu da"), bf(db, n, "swiglu db"), bf(ds, n, "swiglu ds"),
-                        bf(a, n, "swiglu a"), bf(b, n, "swiglu b"), n,
-                        f32_or_null(amax, 2, "swiglu_backward amax"), impl_->stream);
+void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                              int cols, int64_t ab_ld, Tensor amax) {
+  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
+  cuda::swiglu_backward(bf(da, need, "swiglu da"), bf(db, need, "swiglu db"),
+                        bf(ds, n, "swiglu ds"), bf(a, need, "swiglu a"), bf(b, need, "swiglu b"),
+                        rows, cols, ab_ld, f32_or_null(amax, 1, "swiglu_backward amax"),
+                        impl_->stream);
   after("swiglu_backward");
 }
 

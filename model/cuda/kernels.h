@@ -70,12 +70,13 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
                         int heads, int hd, float* amax, int64_t x_ld, const DeviceInfo& dev,
                         Scratch& scratch, cudaStream_t stream);
 
-// amax: null, or an f32 word that gets max |s| as stored.
-void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int64_t n, float* amax,
-                    cudaStream_t stream);
-// amax: null, or two f32 words that get max |da| and max |db| as stored.
-void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int64_t n,
-                     float* amax, cudaStream_t stream);
+// SwiGLU over [rows, cols]: a, b, da and db rows ab_ld apart, s and ds
+// packed. amax: null, or an f32 word that gets max |s| (forward), or the max
+// of |da| and |db| over both (backward), as stored.
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int rows, int cols, int64_t ab_ld,
+                    float* amax, cudaStream_t stream);
+void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int rows,
+                     int cols, int64_t ab_ld, float* amax, cudaStream_t stream);
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 
 // Rows of Vp logits, the first V real (see Ops::cross_entropy).

@@ -45,17 +45,20 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   std::map<std::string, ProfiledOps::Row> by_key;
   for (const auto& r : prof.rows()) by_key[r.key] = r;
   const int M = B * T, L = c.n_layer;
-  // Per block forward: q|k|v as one, o, w1, w3, w2 (5 GEMMs), o and w2 with
-  // the residual add in the epilogue; the head adds one.
+  // Per block forward: q|k|v as one, o, w1|w3 as one, w2 (4 GEMMs), o and w2
+  // with the residual add in the epilogue; the head adds one.
   ASSERT_TRUE(by_key.count("linear 16x32x16"));  // wq|wk|wv: q_dim 16 + 2 kv_dim 8
   EXPECT_EQ(by_key["linear 16x32x16"].calls, L);
   EXPECT_EQ(by_key.count("linear 16x16x16") + by_key.count("linear 16x8x16"), 0u);
   EXPECT_EQ(by_key["linear_add 16x16x16"].calls, L);  // wo + residual
-  EXPECT_EQ(by_key["linear 16x24x16"].calls, 2 * L);  // w1, w3
+  EXPECT_EQ(by_key["linear 16x48x16"].calls, L);      // w1|w3: 2 d_ff 24
+  EXPECT_EQ(by_key.count("linear 16x24x16"), 0u);
+  EXPECT_EQ(by_key["swiglu 16x24"].calls, L);
+  EXPECT_EQ(by_key["swiglu_backward 16x24"].calls, L);
   EXPECT_EQ(by_key["linear_add 16x16x24"].calls, L);  // w2 + residual
   EXPECT_EQ(by_key.count("linear 16x16x24"), 0u);
   EXPECT_EQ(by_key.count("add 256"), 0u);  // no separate residual adds left
-  EXPECT_DOUBLE_EQ(by_key["linear 16x24x16"].flops, 2 * L * 2.0 * M * 24 * 16);
+  EXPECT_DOUBLE_EQ(by_key["linear 16x48x16"].flops, L * 2.0 * M * 48 * 16);
   EXPECT_DOUBLE_EQ(by_key["linear_add 16x16x24"].flops, L * 2.0 * M * 16 * 24);
   EXPECT_EQ(by_key["attention 2x8x4x2x4"].calls, L);
   EXPECT_EQ(by_key["attention_backward 2x8x4x2x4"].calls, L);
@@ -75,7 +78,7 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   }
   const std::string table = prof.report(0);
   EXPECT_NE(table.find("op profile (cpu, 1 steps)"), std::string::npos) << table;
-  EXPECT_NE(table.find("TFLOP/s  linear 16x24x16"), std::string::npos) << table;
+  EXPECT_NE(table.find("TFLOP/s  linear 16x48x16"), std::string::npos) << table;
   // One line per row, plus the two header lines.
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), int64_t(by_key.size()) + 2) << table;
 

@@ -166,7 +166,7 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
 // SwiGLU computed, and only attention's output after an amax pass; the
 // backward casts each block input by the amax its forward cast it with
 // (Transformer::input_amax), and the output gradients by the amaxes the ops
-// that wrote them computed (SwiGLU's dA and dB, RMSNorm's dres). Each must be the amax of the very
+// that wrote them computed (SwiGLU's dA|dB, RMSNorm's dres). Each must be the amax of the very
 // tensor being cast, in every recompute mode and for a second batch, so the codes are what casting
 // it afresh gives.
 struct AmaxSpy : ProfiledOps {
@@ -210,9 +210,9 @@ TEST(Transformer, Fp8CastsByTheAmaxOfWhatItCasts) {
       for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
     }
     // Per block and batch: inputs h1, att, h2, s; gradients dres (W2's and
-    // Wo's), dA, dB. Only dq|dk|dv, whose dv cuDNN writes, is cast by its own
+    // Wo's), dA|dB. Only dq|dk|dv, whose dv cuDNN writes, is cast by its own
     // amax.
-    EXPECT_EQ(ops.calls, 2 * (4 + 4) * c.n_layer);
+    EXPECT_EQ(ops.calls, 2 * (4 + 3) * c.n_layer);
     // The forward casts those 4 inputs each time it runs, recomputation
     // included (all 4 again under block; under mlp only h2, for W1 and W3);
     // the amax pass is attention's output's alone.

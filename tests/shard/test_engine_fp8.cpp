@@ -65,7 +65,7 @@ TEST(FsdpFp8Gather, TrainsBitForBitAsCastingTheGatheredWeight) {
 
 // After a step, with weights kept gathered: each linear's codes and scale are
 // the whole f32 master cast at once (the reference quantize_fp8), on every
-// rank, whatever slice of it the rank holds; a packed run (Wq|Wk|Wv) is one
+// rank, whatever slice of it the rank holds; a packed run (Wq|Wk|Wv, W1|W3) is one
 // matrix, cast with one scale, and each of its parameters reads its part.
 TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
@@ -114,8 +114,8 @@ TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
       ++checked;
     }
   }
-  // Per block: q|k|v, o, W1, W3, W2.
-  EXPECT_EQ(checked, 5 * c.n_layer);
+  // Per block: q|k|v, o, W1|W3, W2.
+  EXPECT_EQ(checked, 4 * c.n_layer);
   // A run that is not packed, or that leaves its segment, is refused.
   EXPECT_THROW(run.engine.weight_fp8(1, 6, 2), Error);  // wo, mlp_norm
   EXPECT_THROW(run.engine.weight_fp8(1, 1, 4), Error);  // wq, wk, wv, q_norm

@@ -2,14 +2,10 @@
 """--precision fp8 on the CPU (issue 13): the block GEMMs on FP8 codes (the
 casts bit for bit as an H100 makes them, the products summed in fp32).
 
-README's demo run (`tiny`, 300 steps) must end no more than 1% above the
-fp32 run's validation loss (the bar the issue sets for FP8 against bf16 on a
-GPU, on the side that costs quality), and must say it runs FP8. Below fp32
-it may end up to 5% away: across seeds the demo's final loss spreads about 4%,
-in fp32 and fp8 alike, and the two runs leave each other's trajectory early
-(the packed q|k|v GEMM's fp8 run was 3.7% below fp32 at step 100 and 1.1%
-below at the end; the separate GEMMs' was 0.3% below). A run further away in
-either direction is not seed spread.
+README's demo run (`tiny`, 300 steps) must end within 1% of the fp32 run's
+validation loss, the bar the issue sets for FP8 against bf16 on a GPU, and
+must say it runs FP8. (The bar compares two runs on the same data and seed:
+across seeds the demo's final loss spreads about 4%, in fp32 and fp8 alike.)
 
 On 2 ranks under mpirun, the block weights are all-gathered as e4m3 codes
 with scales agreed across the ranks: the loss curve must be the one of
@@ -58,13 +54,10 @@ if "FP8 block GEMMs" not in out8:
 if not v32 or not v8:
     failures.append("no validation loss")
 else:
-    rel = (v8[-1] - v32[-1]) / v32[-1]
-    print(f"final val_loss fp32 {v32[-1]:.4f}, fp8 {v8[-1]:.4f}: fp8 {rel:+.2%}")
+    rel = abs(v8[-1] - v32[-1]) / v32[-1]
+    print(f"final val_loss fp32 {v32[-1]:.4f}, fp8 {v8[-1]:.4f}: {rel:.2%} apart")
     if rel > 0.01:
-        failures.append(f"fp8 ends {rel:.2%} above fp32 ({v8[-1]:.4f} vs {v32[-1]:.4f}), over 1%")
-    if rel < -0.05:
-        failures.append(f"fp8 ends {-rel:.2%} below fp32 ({v8[-1]:.4f} vs {v32[-1]:.4f}), beyond "
-                        "the demo's seed spread")
+        failures.append(f"fp8 ends {rel:.2%} from fp32 ({v8[-1]:.4f} vs {v32[-1]:.4f}), over 1%")
     if v8 == v32:
         failures.append("fp8 gave fp32's losses exactly: the FP8 path did not run")
 

@@ -485,7 +485,7 @@ TEST_F(CpuOpsTest, SwiGlu) {
   poison(s);
   Buf s_amax(ops_, DType::f32, 1);
   poison(s_amax);
-  ops_.swiglu(s, a, b, n, s_amax);
+  ops_.swiglu(s, a, b, 1, int(n), n, s_amax);
   std::vector<double> want(n);
   float want_amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -499,9 +499,9 @@ TEST_F(CpuOpsTest, SwiGlu) {
   fill(R);
   poison(da);
   poison(db);
-  ops_.swiglu_backward(da, db, R, a, b, n, {});
+  ops_.swiglu_backward(da, db, R, a, b, 1, int(n), n, {});
   auto loss = [&] {
-    ops_.swiglu(s, a, b, n, {});
+    ops_.swiglu(s, a, b, 1, int(n), n, {});
     return dot_loss(s, R);
   };
   expect_grad("swiglu da", grad_check(loss, a.f(), da.f(), n));

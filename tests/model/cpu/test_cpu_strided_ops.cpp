@@ -1,7 +1,7 @@
 // The ops that take a row stride (`_ld`: q, k and v as views into the q|k|v
-// GEMM's output) against the same ops on packed copies: bit for bit the same
-// results, and the columns of the wider rows that are not the view's are
-// neither read (they hold NaN) nor written.
+// GEMM's output, SwiGLU's a and b into W1|W3's) against the same ops on
+// packed copies: bit for bit the same results, and the columns of the wider
+// rows that are not the view's are neither read (they hold NaN) nor written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,6 +133,39 @@ TEST(CpuStridedOps, AttentionWithAStridedVIsAttentionOnThePackedV) {
   EXPECT_EQ(dk2, dk);
   EXPECT_EQ(narrow(dvw, s.tokens(), width, s.ld(), col), dv);
   EXPECT_TRUE(rest_untouched(dvw, s.tokens(), width, s.ld(), col)) << "dv wrote outside its view";
+}
+
+// SwiGLU on a and b side by side in rows of 2 cols (the W1|W3 GEMM's output).
+TEST(CpuStridedOps, SwigluOnTheHalvesOfARowIsSwigluOnPackedHalves) {
+  const int rows = 6, cols = 5;
+  const int64_t n = int64_t(rows) * cols, ld = 2 * cols;
+  CpuOps ops;
+  std::mt19937 rng(13);
+  Vec a = random_vec(rng, size_t(n), -4.0f, 4.0f), b = random_vec(rng, size_t(n), -2.0f, 2.0f);
+  Vec ab = widen(a, rows, cols, ld, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) ab[size_t(r * ld + cols + c)] = b[size_t(r * cols + c)];
+
+  Vec s(static_cast<size_t>(n)), s2(static_cast<size_t>(n)), am(1), am2(1);
+  ops.swiglu(view(s), view(a), view(b), rows, cols, cols, view(am));
+  ops.swiglu(view(s2), view(ab), view(ab, cols), rows, cols, ld, view(am2));
+  EXPECT_EQ(s2, s);
+  EXPECT_EQ(am2, am) << "max |s|";
+
+  const Vec ds = random_vec(rng, size_t(n));
+  Vec ds1 = ds, da(static_cast<size_t>(n)), db(static_cast<size_t>(n));
+  ops.swiglu_backward(view(da), view(db), view(ds1), view(a), view(b), rows, cols, cols, view(am));
+  float want = 0.0f;  // the joint amax: over da and db
+  for (size_t i = 0; i < da.size(); ++i)
+    want = std::fmax(want, std::fmax(std::fabs(da[i]), std::fabs(db[i])));
+  EXPECT_EQ(am[0], want) << "max |da|, |db|";
+  Vec dab(static_cast<size_t>(rows * ld), kNaN);
+  ops.swiglu_backward(view(dab), view(dab, cols), view(ds1), view(ab), view(ab, cols), rows, cols,
+                      ld, view(am2));
+  EXPECT_EQ(narrow(dab, rows, cols, ld, 0), da);
+  EXPECT_EQ(narrow(dab, rows, cols, ld, cols), db);
+  EXPECT_EQ(am2, am);
+  EXPECT_ANY_THROW(ops.swiglu(view(s), view(ab), view(ab, cols), rows, cols, cols - 1, {}));
 }
 
 }  // namespace

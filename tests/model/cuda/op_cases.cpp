@@ -226,27 +226,34 @@ OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld = 0) {
 }
 
 // ---- swiglu and add -----------------------------------------------------------
-OpCase swiglu_case(int64_t n) {
+// halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
+// da and db likewise; otherwise each packed.
+OpCase swiglu_case(int rows, int cols, bool halves) {
+  const int64_t n = int64_t(rows) * cols, ld = halves ? 2 * cols : cols;
   OpCase c;
   c.op = "swiglu";
-  c.shape = fmt("n=%lld", (long long)n);
-  c.variant = "s = silu(a) * b";
+  c.shape = fmt("%dx%d", rows, cols);
+  c.variant = halves ? "s = silu(a) * b, a|b in one row" : "s = silu(a) * b";
   c.dtypes = "a,b,s,ds,da,db bf16";
   c.fwd_bytes = 3.0 * n * 2;
   c.bwd_bytes = 5.0 * n * 2;
   c.bind = [=](Env& e) {
-    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
-    Tensor at = e.in(BF, a), bt = e.in(BF, bv), s = e.out(BF, n);
-    Tensor dst = e.in(BF, ds), da = e.out(BF, n), db = e.out(BF, n);
+    const auto a = e.rnd(halves ? 2 * n : n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
+    // With halves, a holds both: its rows' second halves are b.
+    Tensor at = e.in(BF, a), bt = halves ? at.slice(cols, 2 * n - cols) : e.in(BF, bv);
+    Tensor s = e.out(BF, n), dst = e.in(BF, ds);
+    Tensor da = e.out(BF, halves ? 2 * n : n);
+    Tensor db = halves ? da.slice(cols, 2 * n - cols) : e.out(BF, n);
     Ops& o = e.ops;
     Bound b;
-    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 2);
-    b.fwd = [=, &o] { o.swiglu(s, at, bt, n, s_amax); };
+    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 1);
+    b.fwd = [=, &o] { o.swiglu(s, at, bt, rows, cols, ld, s_amax); };
     // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
     b.fwd_checks = {vs_ref("swiglu", s, kRound), vs_ref("max |s|", s_amax, kRound)};
-    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, n, amax); };
-    b.bwd_checks = {vs_ref("swiglu da", da, kRound), vs_ref("swiglu db", db, kRound),
-                    vs_ref("max |da|, |db|", amax, kRound)};
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, rows, cols, ld, amax); };
+    b.bwd_checks = {vs_ref(halves ? "swiglu da|db" : "swiglu da", da, kRound),
+                    vs_ref("max of |da|, |db|", amax, kRound)};
+    if (!halves) b.bwd_checks.push_back(vs_ref("swiglu db", db, kRound));
     return b;
   };
   return c;
@@ -572,9 +579,12 @@ std::vector<OpCase> op_cases() {
   // v inside a q|k|v row (4 + 2 * 2 heads of 64).
   t.push_back(attention_case(2, 128, 4, 2, 64, 8 * 64));
 
+  // a|b in rows: 64 columns vectorised, 37 not.
+  t.push_back(swiglu_case(50, 64, true));
+  t.push_back(swiglu_case(50, 37, true));
   // n = 1003: a tail that is not a multiple of the vector width.
   for (int64_t n : {int64_t(4096), int64_t(1003)}) {
-    t.push_back(swiglu_case(n));
+    t.push_back(swiglu_case(1, int(n), false));
     t.push_back(add_case(n, false));
     t.push_back(add_case(n, true));
   }
@@ -606,7 +616,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
     int N, K;
   };
   const int qkv = c.q_dim() + 2 * c.kv_dim();
-  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1/w3", c.d_ff, d},
+  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1|w3", 2 * c.d_ff, d},
                  Proj{"w2", d, c.d_ff}, Proj{"head (padded vocab)", c.padded_vocab(), d}}) {
     t.push_back(linear_case(M, p.N, p.K, LinDx::set, BF));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
@@ -615,7 +625,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.back().variant = "w2 + residual, " + t.back().variant;
   // The same block projections as FP8 GEMMs (issue 13's forward), and the
   // per-tensor cast of an activation that feeds them.
-  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1/w3", c.d_ff, d},
+  for (Proj p : {Proj{"wq|wk|wv", qkv, d}, Proj{"wo", d, c.q_dim()}, Proj{"w1|w3", 2 * c.d_ff, d},
                  Proj{"w2", d, c.d_ff}}) {
     t.push_back(linear_fp8_case(M, p.N, p.K, Fp8::e4m3, Fp8::e4m3));
     t.back().variant = std::string(p.name) + ", " + t.back().variant;
@@ -628,12 +638,15 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/true));
+  // The packed gradients: dA|dB by SwiGLU's amax, dq|dk|dv by its own.
+  t.push_back(quantize_fp8_t_amax_case(M, 2 * c.d_ff, BF, /*t_only=*/false));
+  t.push_back(quantize_fp8_t_case(M, qkv, Fp8::e4m3, BF));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   // q, k and v as the model reads them: views into the q|k|v GEMM's output.
   t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF, qkv, 0));
   t.push_back(norm_rope_case(B, T, c.n_kv_head, c.head_dim(), BF, qkv, c.q_dim()));
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim(), qkv));
-  t.push_back(swiglu_case(int64_t(M) * c.d_ff));
+  t.push_back(swiglu_case(M, c.d_ff, true));
   t.push_back(add_case(int64_t(M) * d, false));
   t.push_back(cross_entropy_case(M, c.vocab_size, c.padded_vocab(), 1.0f / float(M)));
   // The optimizer and engine ops on one transformer block's parameters.
