@@ -1,4 +1,4 @@
-// What the op table's builder files (op_cases.cpp, fused_op_cases.cpp) share:
+// What the op table's builder files (op_cases.cpp and the *_op_cases.cpp) share:
 // short dtype names, the RoPE base, a printf-style formatter for shapes, the
 // two kinds of check, and the builders that live outside op_cases.cpp (so
 // neither file grows past a readable length). Not for other users: op_cases.h
@@ -38,6 +38,11 @@ inline Check vs_host(std::string what, Tensor t, Tol tol, std::vector<float> wan
   c.want = std::move(want);
   return c;
 }
+
+// ---- attention (attention_op_cases.cpp) ---------------------------------------
+// Causal GQA attention; v_ld > 0: v and dv are the last columns of rows v_ld
+// wide (the q|k|v GEMM's output).
+OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld = 0);
 
 // ---- fused ops (fused_op_cases.cpp) -------------------------------------------
 // linear_add: y = x W^T + r; alias: r is y itself (y holds the residual on
