@@ -15,8 +15,9 @@
 //  - An `_ld` argument (leading dimension, as in BLAS) is the distance in
 //    elements between the starts of consecutive token rows of the tensors it
 //    names, at least their row width: q, k and v are views into the output
-//    of one q|k|v GEMM, SwiGLU's a and b into that of one W1|W3 GEMM. Such a tensor starts at its
-//    first row; its numel reaches at least the end of its last.
+//    of one q|k|v GEMM, SwiGLU's a and b into that of one W1|W3 GEMM. Such a
+//    tensor starts at its first row; its numel reaches at least the end of
+//    its last.
 #pragma once
 
 #include <chrono>

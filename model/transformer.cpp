@@ -117,8 +117,8 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
   const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
   // Per block: h1, mid, h2 (d-sized), qkv (q- and twice kv-sized), q, att
-  // (q-sized), k (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and lse in f32;
-  // and the MLP's a|b and s (d_ff-sized each).
+  // (q-sized), k (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and
+  // lse in f32; and the MLP's a|b and s (d_ff-sized each).
   const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
   const int64_t mlp = es * N * 3 * ff;
   const int64_t blocks = recompute == Recompute::none  ? L * (attn + mlp)

@@ -148,10 +148,10 @@ class Transformer {
   // latest write, read by the next cast. dqkv_ gets an amax pass: its dv part
   // comes from cuDNN, which computes none.
   enum GradAmax { kGradAB, kGradRes, kGradAmaxes };
-  // Under fp8_ (else empty): `count` slots from `first`.
-  Tensor grad_amax(GradAmax first, int count = 1) const {
+  // Under fp8_ (else empty): the slot of g.
+  Tensor grad_amax(GradAmax g) const {
     if (!fp8_) return {};
-    return amax8_.slice(int64_t(kBlockInputs) * cfg_.n_layer + first, count);
+    return amax8_.slice(int64_t(kBlockInputs) * cfg_.n_layer + g, 1);
   }
   // the inverse scale of the input (0), weight (1) or gradient (2) codes
   Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }

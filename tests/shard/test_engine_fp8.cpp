@@ -119,6 +119,7 @@ TEST(FsdpFp8Gather, CodesAreTheWholeWeightCastWithOneScale) {
   // A run that is not packed, or that leaves its segment, is refused.
   EXPECT_THROW(run.engine.weight_fp8(1, 6, 2), Error);  // wo, mlp_norm
   EXPECT_THROW(run.engine.weight_fp8(1, 1, 4), Error);  // wq, wk, wv, q_norm
+  EXPECT_THROW(run.engine.weight_fp8(1, 9, 2), Error);  // w3, w2: one segment, w2 not packed
 }
 
 // Passes every call through, noting each all-gather's element type and count.
