@@ -40,7 +40,8 @@ class ProfiledOps : public Ops {
   // Every row so far, longest total first (reads the marks still pending).
   std::vector<Row> rows();
   // The table: one line per row with ms/step, share, and TFLOP/s or GB/s;
-  // rows under min_share of the total are folded into one.
+  // rows under min_share of the total are folded into one, but for each op's
+  // largest.
   std::string report(double min_share = 0.002);
 
   // ---- Ops: forwarded, timed --------------------------------------------------

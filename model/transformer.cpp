@@ -22,6 +22,11 @@ enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, 
 Tensor tail(Tensor t, int64_t from) {
   return t.slice(from, t.numel - from);
 }
+
+int64_t head_rows_for(int64_t rows, int head_rows) {
+  FSDP_CHECK(head_rows >= 0, "head_rows ", head_rows);
+  return std::min<int64_t>(rows, head_rows > 0 ? head_rows : Transformer::kHeadRows);
+}
 }  // namespace
 
 Recompute parse_recompute(const std::string& name) {
@@ -32,7 +37,7 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
-                         Recompute recompute, bool fp8)
+                         Recompute recompute, bool fp8, int head_rows)
     : cfg_(config),
       ops_(ops),
       units_(model_units(config)),
@@ -43,6 +48,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   cfg_.validate();
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
   N_ = int64_t(B_) * T_;
+  head_rows_ = head_rows_for(N_, head_rows);
   const DType ct = ops_.compute_dtype(), f32 = DType::f32;
   const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
 
@@ -63,7 +69,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   }
   hf_ = alloc(ct, N_ * d);
   rstdf_ = alloc(f32, N_);
-  logits_ = alloc(ct, N_ * cfg_.padded_vocab());
+  logits_ = alloc(ct, head_rows_ * cfg_.padded_vocab());
   losses_ = alloc(f32, N_);
 
   dres_ = alloc(ct, N_ * d);
@@ -85,7 +91,8 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
     scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
     amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer) + kGradAmaxes);
   }
-  FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_));
+  FSDP_CHECK(activation_bytes_ ==
+             activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_, int(head_rows_)));
 }
 
 Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
@@ -112,7 +119,8 @@ Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
 }
 
 int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
-                                          DType compute, Recompute recompute, bool fp8) {
+                                          DType compute, Recompute recompute, bool fp8,
+                                          int head_rows) {
   const int64_t N = int64_t(batch_size) * seq_len, d = c.d_model, qd = c.q_dim();
   const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
   const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
@@ -124,9 +132,10 @@ int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, 
   const int64_t blocks = recompute == Recompute::none  ? L * (attn + mlp)
                          : recompute == Recompute::mlp ? L * attn + mlp
                                                        : attn + mlp;
-  const int64_t io = 4 * 2 * N;                                          // tokens, targets
-  const int64_t stream = es * (L + 1) * N * d;                           // residual stream
-  const int64_t head = es * N * (d + c.padded_vocab()) + 4 * N * 2;      // hf, logits; rstd, losses
+  const int64_t io = 4 * 2 * N;                 // tokens, targets
+  const int64_t stream = es * (L + 1) * N * d;  // residual stream
+  // hf, one chunk of logits; rstd, losses
+  const int64_t head = es * (N * d + head_rows_for(N, head_rows) * c.padded_vocab()) + 4 * N * 2;
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
   // FP8 codes (one byte each) of a linear's input (row-major in forward,
   // transposed in backward: one buffer), weight and gradient (each twice,
@@ -335,20 +344,32 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 }
 
 void Transformer::head_forward(UnitAccess& w, bool training) {
-  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model;
+  const int u = num_units() - 1, d = cfg_.d_model;
   const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
-  Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
-  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), M, d, cfg_.norm_eps, {});
-  ops_.linear(logits_, hf_, wout, M, Vp, d);  // padding columns: zero rows of wout
-  ops_.cross_entropy(losses_, logits_, targets_, M, V, Vp, training ? loss_scale_ : 0.0f);
+  const bool tied = cfg_.tie_embeddings;
+  Tensor wout = tied ? w.weight(0, 0) : w.weight(u, 1);
+  Tensor dwout = !training ? Tensor{} : tied ? w.grad(0, 0) : w.grad(u, 1);
+  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), int(N_), d, cfg_.norm_eps, {});
+  if (!training) kept_logits_.clear();
+  for (int64_t r0 = 0; r0 < N_; r0 += head_rows_) {
+    const int n = int(std::min(head_rows_, N_ - r0));
+    const Tensor h = hf_.slice(r0 * d, int64_t(n) * d), logits = logits_.slice(0, int64_t(n) * Vp);
+    ops_.linear(logits, h, wout, n, Vp, d);  // padding columns: zero rows of wout
+    for (int64_t row : keep_rows_)
+      if (!training && row >= r0 && row < r0 + n) kept_logits_[row] = to_host_f32(logits, row - r0);
+    ops_.cross_entropy(losses_.slice(r0, n), logits, targets_.slice(r0, n), n, V, Vp,
+                       training ? loss_scale_ : 0.0f);
+    // Training: the chunk's logits now hold dL/dlogits; through the head now,
+    // before the next chunk overwrites them.
+    if (training)
+      ops_.linear_backward(dh_.slice(r0 * d, int64_t(n) * d), dwout, logits, h, wout, n, Vp, d,
+                           false);
+  }
 }
 
-// The logits buffer already holds dL/dlogits from the training forward.
+// dh_ already holds the gradient the training forward sent through the head.
 void Transformer::head_backward(UnitAccess& w) {
-  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model, Vp = cfg_.padded_vocab();
-  Tensor wout = cfg_.tie_embeddings ? w.weight(0, 0) : w.weight(u, 1);
-  Tensor dwout = cfg_.tie_embeddings ? w.grad(0, 0) : w.grad(u, 1);
-  ops_.linear_backward(dh_, dwout, logits_, hf_, wout, M, Vp, d, false);
+  const int u = num_units() - 1, M = int(N_), d = cfg_.d_model;
   ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M, d,
                         false, grad_amax(kGradRes));
 }
@@ -374,10 +395,9 @@ bool all_finite(Ops& ops, Tensor t) {
   return true;
 }
 
-std::vector<float> Transformer::logits_row(int64_t row) {
-  FSDP_CHECK(row >= 0 && row < N_, "logits row ", row, " of ", N_);
-  const int64_t Vp = cfg_.padded_vocab(), V = cfg_.vocab_size;
-  const Tensor r = logits_.slice(row * Vp, V);
+std::vector<float> Transformer::to_host_f32(Tensor logits, int64_t chunk_row) {
+  const int64_t V = cfg_.vocab_size;
+  const Tensor r = logits.slice(chunk_row * cfg_.padded_vocab(), V);
   std::vector<float> out(static_cast<size_t>(V));
   if (r.dtype == DType::f32) {
     ops_.to_host(out.data(), r);
@@ -387,6 +407,18 @@ std::vector<float> Transformer::logits_row(int64_t row) {
     for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
   }
   return out;
+}
+
+void Transformer::keep_logits(std::vector<int64_t> rows) {
+  for (int64_t row : rows) FSDP_CHECK(row >= 0 && row < N_, "logits row ", row, " of ", N_);
+  keep_rows_ = std::move(rows);
+}
+
+std::vector<float> Transformer::logits_row(int64_t row) const {
+  const auto it = kept_logits_.find(row);
+  FSDP_CHECK(it != kept_logits_.end(), "logits row ", row,
+             " was not kept: name it in keep_logits before the forward");
+  return it->second;
 }
 
 double Transformer::loss_sum() {

@@ -2,11 +2,16 @@
 // Ops backend; the caller (the FSDP engine) decides when weights are present.
 //
 // Training order for one micro-batch: set_batch, forward(0..U-1, training),
-// backward(U-1..0). The last unit's training forward computes the loss and,
-// in place of the logits, their gradient, so backward starts from there.
+// backward(U-1..0). The last unit's training forward computes the loss and
+// the head's gradients too: it runs the LM head and cross-entropy a chunk of
+// rows at a time and sends each chunk's dL/dlogits through the head at once
+// (into dh and the output weight's gradient), so logits exist for one chunk
+// only. Its gradient buffers must therefore be there from that forward on;
+// its backward is the final norm's.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,8 +36,9 @@ class Transformer {
   // per-tensor current scaling, all e4m3 (gradients too: see kFp8Grad in
   // transformer.cpp); the embedding, norms, attention and the head stay in
   // the compute dtype, as do the weights and gradients the engine holds.
+  // head_rows: rows per LM-head chunk (0: kHeadRows).
   Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
-              Recompute recompute = Recompute::none, bool fp8 = false);
+              Recompute recompute = Recompute::none, bool fp8 = false, int head_rows = 0);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -47,9 +53,15 @@ class Transformer {
   // Bytes of activations and scratch this model holds (for the memory plan).
   int64_t activation_bytes() const { return activation_bytes_; }
   // The same figure from shapes alone, without allocating.
+  // At most linear in the tokens: the logits take one head chunk's rows.
   static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
                                       DType compute, Recompute recompute = Recompute::none,
-                                      bool fp8 = false);
+                                      bool fp8 = false, int head_rows = 0);
+  // The LM head's rows per chunk: 4096 keeps its GEMMs large (4096 rows by
+  // the vocabulary) while gpt-350m's micro-batch of 16 x 1024 keeps a quarter
+  // of its logits (412 MB in bf16, not 1.65 GB), which a larger micro-batch
+  // can use instead.
+  static constexpr int kHeadRows = 4096;
 
   // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
   // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global
@@ -64,10 +76,11 @@ class Transformer {
   // Sum of token losses and number of counted targets of the last forward.
   double loss_sum();
   int64_t loss_count() const { return loss_count_; }
-  // The vocab_size logits of token row `row` (b * seq_len + t) after a
-  // forward without training (which leaves the logits in place), as f32 on
-  // the host: what sampling picks the next token from.
-  std::vector<float> logits_row(int64_t row);
+  // Sampling: the rows (b * seq_len + t) whose vocab_size logits the next
+  // forward without training keeps, as f32 on the host, for logits_row (the
+  // head's chunks overwrite each other's logits on the device).
+  void keep_logits(std::vector<int64_t> rows);
+  std::vector<float> logits_row(int64_t row) const;
 
  private:
   struct BlockActs {
@@ -83,6 +96,8 @@ class Transformer {
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
+  // Row `chunk_row` of a logits chunk, its vocab_size real columns as f32.
+  std::vector<float> to_host_f32(Tensor logits, int64_t chunk_row);
   // The input [M, K] of one or more block linears and, under fp8_, its codes
   // (forward) or their transpose (backward), cast once for all the linears
   // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
@@ -123,7 +138,8 @@ class Transformer {
   int B_, T_;
   Recompute recompute_;
   bool fp8_;
-  int64_t N_;  // rows = B*T
+  int64_t N_;          // rows = B*T
+  int64_t head_rows_;  // rows per LM-head chunk, at most N_
   float loss_scale_ = 0.0f;
   int64_t loss_count_ = 0;
   int64_t activation_bytes_ = 0;
@@ -132,7 +148,10 @@ class Transformer {
   Tensor tokens_, targets_;
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
   std::vector<BlockActs> acts_;
-  Tensor hf_, rstdf_, logits_, losses_;
+  Tensor hf_, rstdf_, losses_;
+  Tensor logits_;  // one head chunk's [head_rows_, padded vocab]
+  std::vector<int64_t> keep_rows_;
+  std::map<int64_t, std::vector<float>> kept_logits_;
   // Backward scratch, reused by every layer. dqkv_ and dab_ are laid out as
   // qkv and ab.
   Tensor dres_, dh_, dq_, dk_, dqkv_, datt_, ds_, dab_;

@@ -387,6 +387,10 @@ void FsdpEngine::forward_backward(bool last_of_step) {
     for (int r : model_.units_read_by(u)) wait_gather(r);
     if (u + 1 < U)
       for (int r : model_.units_read_by(u + 1)) issue_gather(r);
+    // The head's training forward also takes its gradients (Transformer):
+    // its backward follows at once, so the buffers start one unit early.
+    if (u == U - 1)
+      for (int r : model_.units_read_by(u)) begin_grads(r);
     note("forward", u);
     model_.forward(u, *this, true);
     check_finite(u, false);

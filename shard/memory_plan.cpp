@@ -74,9 +74,10 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
     // full gradients + reduce-scatter output, in the reduce dtype
     m.grad_buffers += slots[u] * rs * (n + n / shard_size);
   }
-  // Activations are linear in the tokens of a micro-batch; an absurd
-  // --batch-size x --seq-len saturates instead of overflowing, so the memory
-  // check still refuses it with a number.
+  // Activations are at most linear in the tokens of a micro-batch (the
+  // logits hold one head chunk); an absurd --batch-size x --seq-len
+  // saturates instead of overflowing, so the memory check still refuses it
+  // with a number.
   const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, recompute, fp8);
   if (static_cast<long double>(per_token) * batch * seq_len >= kPlanSaturation)
     m.activations = kPlanSaturation;

@@ -387,6 +387,9 @@ void Trainer::print_samples(int step) {
   std::vector<std::vector<int32_t>> out(size_t(rows), prompt);
   for (int t = P - 1; t < P - 1 + n; ++t) {
     model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
+    std::vector<int64_t> keep;
+    for (int r = 0; r < rows && lead_; ++r) keep.push_back(int64_t(r) * T + t);
+    model_->keep_logits(std::move(keep));
     engine_->forward_only();
     if (!lead_) continue;
     for (int r = 0; r < rows; ++r) {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "model/cpu/cpu_ops.h"
 #include "model/profiled_ops.h"
@@ -81,6 +82,14 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   EXPECT_NE(table.find("TFLOP/s  linear 16x48x16"), std::string::npos) << table;
   // One line per row, plus the two header lines.
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), int64_t(by_key.size()) + 2) << table;
+  // Folding every row under 100% still leaves each op's largest, and the fold.
+  std::set<std::string> ops;
+  for (const auto& [k, r] : by_key) ops.insert(k.substr(0, k.find(' ')));
+  ASSERT_LT(ops.size(), by_key.size());  // some op has several shapes to fold
+  const std::string folded = prof.report(1.0);
+  EXPECT_EQ(std::count(folded.begin(), folded.end(), '\n'), int64_t(ops.size()) + 3) << folded;
+  for (const std::string& op : ops)
+    EXPECT_NE(folded.find("  " + op + " "), std::string::npos) << op;
 
   // Disabled: calls pass through untimed.
   prof.set_enabled(false);
