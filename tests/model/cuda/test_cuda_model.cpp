@@ -39,7 +39,9 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
   return loss;
 }
 
-void check_model(ModelConfig cfg, int B, int T, bool fp8 = false) {
+// head_rows: the GPU model's LM-head chunk (0: Transformer::kHeadRows); the
+// CPU reference always takes the head in one chunk.
+void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
@@ -62,7 +64,7 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false) {
 
   CudaOps gpu;
   test::DeviceWeights dev(gpu, units, weights);
-  Transformer gm(cfg, gpu, B, T, Recompute::none, fp8);
+  Transformer gm(cfg, gpu, B, T, Recompute::none, fp8, head_rows);
   const double gpu_loss = train_pass(gm, dev, in, tg, scale);
 
   std::printf("  loss%s: cpu %.6f gpu %.6f\n", fp8 ? " (fp8)" : "", cpu_loss, gpu_loss);
@@ -83,6 +85,14 @@ TEST(CudaModel, Gpt350mShapedMatchesCpu) {
   ModelConfig cfg = model_preset("gpt-350m");
   cfg.n_layer = 2;
   check_model(cfg, 1, 256);
+}
+
+// The head in chunks of 96 rows (96, 96, 64): row offsets into hf, dh and
+// the losses that the one-chunk path never takes.
+TEST(CudaModel, Gpt350mShapedHeadChunksMatchCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, false, 96);
 }
 
 TEST(CudaModel, TinyFp8MatchesCpu) {
