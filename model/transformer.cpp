@@ -355,8 +355,8 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
     const int n = int(std::min(head_rows_, N_ - r0));
     const Tensor h = hf_.slice(r0 * d, int64_t(n) * d), logits = logits_.slice(0, int64_t(n) * Vp);
     ops_.linear(logits, h, wout, n, Vp, d);  // padding columns: zero rows of wout
-    for (int64_t row : keep_rows_)
-      if (!training && row >= r0 && row < r0 + n) kept_logits_[row] = to_host_f32(logits, row - r0);
+    for (int64_t row : training ? std::vector<int64_t>{} : keep_rows_)
+      if (row >= r0 && row < r0 + n) kept_logits_[row] = logits_to_host(logits, row - r0);
     ops_.cross_entropy(losses_.slice(r0, n), logits, targets_.slice(r0, n), n, V, Vp,
                        training ? loss_scale_ : 0.0f);
     // Training: the chunk's logits now hold dL/dlogits; through the head now,
@@ -395,7 +395,7 @@ bool all_finite(Ops& ops, Tensor t) {
   return true;
 }
 
-std::vector<float> Transformer::to_host_f32(Tensor logits, int64_t chunk_row) {
+std::vector<float> Transformer::logits_to_host(Tensor logits, int64_t chunk_row) {
   const int64_t V = cfg_.vocab_size;
   const Tensor r = logits.slice(chunk_row * cfg_.padded_vocab(), V);
   std::vector<float> out(static_cast<size_t>(V));

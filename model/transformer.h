@@ -97,7 +97,7 @@ class Transformer {
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
   // Row `chunk_row` of a logits chunk, its vocab_size real columns as f32.
-  std::vector<float> to_host_f32(Tensor logits, int64_t chunk_row);
+  std::vector<float> logits_to_host(Tensor logits, int64_t chunk_row);
   // The input [M, K] of one or more block linears and, under fp8_, its codes
   // (forward) or their transpose (backward), cast once for all the linears
   // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
