@@ -350,12 +350,18 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
   Tensor wout = tied ? w.weight(0, 0) : w.weight(u, 1);
   Tensor dwout = !training ? Tensor{} : tied ? w.grad(0, 0) : w.grad(u, 1);
   ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), int(N_), d, cfg_.norm_eps, {});
-  if (!training) kept_logits_.clear();
+  // Kept rows serve the next forward without training only: an evaluation
+  // after sampling copies nothing to the host.
+  std::vector<int64_t> keep;
+  if (!training) {
+    keep.swap(keep_rows_);
+    kept_logits_.clear();
+  }
   for (int64_t r0 = 0; r0 < N_; r0 += head_rows_) {
     const int n = int(std::min(head_rows_, N_ - r0));
     const Tensor h = hf_.slice(r0 * d, int64_t(n) * d), logits = logits_.slice(0, int64_t(n) * Vp);
     ops_.linear(logits, h, wout, n, Vp, d);  // padding columns: zero rows of wout
-    for (int64_t row : training ? std::vector<int64_t>{} : keep_rows_)
+    for (int64_t row : keep)
       if (row >= r0 && row < r0 + n) kept_logits_[row] = logits_to_host(logits, row - r0);
     ops_.cross_entropy(losses_.slice(r0, n), logits, targets_.slice(r0, n), n, V, Vp,
                        training ? loss_scale_ : 0.0f);

@@ -78,7 +78,8 @@ class Transformer {
   int64_t loss_count() const { return loss_count_; }
   // Sampling: the rows (b * seq_len + t) whose vocab_size logits the next
   // forward without training keeps, as f32 on the host, for logits_row (the
-  // head's chunks overwrite each other's logits on the device).
+  // head's chunks overwrite each other's logits on the device). That forward
+  // uses the request up; the one after keeps nothing unless asked again.
   void keep_logits(std::vector<int64_t> rows);
   std::vector<float> logits_row(int64_t row) const;
 
