@@ -1,7 +1,7 @@
 // The H100 backend of the op interface: bf16 activations and gathered weights,
 // f32 statistics, losses and optimizer state. GEMMs run through cuBLASLt,
 // attention through cuDNN's fused SDPA, everything else through the fused
-// kernels in kernels.cu.
+// kernels (one .cu per op family, launchers in kernels.h).
 //
 // This header is plain C++ with no CUDA types in it, so code built by the host
 // compiler alone (src/, shard/) can construct the backend; the CUDA, cuBLASLt
@@ -84,7 +84,7 @@ class CudaOps final : public Ops {
 
   void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
   void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
-  // One fused kernel each way (norm_rope.cu) where the head_dim allows, else
+  // One fused kernel each way (rope.cu) where the head_dim allows, else
   // rmsnorm and rope one after the other (backward: dy rotated in place).
   void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
                  float eps, float theta, int64_t x_ld) override;

@@ -134,4 +134,10 @@ inline unsigned blocks_for(int64_t work, int per_block, int64_t cap = 1 << 20) {
   return unsigned(b < cap ? b : cap);
 }
 
+// Blocks for a grid-stride loop over n elements: at most 16 per SM of an H100
+// (132 SMs); more would only add scheduling.
+inline unsigned grid_stride_blocks(int64_t n, int threads) {
+  return blocks_for(n, threads, 132 * 16);
+}
+
 }  // namespace fsdp::cuda

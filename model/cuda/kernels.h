@@ -1,4 +1,5 @@
-// Host-side launchers of the fused kernels (kernels.cu, norm_rope.cu, pointwise.cu).
+// Host-side launchers of the hand-written kernels, one .cu per op family (the
+// section headers below name it).
 // Each enqueues its work on `stream` and checks the launch; sizes and dtypes
 // were validated by CudaOps before the call. Pointers are device pointers.
 #pragma once
@@ -30,12 +31,14 @@ struct DeviceInfo {
   int sm_count = 132;
 };
 
+// ---- embedding.cu ----------------------------------------------------------------
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int n, int C,
                        int64_t vocab, int* err, cudaStream_t stream);
 // dwte is bf16 when dwte_bf16, else f32.
 void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int32_t* tokens, int n,
                         int C, int64_t vocab, Scratch& scratch, cudaStream_t stream);
 
+// ---- rmsnorm.cu ------------------------------------------------------------------
 // amax: null, or an f32 word that gets max |y| as stored.
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, int rows, int dim,
                      float eps, float* amax, cudaStream_t stream);
@@ -49,12 +52,13 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
 void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks, int dim,
                        cudaStream_t stream);
 
+// ---- rope.cu ---------------------------------------------------------------------
 // cos_sin holds [T, head_dim/2] cosines followed by as many sines (f32).
 // sign +1 rotates forward, -1 applies the transpose.
 void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
           cudaStream_t stream);
 
-// QK-norm then RoPE fused (norm_rope.cu): per head vector of x[B, T, heads,
+// QK-norm then RoPE fused: per head vector of x[B, T, heads,
 // hd], y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates
 // dy back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when
 // dg_bf16, else f32), max |dx| as stored into amax unless it is null; x's
@@ -70,6 +74,7 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
                         int heads, int hd, float* amax, int64_t x_ld, const DeviceInfo& dev,
                         Scratch& scratch, cudaStream_t stream);
 
+// ---- elementwise.cu --------------------------------------------------------------
 // SwiGLU over [rows, cols]: a, b, da and db rows ab_ld apart, s and ds
 // packed. amax: null, or an f32 word that gets max |s| (forward), or the max
 // of |da| and |db| over both (backward), as stored.
@@ -79,15 +84,17 @@ void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf
                      int cols, int64_t ab_ld, float* amax, cudaStream_t stream);
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
 
+// ---- cross_entropy.cu ------------------------------------------------------------
 // Rows of Vp logits, the first V real (see Ops::cross_entropy).
 void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
                    float grad_scale, int* err, cudaStream_t stream);
 
-// ---- optimizer and engine (pointwise.cu) -------------------------------------
+// ---- shard_casts.cu --------------------------------------------------------------
 void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);
 void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
 void accumulate_f32(float* dst, const float* src, float scale, int64_t n, cudaStream_t stream);
 void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaStream_t stream);
+// ---- adamw.cu --------------------------------------------------------------------
 // Writes the sum of squares into *result (device memory; summed in double).
 void sum_squares(double* result, const float* x, int64_t n, const DeviceInfo& dev, Scratch& scratch,
                  cudaStream_t stream);
@@ -112,7 +119,7 @@ void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* s
            bool clear_grad, int64_t n, const AdamWStep& s, const AdamWSpans& spans,
            cudaStream_t stream);
 
-// ---- FP8 (fp8.cu) ---------------------------------------------------------------
+// ---- fp8.cu ----------------------------------------------------------------------
 // Ops::quantize_fp8 / dequantize_fp8; src and dst are bf16 when the flag says
 // so, else f32. fmt_max: the format's largest finite value (common/fp8.h).
 void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,

@@ -1,10 +1,13 @@
-// QK-norm and RoPE in one kernel each way. Per head vector of q or k: the
-// RMSNorm with its gain, then the rotate-half rotation by the token's
-// position, so the normalised vector is never stored and read back, and in
-// backward the un-rotated gradient never is either. A lane holds VEC element
-// pairs (c, c + head_dim/2), exactly the pairs RoPE rotates, so nothing moves
-// between lanes but the row's sum. bf16 in and out, fp32 arithmetic, fixed
-// reduction order (dg through the same per-block partial rows as RMSNorm).
+// Rotary position embedding: the rotate-half rotation alone (rope), and fused
+// with the QK-norm before it (norm_rope), one kernel each way.
+//
+// The fused kernels: per head vector of q or k, the RMSNorm with its gain,
+// then the rotation by the token's position, so the normalised vector is
+// never stored and read back, and in backward the un-rotated gradient never
+// is either. A lane holds VEC element pairs (c, c + head_dim/2), exactly the
+// pairs RoPE rotates, so nothing moves between lanes but the row's sum. bf16
+// in and out, fp32 arithmetic, fixed reduction order (dg through the same
+// per-block partial rows as RMSNorm).
 #include <algorithm>
 
 #include "model/cuda/device_utils.cuh"
@@ -14,6 +17,34 @@ namespace fsdp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+template <int VEC>
+__global__ void rope_kernel(bf16* x, const float* cos_sin, int64_t rows, int T, int heads,
+                            int head_dim, float sign) {
+  const int half = head_dim / 2, per_row = half / VEC;
+  const float* cos_t = cos_sin;
+  const float* sin_t = cos_sin + int64_t(T) * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * per_row;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / per_row;  // (b, t, h)
+    const int c = int(i % per_row) * VEC;
+    const int t = int((row / heads) % T);
+    bf16* v = x + row * head_dim;
+    float lo[VEC], hi[VEC];
+    load_vec<VEC>(v + c, lo);
+    load_vec<VEC>(v + half + c, hi);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float cs = cos_t[int64_t(t) * half + c + k];
+      const float sn = sign * sin_t[int64_t(t) * half + c + k];
+      const float a = lo[k], b = hi[k];
+      lo[k] = a * cs - b * sn;
+      hi[k] = b * cs + a * sn;
+    }
+    store_vec<VEC>(v + c, lo);
+    store_vec<VEC>(v + half + c, hi);
+  }
+}
 
 // Where head vector `row` starts in a tensor whose token rows are ld apart.
 __device__ __forceinline__ int64_t head_at(int64_t row, int heads, int hd, int64_t ld) {
@@ -133,6 +164,21 @@ int lanes_for(int hd) {
 }
 
 }  // namespace
+
+void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
+          cudaStream_t stream) {
+  const int64_t rows = int64_t(B) * T * heads;
+  if (rows == 0) return;
+  const int half = head_dim / 2;
+  if (half % kVec == 0 && aligned16(x)) {
+    rope_kernel<kVec><<<blocks_for(rows * half / kVec, kThreads), kThreads, 0, stream>>>(
+        x, cos_sin, rows, T, heads, head_dim, sign);
+  } else {
+    rope_kernel<1><<<blocks_for(rows * half, kThreads), kThreads, 0, stream>>>(
+        x, cos_sin, rows, T, heads, head_dim, sign);
+  }
+  FSDP_LAUNCH_CHECK("rope_kernel");
+}
 
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
                        int B, int T, int heads, int hd, float eps, int64_t x_ld,

@@ -1,0 +1,107 @@
+// Softmax cross-entropy fused with its gradient, one block per row of
+// logits, written over the logits in place. bf16 logits, fp32 arithmetic.
+#include <cfloat>
+
+#include "model/cuda/device_utils.cuh"
+#include "model/cuda/kernels.h"
+
+namespace fsdp::cuda {
+namespace {
+
+// One block per row. Pass 1 keeps a running (max, sum of exp) per thread, so
+// the row is read once for the loss; pass 2 (only when a gradient is wanted)
+// rereads it, mostly from L2, and overwrites it with the gradient. No fp32
+// copy of the logits ever exists.
+
+constexpr int kCeThreads = 512;
+
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
+  // -FLT_MAX (not -inf) marks "no elements", so exp() of a difference never
+  // sees inf - inf.
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// One block per row of Vp logits, of which the first V are real: the padded
+// columns (vocabulary rounded up for aligned GEMMs) take no part in the
+// softmax and get a zero gradient, so the padded embedding rows stay zero.
+template <int VEC>
+__global__ void __launch_bounds__(kCeThreads)
+    cross_entropy_kernel(float* losses, bf16* logits, const int32_t* targets, int V, int Vp,
+                         float grad_scale, int* err) {
+  __shared__ MaxSum warp_part[kCeThreads / 32];
+  __shared__ MaxSum total;
+  const int64_t row = blockIdx.x;
+  bf16* x = logits + row * Vp;
+  const int t = targets[row];
+  const bool grad = grad_scale != 0.0f;
+  if (t < 0 || t >= V) {
+    if (t >= V && threadIdx.x == 0) atomicCAS(err, 0, kTargetOutOfRange);
+    if (threadIdx.x == 0) losses[row] = t < 0 ? 0.0f : __int_as_float(0x7fc00000);
+    if (grad)
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) x[j] = __float2bfloat16(0.0f);
+    return;
+  }
+  // Read before any thread of the block overwrites the row.
+  const float target_logit = __bfloat162float(x[t]);
+
+  MaxSum ms{-FLT_MAX, 0.0f};
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load_vec<VEC>(x + j, v);  // in bounds: Vp is a multiple of VEC
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      if (j + k >= V) v[k] = -FLT_MAX;
+    float m = ms.m;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) m = fmaxf(m, v[k]);
+    float s = ms.s * __expf(ms.m - m);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) s += j + k < V ? __expf(v[k] - m) : 0.0f;
+    ms = {m, s};
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o),
+                       __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = combine(ms, other);
+  }
+  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum a = warp_part[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w) a = combine(a, warp_part[w]);
+    total = a;
+    losses[row] = a.m + logf(a.s) - target_logit;
+  }
+  __syncthreads();
+  if (!grad) return;
+  const float m = total.m, scale = grad_scale / total.s;
+  for (int j = threadIdx.x * VEC; j < Vp; j += blockDim.x * VEC) {
+    float v[VEC];
+    load_vec<VEC>(x + j, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      v[k] = j + k < V ? scale * __expf(v[k] - m) - (j + k == t ? grad_scale : 0.0f) : 0.0f;
+    store_vec<VEC>(x + j, v);
+  }
+}
+
+}  // namespace
+
+void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
+                   float grad_scale, int* err, cudaStream_t stream) {
+  if (n == 0) return;
+  if (Vp % kVec == 0 && aligned16(logits)) {
+    cross_entropy_kernel<kVec>
+        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, Vp, grad_scale, err);
+  } else {
+    cross_entropy_kernel<1>
+        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, Vp, grad_scale, err);
+  }
+  FSDP_LAUNCH_CHECK("cross_entropy_kernel");
+}
+
+}  // namespace fsdp::cuda

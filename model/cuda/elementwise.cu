@@ -1,0 +1,157 @@
+// Elementwise kernels over bf16: SwiGLU forward and backward (reading the
+// halves of the W1|W3 GEMM's output in place) and the residual add, all
+// through one vectorised map kernel. fp32 arithmetic.
+#include "model/cuda/device_utils.cuh"
+#include "model/cuda/kernels.h"
+
+namespace fsdp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// map_kernel applies an elementwise functor to NIN inputs producing NOUT
+// outputs, 8 elements (16 bytes) per access when every pointer allows it. All
+// inputs of an element are read before its outputs are written, by the same
+// thread, so outputs may alias inputs.
+
+template <int NIN, int NOUT>
+struct MapArgs {
+  const bf16* in[NIN];
+  bf16* out[NOUT];
+  // Row-strided operands (SwiGLU's halves of the W1|W3 GEMM's output): with
+  // cols > 0, element i is at row i / cols, column i % cols, and operand k's
+  // rows are ld[k] apart (inputs first, then outputs); cols == 0: every
+  // operand packed.
+  int64_t cols = 0;
+  int64_t ld[NIN + NOUT] = {};
+  // One amax word, the max over every output, instead of one word each.
+  bool joint_amax = false;
+};
+
+// Where element i of operand k lies.
+template <int NIN, int NOUT>
+__device__ __forceinline__ int64_t at(const MapArgs<NIN, NOUT>& a, int k, int64_t i) {
+  if (a.cols == 0) return i;
+  const int64_t r = i / a.cols;
+  return r * a.ld[k] + (i - r * a.cols);
+}
+
+// With AMAX, m[k] keeps the largest |value| stored to output k (after the
+// bf16 rounding, so it is what an amax of that output would find).
+template <int VEC, bool AMAX, int NIN, int NOUT, typename F>
+__device__ __forceinline__ void map_at(const MapArgs<NIN, NOUT>& a, int64_t i, F f,
+                                       float (&m)[NOUT]) {
+  float in[NIN][VEC], out[NOUT][VEC];
+#pragma unroll
+  for (int k = 0; k < NIN; ++k) load_vec<VEC>(a.in[k] + at(a, k, i), in[k]);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    float xi[NIN], xo[NOUT];
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) xi[k] = in[k][e];
+    f(xi, xo);
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k) out[k][e] = xo[k];
+  }
+  if constexpr (AMAX) {
+#pragma unroll
+    for (int k = 0; k < NOUT; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m[k] = fmaxf(m[k], stored_abs(out[k][e]));
+  }
+#pragma unroll
+  for (int k = 0; k < NOUT; ++k) store_vec<VEC>(a.out[k] + at(a, NIN + k, i), out[k]);
+}
+
+// amax (AMAX only): NOUT zeroed words that receive each output's max |value|.
+template <int VEC, bool AMAX, int NIN, int NOUT, typename F>
+__global__ void map_kernel(MapArgs<NIN, NOUT> a, int64_t n, F f, unsigned* amax) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t nv = n / VEC;
+  float m[NOUT] = {};
+  for (int64_t v = tid; v < nv; v += stride) map_at<VEC, AMAX>(a, v * VEC, f, m);
+  for (int64_t i = nv * VEC + tid; i < n; i += stride) map_at<1, AMAX>(a, i, f, m);
+  if constexpr (AMAX) {
+    if (a.joint_amax) {
+      float all = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k) all = fmaxf(all, m[k]);
+      block_max_into(amax, all);
+    } else {
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k) block_max_into(amax + k, m[k]);
+    }
+  }
+}
+
+template <int NIN, int NOUT, typename F>
+void launch_map(const MapArgs<NIN, NOUT>& a, int64_t n, F f, cudaStream_t stream, const char* what,
+                float* amax = nullptr) {
+  auto* bits = reinterpret_cast<unsigned*>(amax);
+  const int words = a.joint_amax ? 1 : NOUT;
+  if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, words * sizeof(float), stream));
+  if (n == 0) return;
+  // A vector must stay inside one row and start 16-byte aligned in each.
+  bool vec = a.cols % kVec == 0;
+  for (int k = 0; k < NIN + NOUT; ++k) vec = vec && a.ld[k] % kVec == 0;
+  for (int k = 0; k < NIN; ++k) vec = vec && aligned16(a.in[k]);
+  for (int k = 0; k < NOUT; ++k) vec = vec && aligned16(a.out[k]);
+  const unsigned blocks = vec ? blocks_for(n / kVec + 1, kThreads) : blocks_for(n, kThreads);
+  if (vec && amax)
+    map_kernel<kVec, true><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else if (vec)
+    map_kernel<kVec, false><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else if (amax)
+    map_kernel<1, true><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  else
+    map_kernel<1, false><<<blocks, kThreads, 0, stream>>>(a, n, f, bits);
+  FSDP_LAUNCH_CHECK(what);
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + __expf(-x));
+}
+
+struct SwigluFwd {
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const {
+    o[0] = i[0] * sigmoid(i[0]) * i[1];
+  }
+};
+struct SwigluBwd {  // inputs ds, a, b; outputs da, db
+  __device__ void operator()(const float (&i)[3], float (&o)[2]) const {
+    const float d = i[0], x = i[1], y = i[2], sg = sigmoid(x);
+    o[0] = d * y * sg * (1.0f + x * (1.0f - sg));  // silu'(x) = sg + x sg (1 - sg)
+    o[1] = d * x * sg;
+  }
+};
+struct Add {
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const { o[0] = i[0] + i[1]; }
+};
+
+}  // namespace
+
+void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int rows, int cols, int64_t ab_ld,
+                    float* amax, cudaStream_t stream) {
+  MapArgs<2, 1> m{{a, b}, {s}};
+  m.cols = cols;
+  for (int64_t& ld : m.ld) ld = ab_ld;
+  m.ld[2] = cols;  // s is packed
+  launch_map(m, int64_t(rows) * cols, SwigluFwd{}, stream, "swiglu_forward", amax);
+}
+
+void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf16* b, int rows,
+                     int cols, int64_t ab_ld, float* amax, cudaStream_t stream) {
+  MapArgs<3, 2> m{{ds, a, b}, {da, db}};
+  m.cols = cols;
+  for (int64_t& ld : m.ld) ld = ab_ld;
+  m.ld[0] = cols;  // ds is packed
+  m.joint_amax = true;
+  launch_map(m, int64_t(rows) * cols, SwigluBwd{}, stream, "swiglu_backward", amax);
+}
+
+void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{a, b}, {y}}, n, Add{}, stream, "add");
+}
+
+}  // namespace fsdp::cuda
