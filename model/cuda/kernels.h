@@ -58,14 +58,14 @@ void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks,
 void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
           cudaStream_t stream);
 
-// QK-norm then RoPE fused: per head vector of x[B, T, heads,
-// hd], y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates
-// dy back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when
-// dg_bf16, else f32), max |dx| as stored into amax unless it is null; x's
-// and dx's token rows are x_ld apart. Both return false, having enqueued
-// nothing, when the shape or alignment is not one the fused kernels handle
-// (hd must be 16 * 2^i up to 512, pointers 16-byte aligned, x_ld a multiple
-// of 8); the caller then composes rmsnorm and rope.
+// QK-norm then RoPE fused: per head vector of x[B, T, heads, hd],
+// y = rope(rmsnorm(x) * g) with rstd[B*T*heads] kept; backward rotates dy
+// back and runs RMSNorm's backward, dx overwritten, dg += (bf16 when dg_bf16,
+// else f32), max |dx| as stored into amax unless it is null; x's and dx's
+// token rows are x_ld apart. Both return false, having enqueued nothing, when
+// the shape or alignment is not one the fused kernels handle (hd must be
+// 16 * 2^i up to 512, pointers 16-byte aligned, x_ld a multiple of 8); the
+// caller then composes rmsnorm and rope.
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
                        int B, int T, int heads, int hd, float eps, int64_t x_ld,
                        cudaStream_t stream);
