@@ -104,6 +104,20 @@ __device__ __forceinline__ void block_max_into(unsigned* word, float m) {
   block_max_into(word, m, warp_max);
 }
 
+// The per-block step of the deterministic dg reduction of RMSNorm-style
+// backwards: `rows` (shared memory) holds gpb rows of dim floats, one per
+// row group; they are added in group order into the block's row of
+// `partial`, which rmsnorm_dg_reduce then adds in block order. Call after
+// the __syncthreads() that completes `rows`.
+__device__ __forceinline__ void store_block_partial(float* partial, const float* rows, int gpb,
+                                                    int dim) {
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+    float s = 0.0f;
+    for (int k = 0; k < gpb; ++k) s += rows[k * dim + c];
+    partial[int64_t(blockIdx.x) * dim + c] = s;
+  }
+}
+
 // |v| as it is once stored in bf16: what an amax of the stored tensor finds.
 __device__ __forceinline__ float stored_abs(float v) {
   return fabsf(__bfloat162float(__float2bfloat16_rn(v)));

@@ -165,11 +165,7 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-    float s = 0.0f;
-    for (int k = 0; k < gpb; ++k) s += dg_rows[k * dim + c];
-    partial[int64_t(blockIdx.x) * dim + c] = s;
-  }
+  store_block_partial(partial, dg_rows, gpb, dim);
   // dg_rows (gpb * dim >= blockDim.x floats) is free again: a float per warp.
   if (amax) block_max_into(amax, m, dg_rows);
 }

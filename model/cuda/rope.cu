@@ -146,11 +146,7 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
     my[half + c + k] = ahi[k];
   }
   __syncthreads();
-  for (int col = threadIdx.x; col < hd; col += blockDim.x) {
-    float s = 0.0f;
-    for (int k = 0; k < gpb; ++k) s += dg_rows[k * hd + col];
-    partial[int64_t(blockIdx.x) * hd + col] = s;
-  }
+  store_block_partial(partial, dg_rows, gpb, hd);
   // dg_rows (gpb * hd = 2 * kVec * blockDim.x floats) is free again.
   if (amax) block_max_into(amax, m, dg_rows);
 }
