@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-bash "$root/tools/build.sh"
+bash "$root/tools/build.sh" run
 bash "$root/tools/make_example.sh" "$build/example"
 exec "$build/src/fsdptrain" --config "$root/tools/tiny_demo.ini" \
   --train-data "$build/example/kjv_train.h5" --val-data "$build/example/kjv_val.h5" \

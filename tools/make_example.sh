@@ -37,5 +37,8 @@ if [ "$size" -lt 4000000 ]; then
   echo "make_example: error: 'bible' printed only $size bytes; is bible-kjv-text installed?" >&2
   exit 1
 fi
-"${PYTHON:-python3}" "$here/prepare_data.py" text "$text" --out "$out/kjv" \
+source "$here/python_env.sh"
+# Before tools/setup.sh has made the venv, a python3 that has numpy and h5py will do.
+[ -x "$fsdp_python" ] || fsdp_python=python3
+"$fsdp_python" "$here/prepare_data.py" text "$text" --out "$out/kjv" \
   --tokenizer byte --val-fraction 0.05

@@ -407,8 +407,8 @@ def main(argv=None):
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
-                raise InputError("matplotlib is not installed (pip install matplotlib, "
-                                 "or tools/setup.sh)")
+                raise InputError("matplotlib is not installed (tools/setup.sh installs it "
+                                 "into .venv: run the tools with .venv/bin/python)")
             plot(runs, a.output, a.x, a.dpi, a.title)
     except InputError as e:
         fail(str(e))

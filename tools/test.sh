@@ -3,5 +3,5 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-bash "$root/tools/build.sh"
+bash "$root/tools/build.sh" test
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"

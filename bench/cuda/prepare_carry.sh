@@ -32,7 +32,7 @@ command -v patchelf >/dev/null || {
 }
 
 # ---- 1. build (tools/build.sh: set-up check + incremental ninja build) ---------------
-BUILD_DIR=$build bash tools/build.sh
+BUILD_DIR=$build bash tools/build.sh test
 bins=(
   "$build/tests/model/cuda/test_cuda_ops"
   "$build/tests/model/cuda/test_cuda_model"

@@ -13,3 +13,8 @@ class UsageError(Exception):
 
 def fail(msg):
     raise UsageError(msg)
+
+
+# Where a missing package comes from: tools/setup.sh keeps them in the
+# project's virtual environment, not in the system's Python.
+VENV_HINT = "(tools/setup.sh installs it into .venv: run the tools with .venv/bin/python)"

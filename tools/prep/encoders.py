@@ -17,7 +17,7 @@ import shutil
 
 import numpy as np
 
-from . import UsageError, fail
+from . import VENV_HINT, UsageError, fail
 
 EOT = "<|endoftext|>"
 # Tried in order when --eos-token is not given (GPT-2 style, Llama/T5 style, Llama 3, Gemma).
@@ -49,7 +49,7 @@ def load_hf(path, prefix, eos_token):
     try:
         from tokenizers import Tokenizer as HF
     except ImportError:
-        fail("--tokenizer hf: needs the python package tokenizers (tools/setup.sh installs it)")
+        fail("--tokenizer hf: needs the python package tokenizers " + VENV_HINT)
     if not os.path.isfile(path):
         fail(f"--tokenizer hf:{path}: no such file")
     try:
@@ -77,7 +77,7 @@ def load_tiktoken(name, path, prefix):
         import tiktoken.load
         from tiktoken_ext import openai_public
     except ImportError:
-        fail("--tokenizer tiktoken: needs the python package tiktoken (tools/setup.sh installs it)")
+        fail("--tokenizer tiktoken: needs the python package tiktoken " + VENV_HINT)
     ctors = getattr(openai_public, "ENCODING_CONSTRUCTORS", {})
     if name not in ctors:
         fail(f"--tokenizer tiktoken:{name}: unknown encoding; expected one of {', '.join(ctors)}")
@@ -127,7 +127,7 @@ def train_bpe(texts, vocab_size, prefix):
     try:
         from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
     except ImportError:
-        fail("--tokenizer bpe: needs the python package tokenizers (tools/setup.sh installs it)")
+        fail("--tokenizer bpe: needs the python package tokenizers " + VENV_HINT)
     tok = HF(models.BPE())
     # No prefix space: encoding must give back exactly the input bytes.
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -22,7 +22,7 @@ import lzma
 import os
 import re
 
-from . import fail
+from . import VENV_HINT, fail
 
 COMPRESSIONS = (".gz", ".zst", ".xz", ".bz2")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -83,7 +83,7 @@ class Reader(io.RawIOBase):
                     import zstandard
                 except ImportError:
                     fail(f"'{path}': reading .zst needs the python package zstandard "
-                         f"(tools/setup.sh installs it)")
+                         + VENV_HINT)
                 # Files made by pzstd or by concatenation hold several frames.
                 self.f = zstandard.ZstdDecompressor().stream_reader(
                     open(path, "rb"), read_across_frames=True, closefd=True)
@@ -166,7 +166,7 @@ def parquet_rows(path, field, batch_bytes):
         import pyarrow.parquet as pq
     except ImportError:
         fail(f"'{path}': reading Parquet needs the python package pyarrow "
-             f"(tools/setup.sh installs it)")
+             + VENV_HINT)
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as e:
