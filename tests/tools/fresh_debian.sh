@@ -33,7 +33,9 @@ cleanup() {
 trap cleanup EXIT
 
 t0=$SECONDS
+fresh=0
 if [ ! -x "$dir/bin/bash" ]; then
+  fresh=1
   echo "fresh_debian: debootstrap --variant=minbase bookworm $dir"
   debootstrap --variant=minbase bookworm "$dir" "${FSDP_DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
     >"$dir.debootstrap.log" 2>&1 || { tail -20 "$dir.debootstrap.log" >&2; fail "debootstrap"; }
@@ -47,12 +49,14 @@ fi
 # MPI needs /proc, /sys and /dev/shm), name resolution, and the host's extra
 # CA certificates (a TLS-inspecting proxy's, where there is one; Debian's
 # ca-certificates, which set-up installs, merges them into its bundle).
-for m in proc sys dev dev/pts; do
+# sys and dev with what is mounted below them (Slurm's slurmd needs the
+# cgroup tree), as slaves, so that unmounting them here leaves the host's alone.
+mkdir -p "$dir/proc" && mount -t proc proc "$dir/proc" && mounts+=("$dir/proc")
+for m in sys dev; do
   mkdir -p "$dir/$m"
-  mount --bind "/$m" "$dir/$m"
+  mount --rbind "/$m" "$dir/$m" && mount --make-rslave "$dir/$m"
   mounts+=("$dir/$m")
 done
-mount -t tmpfs tmpfs "$dir/dev/shm" && mounts+=("$dir/dev/shm")
 # Without /etc/hosts (minbase has none) every MPI start waits 5 s on DNS for
 # the host's own name; an installed Debian has one.
 cp -L /etc/resolv.conf "$dir/etc/resolv.conf"
@@ -98,7 +102,7 @@ if [ "$what" != test ]; then
   echo "fresh_debian: demo validation loss $val after 60 steps (5.55 untrained)"
   in_root "! python3 -c 'import numpy' 2>/dev/null && .venv/bin/python -c 'import numpy, h5py'" ||
     fail "the tools' packages are not in .venv only"
-  [ -f "$dir/root/fsdptrain/build/src/fsdptrain" ] && [ ! -d "$dir/root/fsdptrain/build/tests" ] ||
+  [ "$fresh" = 0 ] || [ ! -d "$dir/root/fsdptrain/build/tests" ] ||
     fail "command (1) should build the program, not the tests"
 fi
 if [ "$what" != demo ]; then
