@@ -2,12 +2,16 @@
 
 #include <array>
 #include <cstdio>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm/agree.h"
 #include "shard/checkpoint.h"
 #include "shard/checkpoint_dir.h"
+#include "src/option_table.h"
+#include "src/option_values.h"
 
 namespace fsdp {
 
@@ -51,6 +55,72 @@ SamplerState checked_sampler(const CheckpointMeta& meta, const std::string& path
     throw_error("checkpoint '", path, "' is damaged: attribute 'consumed' of /sampler is ",
                 state.consumed, "; at step ", state.step, " it must be between 0 and ", most);
   return state;
+}
+
+// The checkpoint's configuration (INI lines as options_to_ini wrote them)
+// as key -> value text.
+std::map<std::string, std::string> ini_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+// Says what differs between the checkpoint's run and this one, rank 0 only:
+// a resumed run on other settings trains on, but never without a word. The
+// global batch is the one that changes by itself, with the rank count.
+void report_changes(const Options& o, const CheckpointMeta& meta, const std::string& path,
+                    int world_size) {
+  auto saved = ini_values(meta.config_text);
+  const auto now = ini_values(options_to_ini(o));
+  std::string changed;
+  for (const auto& r : option_table()) {
+    auto was = saved.find(r.name);
+    auto is = now.find(r.name);
+    // An empty text option is left out of the INI; any other missing key is
+    // one the checkpoint's build did not have.
+    const bool text = r.kind == OptionKind::text;
+    if (was == saved.end() && !text) continue;
+    const std::string a = was == saved.end() ? "" : was->second;
+    const std::string b = is == now.end() ? "" : is->second;
+    if (a != b)
+      changed += (changed.empty() ? "" : ", ") + ("--" + r.name + " ") +
+                 (a.empty() ? "(none)" : a) + " -> " + (b.empty() ? "(none)" : b);
+  }
+  if (!changed.empty())
+    std::printf("fsdptrain: settings changed since '%s': %s\n", path.c_str(), changed.c_str());
+
+  int batch = 0, accum = 0;
+  if (!saved.count("batch-size") || !saved.count("grad-accum") ||
+      !parse_value(saved["batch-size"], batch).empty() ||
+      !parse_value(saved["grad-accum"], accum).empty())
+    return;
+  const int64_t before = int64_t(batch) * accum * meta.world_size;
+  const int64_t after = int64_t(o.batch_size) * o.grad_accum * world_size;
+  if (before == after) return;
+  std::string keep;
+  if (before % world_size != 0) {
+    keep = std::to_string(before) + " sequences do not split evenly over " +
+           std::to_string(world_size) + " ranks";
+  } else {
+    const int64_t per_rank = before / world_size;
+    if (per_rank % o.batch_size == 0)
+      keep = "--grad-accum " + std::to_string(per_rank / o.batch_size);
+    else if (per_rank % o.grad_accum == 0)
+      keep = "--batch-size " + std::to_string(per_rank / o.grad_accum);
+    else
+      keep = "--batch-size " + std::to_string(per_rank) + " --grad-accum 1";
+    keep += " keeps " + std::to_string(before);
+  }
+  std::fprintf(stderr,
+               "fsdptrain: warning: the global batch changes from %lld to %lld sequences per step "
+               "(the checkpoint's run: %d rank(s) x --batch-size %d x --grad-accum %d; this "
+               "run: %d x %d x %d); %s\n",
+               (long long)before, (long long)after, meta.world_size, batch, accum, world_size,
+               o.batch_size, o.grad_accum, keep.c_str());
 }
 
 }  // namespace
@@ -122,6 +192,11 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
     std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
                 loader ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
                 meta.world_size, meta.shard_group_size);
+  if (lead && loader) {
+    int world_size = 1;
+    MPI_Comm_size(world, &world_size);
+    report_changes(o, meta, choice.path, world_size);
+  }
   return pos;
 }
 

@@ -1,5 +1,7 @@
 #include "src/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -20,7 +22,15 @@ void MetricsLog::open(const std::string& path) {
     throw_error("--metrics: cannot create the folder '", parent.string(), "' for '", path,
                 "': ", ec.message());
   f_ = std::fopen(path.c_str(), "a");
+  path_ = path;
   if (!f_) throw_error("--metrics: cannot open '", path, "' for writing: ", std::strerror(errno));
+}
+
+bool MetricsLog::begin(bool append) {
+  if (!f_ || append) return false;
+  std::fseek(f_, 0, SEEK_END);
+  truncate_ = std::ftell(f_) > 0;
+  return truncate_;
 }
 
 MetricsLog::~MetricsLog() {
@@ -33,6 +43,13 @@ void MetricsLog::write(const std::vector<std::pair<std::string, std::string>>& f
   for (size_t i = 0; i < fields.size(); ++i)
     line += (i ? ", " : "") + json_string(fields[i].first) + ": " + fields[i].second;
   line += "}\n";
+  // Mode "a" writes at the end, wherever that now is. Only rank 0 writes, so
+  // a failure here is a warning, never an exit the other ranks would wait on.
+  if (truncate_ && ftruncate(fileno(f_), 0) != 0)
+    std::fprintf(stderr,
+                 "fsdptrain: warning: --metrics '%s': cannot start it anew (%s); appending\n",
+                 path_.c_str(), std::strerror(errno));
+  truncate_ = false;
   std::fputs(line.c_str(), f_);
   std::fflush(f_);  // a crashed run still leaves every finished line
 }

@@ -13,8 +13,13 @@ class MetricsLog {
  public:
   MetricsLog() = default;
   // path empty: no file. Throws fsdp::Error if the file cannot be created.
+  // Opening changes nothing in an existing file: a run that fails before its
+  // first line leaves an earlier run's metrics as they were.
   explicit MetricsLog(const std::string& path) { open(path); }
   void open(const std::string& path);
+  // A resumed run (and --eval-only) appends; a fresh run starts the file anew
+  // at its first line. Returns whether that will drop earlier lines.
+  bool begin(bool append);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -24,6 +29,8 @@ class MetricsLog {
 
  private:
   std::FILE* f_ = nullptr;
+  std::string path_;
+  bool truncate_ = false;  // at the next write
 };
 
 std::string json_number(double v);  // null for NaN/inf, shortest round-trip otherwise

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "common/error.h"
 #include "src/option_table.h"
@@ -67,6 +68,48 @@ void add_given(std::map<std::string, GivenValue>& given, const po::variables_map
                const std::string& where) {
   for (const auto& r : option_table())
     if (vm.count(r.name)) given[r.name] = {vm[r.name].as<std::string>(), where};
+}
+
+// Names the options that `given` may have meant: those it starts (--step for
+// --steps, which Boost's prefix guessing once took silently on the command
+// line but not in a file) and those one edit away. "" when none is close.
+std::string did_you_mean(std::string given, const std::string& dashes) {
+  while (!given.empty() && given.front() == '-') given.erase(0, 1);
+  if (const size_t eq = given.find('='); eq != std::string::npos) given.resize(eq);
+  auto one_edit = [](const std::string& a, const std::string& b) {
+    if (a.size() > b.size()) return false;
+    size_t i = 0;
+    while (i < a.size() && a[i] == b[i]) ++i;
+    if (a.size() == b.size()) return a.compare(i + 1, std::string::npos, b, i + 1) == 0;
+    return a.size() + 1 == b.size() && a.compare(i, std::string::npos, b, i + 1) == 0;
+  };
+  std::string names;
+  for (const auto& r : option_table()) {
+    const bool close = given.size() >= 3 && (r.name.rfind(given, 0) == 0 ||
+                                             one_edit(given, r.name) || one_edit(r.name, given));
+    if (close) names += (names.empty() ? "" : " or ") + (dashes + r.name);
+  }
+  return names.empty() ? "" : "; did you mean " + names + "?";
+}
+
+// A word where a flag should be. After a value of --train-data/--val-data it
+// is almost always the shell's expansion of an unquoted glob.
+[[noreturn]] void unexpected_word(int argc, const char* const argv[], const std::string& word) {
+  std::string after;
+  for (int i = 2; i < argc; ++i)
+    if (argv[i] == word) {
+      // Walk back over the other words to the flag they follow.
+      int j = i - 1;
+      while (j > 0 && std::string_view(argv[j]).rfind("--", 0) != 0) --j;
+      if (j > 0) after = std::string(argv[j]).substr(0, std::string_view(argv[j]).find('='));
+      break;
+    }
+  if (after == "--train-data" || after == "--val-data")
+    throw_error("unexpected argument '", word, "' after ", after,
+                " FILE: if the shell expanded a pattern, quote it (", after,
+                " 'shards/*.h5'), or join the files with commas (", after, " a.h5,b.h5)");
+  throw_error("unexpected argument '", word,
+              "': every option is a --flag VALUE pair (see fsdptrain --help)");
 }
 
 [[noreturn]] void invalid(const OptionRow& r, const GivenValue& g, const std::string& rule) {
@@ -142,11 +185,14 @@ std::optional<Options> parse_options(int argc, const char* const argv[]) {
   std::map<std::string, GivenValue> given;
   try {
     const auto flags = flags_description();
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(flags).run();
+    // No prefix guessing: a flag means what it spells, as a key in --config does.
+    const int style =
+        po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    const po::parsed_options parsed =
+        po::command_line_parser(argc, argv).options(flags).style(style).run();
     for (const auto& opt : parsed.options)
       if (opt.string_key.empty())
-        throw_error("unexpected argument '", opt.value.empty() ? "" : opt.value[0],
-                    "': every option is a --flag VALUE pair (see fsdptrain --help)");
+        unexpected_word(argc, argv, opt.value.empty() ? "" : opt.value[0]);
     po::variables_map cli;
     po::store(parsed, cli);
     if (cli.count("help")) {
@@ -160,6 +206,9 @@ std::optional<Options> parse_options(int argc, const char* const argv[]) {
       po::variables_map ini;
       try {
         po::store(po::parse_config_file(text, ini_description()), ini);
+      } catch (const po::unknown_option& e) {
+        throw_error(where, e.what(), did_you_mean(e.get_option_name(), ""),
+                    " (keys are the flags' names without --; see fsdptrain --help)");
       } catch (const po::error& e) {
         throw_error(where, e.what(),
                     " (keys are the flags' names without --; see fsdptrain --help)");
@@ -167,6 +216,8 @@ std::optional<Options> parse_options(int argc, const char* const argv[]) {
       add_given(given, ini, where);
     }
     add_given(given, cli, "");  // after the file's: flags win
+  } catch (const po::unknown_option& e) {
+    throw_error(e.what(), did_you_mean(e.get_option_name(), "--"), " (see fsdptrain --help)");
   } catch (const po::error& e) {
     throw_error(e.what(), " (see fsdptrain --help)");
   }

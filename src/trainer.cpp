@@ -134,6 +134,12 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     WatchScope watch("checkpoint load (--resume)");
     pos_ = resume_if_asked(o_, *engine_, *ops_, loader_.get(), W, lead_);
   }
+  // Lines of another run would read as this one's (plot_metrics: "replaced on resume").
+  if (metrics_.begin(!pos_.resumed_from.empty() || o_.eval_only))
+    std::printf(
+        "fsdptrain: --metrics '%s' holds an earlier run's lines; this fresh run starts "
+        "it anew (a resumed run appends)\n",
+        o_.metrics.c_str());
   const size_t n = size_t(o_.batch_size) * o_.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
@@ -367,10 +373,11 @@ void Trainer::evaluate_only(TrainSummary& summary) {
 // first rows are the samples. The prompt is the end-of-text token where the
 // data has one (a fresh document), else the data's first tokens. There is no
 // KV cache: each new token costs one forward of the micro-batch, which is
-// cheap next to training.
+// cheap next to training. More samples than --batch-size take more rounds of
+// the micro-batch; the random draws run on in one stream across rounds.
 void Trainer::print_samples(int step) {
   if (o_.samples == 0) return;
-  const int T = o_.seq_len, B = o_.batch_size, rows = std::min(o_.samples, B);
+  const int T = o_.seq_len, B = o_.batch_size;
   const TokenStream& data = val_data_ ? *val_data_ : train_data_;
   std::vector<int32_t> prompt;
   if (data.eos_id()) {
@@ -380,26 +387,30 @@ void Trainer::print_samples(int step) {
     data.read(0, int64_t(prompt.size()), prompt.data());
   }
   const int P = int(prompt.size()), n = std::min(o_.sample_length, T - P);
-  std::fill(inputs_.begin(), inputs_.end(), 0);
-  std::fill(targets_.begin(), targets_.end(), -1);
-  for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
   std::mt19937_64 rng(o_.seed * 1000003u + uint64_t(step));
-  std::vector<std::vector<int32_t>> out(size_t(rows), prompt);
-  for (int t = P - 1; t < P - 1 + n; ++t) {
-    model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
-    std::vector<int64_t> keep;
-    for (int r = 0; r < rows && lead_; ++r) keep.push_back(int64_t(r) * T + t);
-    model_->keep_logits(std::move(keep));
-    engine_->forward_only();
-    if (!lead_) continue;
-    for (int r = 0; r < rows; ++r) {
-      const int32_t tok =
-          pick_token(model_->logits_row(int64_t(r) * T + t), o_.temperature, o_.top_k, rng);
-      inputs_[size_t(r) * T + t + 1] = tok;
-      out[size_t(r)].push_back(tok);
+  std::vector<std::vector<int32_t>> out(size_t(o_.samples), prompt);
+  for (int first = 0; first < o_.samples; first += B) {
+    const int rows = std::min(o_.samples - first, B);
+    std::fill(inputs_.begin(), inputs_.end(), 0);
+    std::fill(targets_.begin(), targets_.end(), -1);
+    for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
+    for (int t = P - 1; t < P - 1 + n; ++t) {
+      model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
+      std::vector<int64_t> keep;
+      for (int r = 0; r < rows && lead_; ++r) keep.push_back(int64_t(r) * T + t);
+      model_->keep_logits(std::move(keep));
+      engine_->forward_only();
+      if (!lead_) continue;
+      for (int r = 0; r < rows; ++r) {
+        const int32_t tok =
+            pick_token(model_->logits_row(int64_t(r) * T + t), o_.temperature, o_.top_k, rng);
+        inputs_[size_t(r) * T + t + 1] = tok;
+        out[size_t(first + r)].push_back(tok);
+      }
     }
   }
   if (!lead_) return;
+  const int rows = o_.samples;
   if (!decoder_) std::printf("fsdptrain: note: %s; samples are token ids\n", decoder_note_.c_str());
   std::printf(
       "fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %d prompt token(s), "

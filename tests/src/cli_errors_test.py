@@ -38,6 +38,9 @@ unknown_key_ini = os.path.join(work, "unknown_key.ini")
 open(unknown_key_ini, "w").write("lr = 0.01\nlearning-rate = 0.02\n")
 nested_ini = os.path.join(work, "nested.ini")  # --config is a flag only: this would be ignored
 open(nested_ini, "w").write(f"config = {inf_ini}\n")
+step_ini = os.path.join(work, "step.ini")  # a prefix of `steps`: no guessing, here or on the command line
+open(step_ini, "w").write("step = 1\n")
+good2 = h5("good2.h5", np.arange(4096, dtype=np.uint16) % 256)
 ini_dir = os.path.join(work, "config_dir.ini")
 os.makedirs(ini_dir, exist_ok=True)
 
@@ -74,6 +77,12 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--rope-theta", "inf"], ["--rope-theta", "inf"]),
     (base + ["--lr", "1e39"], ["--lr", "1e39"]),
     (base + ["0.01"], ["0.01"]),  # a stray word is not silently dropped
+    # Boost once took --step for --steps (prefix guessing) but refused it in a file.
+    (["--train-data", good, "--step", "1"], ["'--step'", "did you mean --steps?"]),
+    (["--train-data", good, "--config", step_ini], [step_ini, "'step'", "did you mean steps?"]),
+    # An unquoted glob, expanded by the shell: say to quote it.
+    (["--train-data", good, good2, "--steps", "1"], [good2, "--train-data", "quote it"]),
+    (base + ["--val-data", good, good2], [good2, "--val-data", "quote it"]),
     (base + ["--device", "tpu"], ["--device", "tpu"]),
     (base + ["--device", "cuda"], ["--device cuda"]),
     (base + ["--precision", "bf16"], ["--precision", "bf16"]),
