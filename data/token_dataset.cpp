@@ -374,6 +374,7 @@ TokenDataset TokenDataset::open(const DataSource& source, const std::string& fla
     ds.eos_id_ = static_cast<int>(*eos);
   }
   ds.tokenizer_ = read_string_attr(dset.get(), file.get(), "tokenizer", w);
+  ds.tokenizer_sha256_ = read_string_attr(dset.get(), file.get(), "tokenizer_sha256", w);
 
   ds.dataset_id_ = dset.release();
   ds.file_id_ = file.release();
@@ -396,6 +397,7 @@ TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
     vocab_size_ = o.vocab_size_;
     eos_id_ = o.eos_id_;
     tokenizer_ = std::move(o.tokenizer_);
+    tokenizer_sha256_ = std::move(o.tokenizer_sha256_);
     bytes_per_token_ = o.bytes_per_token_;
   }
   return *this;

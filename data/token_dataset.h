@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "data/tokenizer_match.h"
+
 namespace fsdp {
 
 // Where a token stream lives: "path.h5" (dataset /tokens) or
@@ -49,6 +51,10 @@ class TokenDataset {
   int vocab_size() const { return vocab_size_; }
   std::optional<int> eos_id() const { return eos_id_; }
   const std::string& tokenizer() const { return tokenizer_; }  // "" when absent
+  // The name, the `tokenizer_sha256` attribute and where to read the table.
+  TokenizerId tokenizer_id() const {
+    return {source_.file, vocab_size_, tokenizer_, tokenizer_sha256_};
+  }
   const DataSource& source() const { return source_; }
   const std::string& flag() const { return flag_; }
   int bytes_per_token() const { return bytes_per_token_; }  // 2 or 4, as stored
@@ -81,6 +87,7 @@ class TokenDataset {
   int vocab_size_ = 0;
   std::optional<int> eos_id_;
   std::string tokenizer_;
+  std::string tokenizer_sha256_;
   int bytes_per_token_ = 0;
 };
 

@@ -29,6 +29,8 @@ class TokenDecoder {
   // text can go into JSON. Ids outside the vocabulary decode to nothing.
   std::string decode(const std::vector<int32_t>& ids) const;
   int64_t vocab_size() const { return int64_t(offsets_.size()) - 1; }
+  // The same id -> bytes table.
+  bool operator==(const TokenDecoder&) const = default;
 
  private:
   std::vector<int64_t> offsets_;

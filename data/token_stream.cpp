@@ -112,16 +112,17 @@ TokenStream TokenStream::open(std::vector<DataSource> sources, const std::string
       if (i == 0) {
         s.vocab_size_ = ds.vocab_size();
         s.eos_id_ = ds.eos_id();
-        s.tokenizer_ = ds.tokenizer();
+        s.tokenizer_ = ds.tokenizer_id();
       } else {
         if (ds.vocab_size() != s.vocab_size_)
           mismatch("vocab_size", std::to_string(s.vocab_size_), std::to_string(ds.vocab_size()));
         if (s.eos_id_ && ds.eos_id() && *s.eos_id_ != *ds.eos_id())
           mismatch("eos_id", std::to_string(*s.eos_id_), std::to_string(*ds.eos_id()));
-        if (!s.tokenizer_.empty() && !ds.tokenizer().empty() && s.tokenizer_ != ds.tokenizer())
-          mismatch("tokenizer", "'" + s.tokenizer_ + "'", "'" + ds.tokenizer() + "'");
+        if (!same_tokenizer(s.tokenizer_, ds.tokenizer_id()))
+          mismatch("tokenizer", s.tokenizer_.describe(), ds.tokenizer_id().describe());
         if (!s.eos_id_) s.eos_id_ = ds.eos_id();
-        if (s.tokenizer_.empty()) s.tokenizer_ = ds.tokenizer();
+        if (s.tokenizer_.name.empty() && s.tokenizer_.sha256.empty())
+          s.tokenizer_ = ds.tokenizer_id();
       }
       s.files_.push_back(File{ds.source(), s.size_, ds.size()});
       s.size_ += ds.size();

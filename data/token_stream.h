@@ -1,7 +1,7 @@
 // Several token files read as one logical stream: `--train-data
 // 'shards/owt_*.h5'` or `a.h5,b.h5:/tokens`. Files follow each other in the
 // given order, a glob's matches sorted by name, and must agree on vocab_size
-// (and on eos_id and tokenizer where they state them).
+// (and on eos_id and tokenizer where they state them; data/tokenizer_match.h).
 //
 // Training windows never span two files. Shards are usually cut at document
 // boundaries, so a window across one would glue unrelated text without an
@@ -61,7 +61,9 @@ class TokenStream {
   int64_t size() const { return size_; }  // tokens in all files
   int vocab_size() const { return vocab_size_; }
   std::optional<int> eos_id() const { return eos_id_; }
-  const std::string& tokenizer() const { return tokenizer_; }
+  const std::string& tokenizer() const { return tokenizer_.name; }
+  // The first file's that states one; every file's is the same (same_tokenizer).
+  const TokenizerId& tokenizer_id() const { return tokenizer_; }
   const std::string& flag() const { return flag_; }
   size_t num_files() const { return files_.size(); }
   const DataSource& source(size_t file) const { return files_.at(file).source; }
@@ -101,7 +103,7 @@ class TokenStream {
   int64_t size_ = 0, scanned_ = 0;
   int vocab_size_ = 0;
   std::optional<int> eos_id_;
-  std::string tokenizer_;
+  TokenizerId tokenizer_;
   // Open files, most recently used first. Guarded by Hdf5Lock, which every
   // read holds anyway.
   mutable std::list<std::pair<size_t, TokenDataset>> open_;

@@ -30,11 +30,12 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
     throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but ",
                 train->flag(), " ", train->describe(), " has vocab_size ", train->vocab_size(),
                 "; validate on data made with the training data's tokenizer");
-  if (train && !d.tokenizer().empty() && !train->tokenizer().empty() &&
-      d.tokenizer() != train->tokenizer())
-    throw_error(flag, ": ", d.describe(), " has tokenizer '", d.tokenizer(), "' but ",
-                train->flag(), " ", train->describe(), " has tokenizer '", train->tokenizer(),
-                "'; validate on data made with the training data's tokenizer");
+  if (train && !same_tokenizer(d.tokenizer_id(), train->tokenizer_id()))
+    throw_error(flag, ": ", d.describe(), " has tokenizer ", d.tokenizer_id().describe(), " but ",
+                train->flag(), " ", train->describe(), " has tokenizer ",
+                train->tokenizer_id().describe(),
+                ": not the same tokenizer; make the validation data with the training "
+                "data's tokenizer file (prepare_data.py --tokenizer hf:PREFIX_tokenizer.json)");
   if (d.vocab_size() > o.model.vocab_size)
     throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but the model has ",
                 o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(), " or a larger preset");

@@ -11,6 +11,7 @@ every token file (as /token_offsets and /token_bytes) so that the trainer
 can turn generated ids into text without Python.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -224,6 +225,16 @@ def decode_table(tok):
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
     return offsets, np.frombuffer(b"".join(parts), np.uint8)
+
+
+def table_sha256(offsets, data):
+    """The tokenizer's identity for the trainer (data/tokenizer_match.h): the
+    SHA-256 of the decode table, offsets as little-endian int64 then the bytes.
+    The `tokenizer` name cannot serve: it is the per-prefix copy's file name.
+    A fixed-length string: HDF5 1.10 can crash on a damaged variable-length one."""
+    h = hashlib.sha256(offsets.astype("<i8").tobytes())
+    h.update(data.tobytes())
+    return np.bytes_(h.hexdigest())
 
 
 def parse(spec):

@@ -155,9 +155,10 @@ def run(args):
     dtype = encoders.token_dtype(tok.vocab_size)
     spec = dict(kind=tok.kind, tok=tok.obj, eos=tok.eos_id, dtype=dtype,
                 errors=args.utf8_errors, field=args.text_field)
-    attrs = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer": tok.name}
     # Once, here: the workers only encode.
     offsets, data = encoders.decode_table(tok)
+    attrs = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer": tok.name,
+             "tokenizer_sha256": encoders.table_sha256(offsets, data)}
     extra = {"token_offsets": offsets, "token_bytes": data}
     train = shards.Train(args.out, dtype, attrs, args.shard_tokens, done,
                          manifest.add if manifest else None, extra)
