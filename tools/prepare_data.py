@@ -67,10 +67,17 @@ import os
 import re
 import sys
 
-import numpy as np
+INTERRUPTED = "prepare_data: error: interrupted; with --shard-tokens, --resume continues"
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prep import UsageError, fail  # noqa: E402
+try:
+    import numpy as np
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from prep import UsageError, fail
+except KeyboardInterrupt:
+    # Ctrl-C as it starts: the same one line as later, not an import's traceback.
+    print(INTERRUPTED, file=sys.stderr)
+    sys.exit(130)
 
 LLMC_MAGIC = 20240520
 LLMC_HEADER_INTS = 256
@@ -259,8 +266,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         out_dir = os.path.dirname(args.out) or "."
         if not os.path.isdir(out_dir):
             fail(f"--out {args.out}: directory '{out_dir}' does not exist")
@@ -273,8 +280,7 @@ def main(argv=None):
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("prepare_data: error: interrupted; with --shard-tokens, --resume continues",
-              file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     return 0
 

@@ -42,10 +42,26 @@ import math
 import sys
 import time
 
-import h5py
-import numpy as np
-import torch
-import torch.nn.functional as F
+
+def missing(what):
+    # One line, and exit 2 as argparse does for usage errors (1 means the losses differ).
+    print(f"torch_reference: error: needs {what}", file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:
+    missing(f"the python package {e.name} (tools/setup.sh installs it into .venv: run the "
+            f"tools with .venv/bin/python)")
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    missing("PyTorch, which tools/setup.sh does not install (it is large): add the CPU build to "
+            "the project's venv with .venv/bin/python -m pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu")
 
 M64 = (1 << 64) - 1
 

@@ -5,9 +5,9 @@ tests/data/test_prepare_data.cpp checks that its files open in the trainer).
   test_prepare_data.py PREPARE_DATA_PY
 
 Every input format and compression, every tokenizer kind, sharding with 1
-and 4 workers, resume after an interruption, and the one-line errors. Inputs
-and tokenizers are made here in a temporary directory (a tiktoken encoding
-from ranks written here, a tokenizer.json trained here): nothing downloads.
+and 4 workers, resume after an interruption or Ctrl-C, the one-line errors.
+Inputs and tokenizers are made here in a temporary directory (a tiktoken
+encoding from ranks written here, a tokenizer.json trained here): no download.
 Exits 77 (skipped) when a needed python package is missing.
 """
 
@@ -18,6 +18,7 @@ import json
 import lzma
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -485,6 +486,65 @@ class Sharding(Base):
         self.assertEqual(got, self.expected(docs))
         if not killed:
             print("note: the run ended before it could be killed; resume checked on a whole run")
+
+    def interrupt(self, args, prefix, group):
+        """SIGINT once this run has listed a shard of its own, to the process
+        group as Ctrl-C sends it or to the parent alone: (exit code, stderr),
+        or None when the run ended first."""
+        def listed():
+            try:
+                with open(prefix + "_manifest.json") as f:
+                    return len(json.load(f)["shards"])
+            except (OSError, ValueError):
+                return 0
+        start = listed()
+        proc = subprocess.Popen([sys.executable, SCRIPT, "text", *args], text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        while proc.poll() is None and listed() <= start:
+            time.sleep(0.002)
+        if proc.poll() is not None:
+            return None
+        os.killpg(proc.pid, signal.SIGINT) if group else proc.send_signal(signal.SIGINT)
+        try:
+            err = proc.communicate(timeout=20)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return -9, proc.communicate()[1] + "(hung after the interrupt)"
+        return proc.returncode, err
+
+    def test_interrupt_is_one_line_and_resume_counts_this_run(self):
+        docs = make_docs(6000, seed=10)
+        self.write("big.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+        prefix = self.path("int")
+        args = [self.path("big.jsonl"), "--out", prefix, *self.tik("--shard-tokens", "50K",
+                "--val-tokens", "1000", "--batch-bytes", "4000", "--workers", "2")]
+        # Worker tracebacks came and went with timing: three interrupts, the
+        # last two of resumed runs.
+        for i, group in enumerate([True, False, True]):
+            r = self.interrupt(args + ["--resume"] * (i > 0), prefix, group)
+            if r is None:
+                print("note: the run ended before it could be interrupted")
+                return
+            with self.subTest(interrupt=i, to="group" if group else "parent"):
+                self.assertNotIn("Traceback", r[1])
+                # Only the tool's lines (progress, if slow) and one error.
+                self.assertEqual((r[0], [ln for ln in r[1].splitlines() if "error" in ln
+                                         or not ln.startswith("prepare_data: ")]),
+                                 (130, ["prepare_data: error: interrupted; with "
+                                        "--shard-tokens, --resume continues"]), r[1])
+            if r[0] == -9:
+                break
+        with open(prefix + "_manifest.json") as f:
+            before = {s["file"]: s["tokens"] for s in json.load(f)["shards"]}
+        done = self.prepare(*args, "--resume").stdout.strip().splitlines()[-1]
+        new = [p for p in sorted(glob.glob(prefix + "_train_*.h5"))
+               if os.path.basename(p) not in before]
+        m = re.search(r"; train ([\d,]+) tokens in (\d+) files?", done)
+        self.assertEqual((m[1], int(m[2])), (f"{len(read_tokens(new)):,}", len(new)), done)
+        self.assertIn(f"(plus {len(before)} file{'s' * (len(before) != 1)} of "
+                      f"{sum(before.values()):,} tokens from before)", done)
+        self.assertEqual(self.stream(prefix)[0], self.expected(docs))
 
 
 class Errors(Base):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 
 import numpy as np
 
@@ -343,6 +344,9 @@ _encoder = None
 
 def init_worker(spec):
     global _encoder
+    # Inherited from the fork server already (pipeline.start_forkserver); again
+    # here so no worker ever takes Ctrl-C as its own, however the server began.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One process per core already: the tokenizer's own threads would only compete.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _encoder = Encoder(spec)

@@ -8,8 +8,11 @@ tokenizer's decode table once and writes it into every file.
 """
 
 import collections
+import contextlib
+import gc
 import multiprocessing
 import os
+import signal
 import sys
 import time
 
@@ -48,6 +51,7 @@ class Progress:
     def end(self):
         if self.tty and self.shown:
             self.stream.write("\n")
+            self.shown = False
 
 
 def encode_all(stream, spec, workers):
@@ -60,7 +64,13 @@ def encode_all(stream, spec, workers):
     # A fresh interpreter per worker (not fork): the parent may already run
     # tokenizer threads, which do not survive a fork.
     ctx = multiprocessing.get_context("forkserver")
-    with ctx.Pool(workers, encoders.init_worker, (spec,)) as pool:
+    pool = pending = r = None
+    try:
+        # A Ctrl-C while the pool starts waits until it is whole: dropped half
+        # made, a worker still starting prints a traceback.
+        with sigint_held():
+            start_forkserver()
+            pool = ctx.Pool(workers, encoders.init_worker, (spec,))
         pending = collections.deque()
         for batch, n in stream:
             pending.append((pool.apply_async(encoders.encode_batch, (batch,)), n))
@@ -70,6 +80,71 @@ def encode_all(stream, spec, workers):
         while pending:
             r, m = pending.popleft()
             yield r.get(), m
+    finally:
+        # Held while the pool stops and its locks are freed (they are in
+        # reference cycles, hence the collect): raised in a finalizer, a
+        # Ctrl-C is printed as "Exception ignored" and lost.
+        with sigint_held():
+            if pool is not None:
+                pool.terminate()
+            pool = pending = r = None
+            gc.collect()
+
+
+class CtrlC:
+    """SIGINT as KeyboardInterrupt, but never lost. Raised inside a finalizer
+    (h5py frees object ids all the time), Python prints it as "Exception
+    ignored" with a traceback and carries on; here that print is dropped and
+    check() raises it again."""
+
+    def __init__(self):
+        self.pressed = False
+        signal.signal(signal.SIGINT, self.handler)
+        self.hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
+
+    def handler(self, signum, frame):
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def unraisable(self, u):
+        if not issubclass(u.exc_type, KeyboardInterrupt):
+            self.hook(u)
+
+    def check(self):
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_held():
+    """A Ctrl-C during the block raised as KeyboardInterrupt when it ends.
+    (Not by blocking the signal: blocking is per thread, and the parent has
+    threads of its own, numpy's for one, that would take it instead.)"""
+    caught = []
+    handler = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def start_forkserver():
+    """Starts multiprocessing's fork server (and its resource tracker) with
+    SIGINT ignored, which they and every worker forked from them inherit.
+
+    Ctrl-C reaches the whole process group, and only the parent may act on
+    it: a worker stopped by KeyboardInterrupt prints a traceback, and one
+    stopped holding the pool's task-queue lock hangs the parent's pool
+    shutdown for good. (A Ctrl-C in the few milliseconds this takes is lost.)"""
+    from multiprocessing import forkserver
+
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def fingerprint(path):
@@ -104,6 +179,7 @@ def batches(args, paths):
 
 
 def run(args):
+    ctrl_c = CtrlC()
     paths = inputs.resolve(args.inputs)
     for p in paths:
         inputs.detect_format(p, args.format)
@@ -166,12 +242,14 @@ def run(args):
     records = done[-1]["records_end"] if done else 0
     stream = inputs.skip_records(batches(args, paths), records)
     progress = Progress()
+    encoded = encode_all(stream, spec, workers)
     try:
-        for (tokens, ends, docs), nbytes in encode_all(stream, spec, workers):
+        for (tokens, ends, docs), nbytes in encoded:
             for chunk in tail.push(tokens, ends, records):
                 train.push(*chunk)
             records += len(ends)
             progress.add(docs, len(tokens), nbytes)
+            ctrl_c.check()
         progress.end()
         rest, val = tail.finish()
         n, n_train = tail.seen, tail.seen - len(val)
@@ -185,7 +263,14 @@ def run(args):
             train.push(*rest)
         train.finish(records)
     except BaseException:
-        train.abort()
+        progress.end()
+        # Closed here, not whenever the generator is collected: the workers
+        # stop before the partial shard goes, and an error (or a second
+        # Ctrl-C) in stopping them is raised, not printed as "Exception ignored".
+        try:
+            encoded.close()
+        finally:
+            train.abort()
         raise
     if len(val):
         path = args.out + "_val.h5"
@@ -196,9 +281,10 @@ def run(args):
     if manifest:
         manifest.save(val={"file": os.path.basename(path), "tokens": len(val)}
                       if len(val) else None, done=True)
-    files = train.index - len(done)
-    before = f" (after {len(done)} from before)" if done else ""
+    files, before_tokens = train.index - len(done), sum(s["tokens"] for s in done)
+    before = (f" (plus {len(done)} file{'s' * (len(done) != 1)} of {before_tokens:,} tokens "
+              f"from before)" if done else "")
     print(f"prepare_data: done: {progress.line()} with {workers} worker"
-          f"{'s' * (workers > 1)}; train {n_train - sum(s['tokens'] for s in done):,} tokens "
+          f"{'s' * (workers > 1)}; train {n_train - before_tokens:,} tokens "
           f"in {files} file{'s' * (files != 1)}{before}, val {len(val):,}; "
           f"vocab_size {tok.vocab_size}, tokenizer {tok.name}")

@@ -258,7 +258,9 @@ class Manifest:
         for p in existing:
             if p not in listed:
                 os.remove(p)
-        return shards
+        # A copy: add() appends this run's shards to self.data's list, and the
+        # caller counts what was there before from this one.
+        return list(shards)
 
     def add(self, shard):
         self.data["shards"].append(shard)
