@@ -3,7 +3,6 @@
 #include <array>
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,25 +56,13 @@ SamplerState checked_sampler(const CheckpointMeta& meta, const std::string& path
   return state;
 }
 
-// The checkpoint's configuration (INI lines as options_to_ini wrote them)
-// as key -> value text.
-std::map<std::string, std::string> ini_values(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  return out;
-}
-
 // Says what differs between the checkpoint's run and this one, rank 0 only:
 // a resumed run on other settings trains on, but never without a word. The
 // global batch is the one that changes by itself, with the rank count.
 void report_changes(const Options& o, const CheckpointMeta& meta, const std::string& path,
                     int world_size) {
-  auto saved = ini_values(meta.config_text);
-  const auto now = ini_values(options_to_ini(o));
+  auto saved = ini_to_values(meta.config_text);
+  const auto now = ini_to_values(options_to_ini(o));
   std::string changed;
   for (const auto& r : option_table()) {
     auto was = saved.find(r.name);

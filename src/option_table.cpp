@@ -212,7 +212,8 @@ std::vector<OptionRow> make_table() {
                     "true"))),
     run_control(row("samples", &O::samples,
                     "print N text samples at the end of training, every --sample-every steps, "
-                    "and after --eval-only (N over --batch-size takes more rounds)", "3", at_least(0))),
+                    "and after --eval-only (N over --batch-size takes more rounds)",
+                    "3", at_least(0))),
     run_control(row("sample-length", &O::sample_length, "new tokens per sample", "100",
                     at_least(1))),
     run_control(row("sample-every", &O::sample_every,
@@ -224,7 +225,9 @@ std::vector<OptionRow> make_table() {
     run_control(row("top-k", &O::top_k, "sample among the K most likely tokens (0: all)", "8",
                     at_least(0))),
     row("log-every", &O::log_every, "print a line every N steps", "5", at_least(1)),
-    run_control(named(row("metrics", &O::metrics, "write JSON-lines metrics to FILE (rank 0); a fresh run starts it anew, a resumed run or --eval-only appends",
+    run_control(named(row("metrics", &O::metrics,
+                          "write JSON-lines metrics to FILE (rank 0); a fresh run starts it "
+                          "anew, a resumed run or --eval-only appends",
                           "m.jsonl"), "FILE")),
     run_control(named(row("checkpoint-dir", &O::checkpoint_dir, "directory for checkpoints",
                           "ckpt"), "DIR")),

@@ -181,6 +181,16 @@ std::string options_to_ini(const Options& o, IniScope scope) {
   return ini;
 }
 
+std::map<std::string, std::string> ini_to_values(const std::string& ini) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(ini);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
 std::optional<Options> parse_options(int argc, const char* const argv[]) {
   std::map<std::string, GivenValue> given;
   try {

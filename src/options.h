@@ -82,5 +82,9 @@ enum class IniScope { configuration, everything };
 // The options as INI text that --config reads back; every value is printed so
 // that it parses back to the same Options.
 std::string options_to_ini(const Options& o, IniScope scope = IniScope::configuration);
+// options_to_ini's text back as name -> value text, unchecked: what a
+// checkpoint's run was given, to compare with this run's (a key this build
+// does not know is kept; the caller skips it).
+std::map<std::string, std::string> ini_to_values(const std::string& ini);
 
 }  // namespace fsdp

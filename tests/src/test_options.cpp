@@ -236,6 +236,19 @@ TEST(OptionTable, CheckpointCopyLeavesOutOnlyRunControl) {
   }
 }
 
+// A resume compares the checkpoint's INI text with its own through this reader.
+TEST(OptionTable, IniTextReadsBackAsEachRowsValue) {
+  const auto o = parse(example_flags());
+  ASSERT_TRUE(o);
+  const auto values = ini_to_values(options_to_ini(*o, IniScope::everything));
+  for (const auto& row : option_table()) {
+    const auto it = values.find(row.name);
+    ASSERT_NE(it, values.end()) << row.name;
+    EXPECT_EQ(it->second, row.example) << row.name;
+  }
+  EXPECT_EQ(values.size(), option_table().size());
+}
+
 TEST(Options, HelpReturnsNothing) {
   ::testing::internal::CaptureStdout();
   EXPECT_FALSE(parse({"--help"}));
