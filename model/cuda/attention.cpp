@@ -237,8 +237,9 @@ void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward,
     return p;
   };
   line << "cuDNN SDPA " << what << " B=" << s.B << " T=" << s.T << " heads=" << s.H << "/" << s.Hkv
-       << " head_dim=" << s.hd << ": " << name(b.plan) << (b.fallback ? " [FALLBACK]" : "")
-       << ", workspace " << b.ws << " B";
+       << " head_dim=" << s.hd << " v_ld=" << s.v_ld
+       << (s.v_ld != int64_t(s.Hkv) * s.hd ? " (strided)" : "") << ": " << name(b.plan)
+       << (b.fallback ? " [FALLBACK]" : "") << ", workspace " << b.ws << " B";
   if (ms[size_t(b.plan)] >= 0) {
     line << "; timed " << n << " plans:";
     for (int64_t i = 0; i < n; ++i)

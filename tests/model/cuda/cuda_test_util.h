@@ -19,7 +19,7 @@ namespace fsdp::test {
 inline void expect_rel(const char* what, const std::vector<float>& got,
                        const std::vector<float>& want, double tol, const char* why = nullptr) {
   const double e = rel_l2(got, want);
-  std::printf("  %-34s rel L2 err %.2e (tol %.0e)\n", what, e, tol);
+  std::printf("  %-34s rel L2 err %.2e (tol %.2g)\n", what, e, tol);
   EXPECT_LE(e, tol) << what << (why ? " (tolerance: " : "") << (why ? why : "") << (why ? ")" : "");
 }
 

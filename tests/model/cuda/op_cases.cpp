@@ -498,8 +498,8 @@ std::vector<OpCase> op_cases() {
   for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
   t.push_back(norm_rope_case(2, 40, 3, 64, F32));
   // q and k as views into q|k|v rows (3 + 2 * 1 heads): the fused kernels at
-  // head_dim 64, the packed fallback at 12.
-  for (int hd : {64, 12}) {
+  // head_dim 64 and 128, the packed fallback at 12.
+  for (int hd : {64, 128, 12}) {
     t.push_back(norm_rope_case(2, 40, 3, hd, BF, 5 * hd, 0));
     t.push_back(norm_rope_case(2, 40, 1, hd, BF, 5 * hd, 3 * hd));
   }
@@ -533,8 +533,10 @@ std::vector<OpCase> op_cases() {
   t.push_back(attention_case(2, 128, 4, 2, 64));
   t.push_back(attention_case(1, 64, 4, 4, 16));
   t.push_back(attention_case(2, 96, 8, 2, 128));
-  // v inside a q|k|v row (4 + 2 * 2 heads of 64).
+  // v inside a q|k|v row (4 + 2 * 2 heads of 64), and at gpt-350m's heads
+  // (16 + 2 * 4 of 64): v's rows (q+2kv wide) are not k's (kv wide).
   t.push_back(attention_case(2, 128, 4, 2, 64, 8 * 64));
+  t.push_back(attention_case(1, 256, 16, 4, 64, 24 * 64));
 
   // a|b in rows: 64 columns vectorised, 37 not.
   t.push_back(swiglu_case(50, 64, true));

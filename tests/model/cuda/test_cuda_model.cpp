@@ -40,8 +40,9 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
 }
 
 // head_rows: the GPU model's LM-head chunk (0: Transformer::kHeadRows); the
-// CPU reference always takes the head in one chunk.
-void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0) {
+// CPU reference always takes the head in one chunk and recomputes nothing.
+void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0,
+                 Recompute recompute = Recompute::none) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
@@ -64,7 +65,7 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows 
 
   CudaOps gpu;
   test::DeviceWeights dev(gpu, units, weights);
-  Transformer gm(cfg, gpu, B, T, Recompute::none, fp8, head_rows);
+  Transformer gm(cfg, gpu, B, T, recompute, fp8, head_rows);
   const double gpu_loss = train_pass(gm, dev, in, tg, scale);
 
   std::printf("  loss%s: cpu %.6f gpu %.6f\n", fp8 ? " (fp8)" : "", cpu_loss, gpu_loss);
@@ -93,6 +94,20 @@ TEST(CudaModel, Gpt350mShapedHeadChunksMatchCpu) {
   ModelConfig cfg = model_preset("gpt-350m");
   cfg.n_layer = 2;
   check_model(cfg, 1, 256, false, 96);
+}
+
+// --recompute: the backward runs the block's (or the MLP's) forward again
+// from the unit's input, on the GPU's own buffers and strided views.
+TEST(CudaModel, Gpt350mShapedRecomputeMlpMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, false, 0, Recompute::mlp);
+}
+
+TEST(CudaModel, Gpt350mShapedRecomputeBlockMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, false, 0, Recompute::block);
 }
 
 TEST(CudaModel, TinyFp8MatchesCpu) {

@@ -48,7 +48,7 @@ CudaOps& gpu() {
 // ---- the op table -----------------------------------------------------------
 
 // Checks the device's side d against the reference's side r, check by check.
-void compare(Ops& cpu, const std::vector<Check>& r, const std::vector<Check>& d) {
+void compare(Ops& cpu, Ops& dev, const std::vector<Check>& r, const std::vector<Check>& d) {
   ASSERT_EQ(r.size(), d.size()) << "the case bound different checks on the two backends";
   for (size_t i = 0; i < d.size(); ++i) {
     const Check& c = d[i];
@@ -56,13 +56,13 @@ void compare(Ops& cpu, const std::vector<Check>& r, const std::vector<Check>& d)
     if (c.scalar) {
       const double got = c.scalar(), want = r[i].scalar();
       const double e = std::abs(got - want) / std::abs(want);
-      std::printf("  %-34s rel err %.2e (tol %.0e)\n", c.what.c_str(), e, c.tol.rel);
+      std::printf("  %-34s rel err %.2e (tol %.2g)\n", c.what.c_str(), e, c.tol.rel);
       EXPECT_TRUE(std::isfinite(got)) << c.what;
       EXPECT_LE(e, c.tol.rel) << c.what << ": " << got << " vs " << want
                               << " (tolerance: " << c.tol.why << ")";
       continue;
     }
-    const std::vector<float> got = download(gpu(), c.t);
+    const std::vector<float> got = download(dev, c.t);
     const std::vector<float> want = c.want.empty() ? download(cpu, r[i].t) : c.want;
     if (c.tol.rel == 0.0)
       expect_same(c.what.c_str(), got, want);
@@ -71,11 +71,8 @@ void compare(Ops& cpu, const std::vector<Check>& r, const std::vector<Check>& d)
   }
 }
 
-class OpParity : public ::testing::TestWithParam<OpCase> {};
-
-TEST_P(OpParity, MatchesCpuReference) {
-  FSDP_SKIP_WITHOUT_GPU();
-  const OpCase& oc = GetParam();
+// One case: bound on both backends from one seed, run, compared check by check.
+void parity(const OpCase& oc, CudaOps& dev) {
   // Fresh inputs each run; FSDP_TEST_SEED=<seed from a failure> repeats one.
   const char* fixed = std::getenv("FSDP_TEST_SEED");
   const uint32_t seed = fixed ? uint32_t(std::stoul(fixed)) : std::random_device{}();
@@ -83,17 +80,45 @@ TEST_P(OpParity, MatchesCpuReference) {
   std::printf("%s %s, %s [%s]\n", oc.op.c_str(), oc.shape.c_str(), oc.variant.c_str(),
               oc.dtypes.c_str());
   CpuOps cpu;
-  CudaOps& dev = gpu();
   {
     Pool cpool(cpu), gpool(dev);
     Env re(cpu, cpool, seed, /*reference=*/true), de(dev, gpool, seed, /*reference=*/false);
     const Bound r = oc.bind(re), d = oc.bind(de);
     run_parity(r, d, cpu, dev, [&](const std::vector<Check>& rc, const std::vector<Check>& dc) {
-      compare(cpu, rc, dc);
+      compare(cpu, dev, rc, dc);
     });
     dev.synchronize();  // a kernel-reported error belongs to this case
   }
   dev.synchronize();  // the pool's frees
+}
+
+class OpParity : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpParity, MatchesCpuReference) {
+  FSDP_SKIP_WITHOUT_GPU();
+  parity(GetParam(), gpu());
+}
+
+// --debug's attention: cuDNN's deterministic backward is other engines (for
+// grouped heads often only the FALLBACK one), so every attention case of the
+// table, strided v and dv included, runs again on a CudaOps made as --debug
+// makes it.
+TEST(DeterministicAttention, MatchesCpuReference) {
+  FSDP_SKIP_WITHOUT_GPU();
+  static CudaOps* det = [] {
+    CudaOpsOptions o;
+    o.deterministic = true;
+    o.allow_slow_attention = true;
+    return new CudaOps(o);
+  }();  // never destroyed, as gpu()
+  int n = 0;
+  for (const OpCase& oc : op_cases()) {
+    if (oc.op != "attention") continue;
+    SCOPED_TRACE(oc.name());
+    parity(oc, *det);
+    ++n;
+  }
+  EXPECT_GE(n, 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, OpParity, ::testing::ValuesIn(op_cases()),
