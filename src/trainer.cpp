@@ -293,7 +293,8 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"mfu", json_number(mfu(tok_s))},
                   {"peak_rss_bytes_max_rank", json_number(peak[0])},
                   {"peak_device_bytes_max_rank", json_number(peak[1])},
-                  {"elapsed_s", json_number(elapsed)}});
+                  {"elapsed_s", json_number(elapsed)},
+                  {"train_s", json_number(train_seconds_)}});
   if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {
     std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
                 o_.steps, loss, lr, norm, format_rate(tok_s).c_str(),
@@ -475,7 +476,9 @@ TrainSummary Trainer::run() {
     if (!val_batches_) return;
     const double v = evaluate();
     summary.val_loss.emplace_back(steps_done, v);
-    metrics_.write({{"step", std::to_string(steps_done)}, {"val_loss", json_number(v)}});
+    metrics_.write({{"step", std::to_string(steps_done)},
+                    {"val_loss", json_number(v)},
+                    {"train_s", json_number(train_seconds_)}});
     if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
   };
 
@@ -507,6 +510,7 @@ TrainSummary Trainer::run() {
     // Step time between marks on the compute stream: on a GPU what the device
     // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
     // evaluation or the previous step are dropped first.
+    const auto h0 = std::chrono::steady_clock::now();
     engine_->discard_timing();
     ops_->clear_marks();
     const int t0 = ops_->mark();
@@ -519,7 +523,9 @@ TrainSummary Trainer::run() {
     const GradientNorms norms = engine_->measure_gradients();
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
     engine_->apply_update(adam, lr, norms);
-    const double dt = ops_->seconds(t0, ops_->mark());
+    const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
+    train_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;

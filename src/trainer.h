@@ -83,6 +83,9 @@ class Trainer {
   std::string decoder_note_;             // why there is none
   RunPosition pos_;
   std::chrono::steady_clock::time_point start_;
+  // Host seconds in this process's training steps: evaluation, samples,
+  // checkpoints and the warm-up left out (the clock of a time-to-loss curve).
+  double train_seconds_ = 0;
   double step_seconds_total_ = 0;
   int steps_timed_ = 0;
 };

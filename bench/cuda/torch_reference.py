@@ -82,6 +82,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--vocab-size", type=int, help="override the preset's vocabulary (the tokenizer's)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--device", default="cuda", help="cuda (the comparison), or cpu for a smoke run")
     ap.add_argument("--result-device", help="device name for the RESULT line (default: torch's name "
@@ -94,6 +95,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = a.device
     cfg = PRESETS[a.model]
+    if a.vocab_size:
+        cfg = (a.vocab_size,) + cfg[1:]
     torch.manual_seed(0)
     model = build(torch, cfg).to(dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)

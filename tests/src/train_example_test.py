@@ -31,7 +31,7 @@ train = [l for l in lines if "loss" in l]
 failures = []
 if len(train) != 300:
     failures.append(f"expected 300 step lines, got {len(train)}")
-for key in ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s", "peak_rss_bytes_max_rank", "data_wait_s", "comm_wait_s"):
+for key in ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s", "train_s", "peak_rss_bytes_max_rank", "data_wait_s", "comm_wait_s"):
     if any(key not in l for l in train):
         failures.append(f"a step line lacks {key}")
 if not val or abs(val[0] - math.log(256)) > 0.3:
@@ -40,6 +40,14 @@ if not val or val[-1] >= 2.5:
     failures.append(f"final val_loss {val[-1:]} is not under 2.5")
 if train and "tokens_seen" in train[-1] and train[-1]["tokens_seen"] != 300 * 8 * 64:
     failures.append(f"tokens_seen {train[-1]['tokens_seen']} after 300 steps of 8 x 64 tokens")
+# train_s counts step time only: it grows every step and stays under elapsed_s,
+# which also counts the warm-up and the evaluations
+ts = [l.get("train_s", float("nan")) for l in train]
+if not all(b > a for a, b in zip(ts, ts[1:])) or not ts[-1] < train[-1]["elapsed_s"]:
+    failures.append(f"train_s does not grow step by step under elapsed_s: {ts[:3]}...{ts[-1:]}")
+vt = [l.get("train_s") for l in lines if "val_loss" in l]
+if not vt or vt[0] != 0 or vt[-1] != ts[-1]:
+    failures.append(f"val lines' train_s {vt[:1]}...{vt[-1:]}: the first is not 0 or the last not the last step's")
 if any(not math.isfinite(l["loss"]) for l in train):
     failures.append("non-finite training loss")
 if "val_loss" not in run.stdout or "tok/s" not in run.stdout:

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# ttl_run.sh - issue 30's time-to-loss runs, one device-tool call: PyTorch
+# (torch.compile, bench/cuda/torch_ttl.py), fsdptrain bf16 and fsdptrain fp8
+# train the same model on the same batches of English text with the same
+# recipe, each for about TTL_BUDGET_S seconds of training, validating every
+# EVAL_EVERY steps on the whole validation file.
+#
+#   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh   (.ttl_carry/)
+#   device:  run(command="bash bench/cuda/ttl_run.sh", carry=[".gpu_carry", ".ttl_carry"])
+#   here:    python3 bench/cuda/ttl_report.py <files_at>/ttl_*.jsonl --png docs/time_to_loss.png
+#
+# Each system's step count is its budget times its speed on this GPU at this
+# shape (measured in an earlier call: STEPS_TORCH, STEPS_BF16, STEPS_FP8), so
+# each cosine schedule ends near the budget; torch_ttl.py also stops at the
+# first evaluation past TTL_GUARD_S. Output in $OUT: ttl_<system>.jsonl (the
+# --metrics format, with train_s on every validation line) and ttl_log.txt.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/ttl_out}
+WORK=${WORK:-/tmp/ttl_work}
+CARRY=${CARRY:-$ROOT/.gpu_carry}
+TTL_CARRY=${TTL_CARRY:-$ROOT/.ttl_carry}
+MODEL=${MODEL:-gpt-350m} VOCAB=${VOCAB:-8192} BATCH=${BATCH:-16} SEQ=${SEQ:-1024}
+STEPS_TORCH=${STEPS_TORCH:-1100} STEPS_BF16=${STEPS_BF16:-1500} STEPS_FP8=${STEPS_FP8:-1560}
+TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" "$WORK"
+log=$OUT/ttl_log.txt
+: > "$log"
+say() { echo "$*" | tee -a "$log"; }
+
+# ---- the bundle (as run_gpu_checks.sh unpacks it) and the data ---------------------------
+if [ ! -x "$WORK/bundle/fsdp-bundle/bin/fsdptrain" ]; then
+  mkdir -p "$WORK/bundle" && tar -xJf "$CARRY/fsdp-bundle.tar.xz" -C "$WORK/bundle" ||
+    { say "ttl_run: error: cannot unpack $CARRY/fsdp-bundle.tar.xz"; exit 1; }
+fi
+# shellcheck disable=SC1091
+source "$WORK/bundle/fsdp-bundle/env.sh" 2>> "$log"
+py() { LD_LIBRARY_PATH="${_FSDP_ORIG_LD_LIBRARY_PATH:-}" python3 "$@"; }
+D=$WORK/data
+mkdir -p "$D"
+for f in english_train.h5 english_val.h5; do
+  if [ -f "$TTL_CARRY/$f.xz" ]; then xz -dc "$TTL_CARRY/$f.xz" > "$D/$f"; else cp "$TTL_CARRY/$f" "$D/$f"; fi ||
+    { say "ttl_run: error: no $f in $TTL_CARRY (run bench/cuda/ttl_data.sh here)"; exit 1; }
+done
+{
+  echo "# ttl_run.sh $(date -u +%FT%TZ): $MODEL vocab $VOCAB, $BATCH x $SEQ tokens a step"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  head -3 "$CARRY/BUILD_INFO.txt" 2>/dev/null
+  py -c 'import torch; print("torch", torch.__version__)'
+} >> "$log" 2>&1
+
+# The recipe, the same for every system (fsdptrain's flags; torch_ttl.py takes the same names).
+RECIPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --lr 1e-3 --min-lr 1e-4
+        --warmup-steps 100 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0
+        --init-std 0.02 --seed 1337 --eval-every "$EVAL_EVERY")
+DATA=(--train-data "$D/english_train.h5" --val-data "$D/english_val.h5")
+
+export _FSDP_ORIG_LD_LIBRARY_PATH=${_FSDP_ORIG_LD_LIBRARY_PATH:-}
+for s in $SYSTEMS; do
+  t=$SECONDS rc=0
+  case $s in
+    torch_compile)  # PyTorch with its own CUDA libraries (torch's nvidia-* wheels), not the bundle's
+      say "== torch.compile: $STEPS_TORCH steps"
+      timeout -k 10 220 env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 bench/cuda/torch_ttl.py \
+        --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_TORCH" --time-budget "$TTL_GUARD_S" \
+        --compile --metrics "$OUT/ttl_torch_compile.jsonl" >> "$log" 2>&1 || rc=$? ;;
+    bf16|fp8)
+      n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8
+      say "== fsdptrain $s: $n steps"
+      timeout -k 10 160 fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --eval-batches 0 \
+        --log-every 100 --precision "$s" --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
+  esac
+  tail -2 "$log"
+  say "   ($s: $((SECONDS - t)) s wall, exit $rc)"
+done
