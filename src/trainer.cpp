@@ -524,8 +524,7 @@ TrainSummary Trainer::run() {
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
     engine_->apply_update(adam, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
-    train_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;

@@ -6,8 +6,11 @@
 # EVAL_EVERY steps on the whole validation file.
 #
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh   (.ttl_carry/)
-#   device:  run(command="bash bench/cuda/ttl_run.sh", carry=[".gpu_carry", ".ttl_carry"])
-#   here:    python3 bench/cuda/ttl_report.py <files_at>/ttl_*.jsonl --png docs/time_to_loss.png
+#   device:  run(command="SYSTEMS='torch_compile bf16' bash bench/cuda/ttl_run.sh",
+#                carry=[".gpu_carry", ".ttl_carry"]), then SYSTEMS=fp8 in a second call
+#   here:    python3 bench/cuda/ttl_report.py <files_at>/ttl_*.jsonl --device NAME \
+#                --expected-steps torch_compile=1100,fsdptrain_bf16=1500,fsdptrain_fp8=1560 \
+#                --png docs/time_to_loss.png
 #
 # Each system's step count is its budget times its speed on this GPU at this
 # shape (measured in an earlier call: STEPS_TORCH, STEPS_BF16, STEPS_FP8), so
@@ -24,6 +27,11 @@ TTL_CARRY=${TTL_CARRY:-$ROOT/.ttl_carry}
 MODEL=${MODEL:-gpt-350m} VOCAB=${VOCAB:-8192} BATCH=${BATCH:-16} SEQ=${SEQ:-1024}
 STEPS_TORCH=${STEPS_TORCH:-1100} STEPS_BF16=${STEPS_BF16:-1500} STEPS_FP8=${STEPS_FP8:-1560}
 TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
+# Wall-clock limits per system. The first H100 run (2026-11-25) measured torch.compile's
+# warm-up at 95 s and its eager evaluations at ~3.6 s each, so 1100 steps with 12
+# evaluations need ~275 s: 220 s cut it at step 800. The three systems together no
+# longer fit one 600 s call: SYSTEMS='torch_compile bf16', then SYSTEMS=fp8.
+TORCH_LIMIT_S=${TORCH_LIMIT_S:-330} FSDP_LIMIT_S=${FSDP_LIMIT_S:-160}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
 log=$OUT/ttl_log.txt
@@ -63,13 +71,13 @@ for s in $SYSTEMS; do
   case $s in
     torch_compile)  # PyTorch with its own CUDA libraries (torch's nvidia-* wheels), not the bundle's
       say "== torch.compile: $STEPS_TORCH steps"
-      timeout -k 10 220 env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 bench/cuda/torch_ttl.py \
+      timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 bench/cuda/torch_ttl.py \
         --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_TORCH" --time-budget "$TTL_GUARD_S" \
         --compile --metrics "$OUT/ttl_torch_compile.jsonl" >> "$log" 2>&1 || rc=$? ;;
     bf16|fp8)
       n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8
       say "== fsdptrain $s: $n steps"
-      timeout -k 10 160 fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --eval-batches 0 \
+      timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --eval-batches 0 \
         --log-every 100 --precision "$s" --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
   esac
   tail -2 "$log"

@@ -153,13 +153,11 @@ Attention::~Attention() {
 }
 
 namespace {
-// Every plan the heuristics list that this GPU supports, built (the first
-// mode's list first).
-fe::error_t build_all(fe::graph::Graph& g, cudnnHandle_t handle,
-                      const std::vector<fe::HeurMode_t>& modes) {
+// Every plan the heuristic lists that this GPU supports, built.
+fe::error_t build_all(fe::graph::Graph& g, cudnnHandle_t handle, fe::HeurMode_t mode) {
   if (auto e = g.validate(); e.is_bad()) return e;
   if (auto e = g.build_operation_graph(handle); e.is_bad()) return e;
-  if (auto e = g.create_execution_plans(modes); e.is_bad()) return e;
+  if (auto e = g.create_execution_plans({mode}); e.is_bad()) return e;
   if (auto e = g.check_support(handle); e.is_bad()) return e;
   return g.build_plans(handle, fe::BuildPlanPolicy_t::ALL);
 }
@@ -175,18 +173,9 @@ Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
   // head sizes, deterministic GQA backward) have none, and cuDNN's FALLBACK
   // engine runs them many times slower: a training run that silently lands
   // there is a performance bug, so only --debug accepts it.
-  // Heuristic B, which ranks engines by a fuller model, may list plans that A
-  // does not; every plan is timed below, so more candidates cost only start-up
-  // time. --debug takes A's first alone, as before.
   Built b;
   b.g = describe_graph(s, backward, deterministic);
-  fe::error_t e = deterministic ? build_all(*b.g, handle, {fe::HeurMode_t::A})
-                                : build_all(*b.g, handle, {fe::HeurMode_t::A, fe::HeurMode_t::B});
-  if (e.is_bad() && !deterministic) {  // B refused the graph: A alone
-    b.g = describe_graph(s, backward, deterministic);
-    e = build_all(*b.g, handle, {fe::HeurMode_t::A});
-  }
-  if (e.is_bad()) {
+  if (fe::error_t e = build_all(*b.g, handle, fe::HeurMode_t::A); e.is_bad()) {
     if (!allow_fallback)
       throw_error("cuDNN has no fast fused-attention engine for the ", what, " pass (B=", s.B,
                   " T=", s.T, " heads=", s.H, " kv_heads=", s.Hkv, " head_dim=", s.hd,

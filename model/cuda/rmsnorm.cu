@@ -75,13 +75,10 @@ __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, cons
 // then adds the partials in block order. Each dy element is read before the
 // same thread writes that dx element, so dx may alias dy. amax: null, or a
 // zeroed word that gets max |dx| as stored.
-// Two blocks per SM at most 128 registers a thread: with one (the row held in
-// registers takes ~150 unbounded) 8 warps would keep too few loads in flight.
 template <int VEC, int ITERS>
-__global__ void __launch_bounds__(kThreads, 2)
-    rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x, const bf16* g,
-                            const float* rstd, int rows, int dim, bool accumulate_dx, int G,
-                            unsigned* amax) {
+__global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
+                                        const bf16* g, const float* rstd, int rows, int dim,
+                                        bool accumulate_dx, int G, unsigned* amax) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   float* my = dg_rows + group * dim;
@@ -108,102 +105,53 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * dim;
-    if constexpr (ITERS > 0) {
-      // Up to 4 iterations (d_model 1024 at 32 lanes of 8), the lane's share
-      // of dy and x is loaded once, all of it before the first use, and kept
-      // in registers for the second pass: every load of the row is in flight
-      // together and none is repeated. Wider rows would spill; they reload.
-      constexpr bool kHold = ITERS <= 4;
-      float d[kHold ? ITERS : 1][VEC], xv[kHold ? ITERS : 1][VEC];
-      auto load_row = [&](int i, int c, float(&dd)[VEC], float(&xx)[VEC]) {
-        if (kHold) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) dd[k] = d[kHold ? i : 0][k], xx[k] = xv[kHold ? i : 0][k];
-        } else {
-          load_vec<VEC>(dy + off + c, dd);
-          load_vec<VEC>(x + off + c, xx);
-        }
-      };
-      if constexpr (kHold) {
-#pragma unroll
-        for (int i = 0; i < ITERS; ++i) {
-          const int c = (lane + i * G) * VEC;
-          if (active && c < dim) {
-            load_vec<VEC>(dy + off + c, d[i]);
-            load_vec<VEC>(x + off + c, xv[i]);
-          }
-        }
-      }
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < ITERS; ++i) {
-        const int c = (lane + i * G) * VEC;
-        if (active && c < dim) {
-          float dd[VEC], xx[VEC], gv[VEC];
-          load_row(i, c, dd, xx);
-          load_vec<VEC>(g + c, gv);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) dot += dd[k] * gv[k] * xx[k];
-        }
-      }
-      dot = warp_sum(dot, G);
-      if (!active) continue;
-      const float rs = rstd[row];
-      const float cc = rs * rs * dot / float(dim);
-#pragma unroll
-      for (int i = 0; i < ITERS; ++i) {
-        const int c = (lane + i * G) * VEC;
-        if (c >= dim) continue;
-        float dd[VEC], xx[VEC], gv[VEC], o[VEC];
-        load_row(i, c, dd, xx);
-        load_vec<VEC>(g + c, gv);
-        if (accumulate_dx) {
-          load_vec<VEC>(dx + off + c, o);
-        } else {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          o[k] += rs * (dd[k] * gv[k] - xx[k] * cc);
-          acc[i][k] += dd[k] * xx[k] * rs;
-          if (amax) m = fmaxf(m, stored_abs(o[k]));
-        }
-        store_vec<VEC>(dx + off + c, o);
-      }
-    } else {
-      float dot = 0.0f;
-      if (active)
-        for (int c = lane * VEC; c < dim; c += G * VEC) {
-          float d[VEC], xv[VEC], gv[VEC];
-          load_vec<VEC>(dy + off + c, d);
-          load_vec<VEC>(x + off + c, xv);
-          load_vec<VEC>(g + c, gv);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
-        }
-      dot = warp_sum(dot, G);
-      if (!active) continue;
-      const float rs = rstd[row];
-      const float cc = rs * rs * dot / float(dim);
+    float dot = 0.0f;
+    if (active)
       for (int c = lane * VEC; c < dim; c += G * VEC) {
-        float d[VEC], xv[VEC], gv[VEC], o[VEC];
+        float d[VEC], xv[VEC], gv[VEC];
         load_vec<VEC>(dy + off + c, d);
         load_vec<VEC>(x + off + c, xv);
         load_vec<VEC>(g + c, gv);
-        if (accumulate_dx) {
-          load_vec<VEC>(dx + off + c, o);
-        } else {
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-        }
+        for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
+      }
+    dot = warp_sum(dot, G);
+    if (!active) continue;
+    const float rs = rstd[row];
+    const float cc = rs * rs * dot / float(dim);
+    auto column = [&](int c, float(&a)[VEC]) {
+      float d[VEC], xv[VEC], gv[VEC], o[VEC];
+      load_vec<VEC>(dy + off + c, d);
+      load_vec<VEC>(x + off + c, xv);
+      load_vec<VEC>(g + c, gv);
+      if (accumulate_dx) {
+        load_vec<VEC>(dx + off + c, o);
+      } else {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
-          my[c + k] += d[k] * xv[k] * rs;
-          if (amax) m = fmaxf(m, stored_abs(o[k]));
-        }
-        store_vec<VEC>(dx + off + c, o);
+        for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
+        a[k] += d[k] * xv[k] * rs;
+        if (amax) m = fmaxf(m, stored_abs(o[k]));
+      }
+      store_vec<VEC>(dx + off + c, o);
+    };
+    if constexpr (ITERS > 0) {
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int c = (lane + i * G) * VEC;
+        if (c < dim) column(c, acc[i]);
+      }
+    } else {
+      for (int c = lane * VEC; c < dim; c += G * VEC) {
+        float a[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
+        column(c, a);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
       }
     }
   }

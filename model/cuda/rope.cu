@@ -46,17 +46,9 @@ __global__ void rope_kernel(bf16* x, const float* cos_sin, int64_t rows, int T, 
   }
 }
 
-// Where head vector `row` starts in a tensor whose token rows are ld apart,
-// and its token's position. The fused kernels take rows < 2^31 (their
-// launchers check), so these divide in 32 bits: a 64-bit division costs more
-// instructions than the head vector's arithmetic, and made the kernels
-// compute-bound (0.9-1.6 TB/s on an H100).
+// Where head vector `row` starts in a tensor whose token rows are ld apart.
 __device__ __forceinline__ int64_t head_at(int64_t row, int heads, int hd, int64_t ld) {
-  const unsigned r = unsigned(row), tok = r / unsigned(heads);
-  return int64_t(tok) * ld + int64_t(r - tok * unsigned(heads)) * hd;
-}
-__device__ __forceinline__ int position_of(int64_t row, int heads, int T) {
-  return int(unsigned(row) / unsigned(heads) % unsigned(T));
+  return row / heads * ld + row % heads * hd;
 }
 
 // G lanes per head vector (2 * G * VEC == head_dim), kThreads / G vectors a
@@ -79,7 +71,7 @@ __global__ void norm_rope_forward_kernel(bf16* y, float* rstd, const bf16* x, co
   if (!active) return;
   const float rs = 1.0f / sqrtf(ss / float(hd) + eps);
   if (lane == 0) rstd[row] = rs;
-  const int t = position_of(row, heads, T);
+  const int t = int((row / heads) % T);
   const float* cs = cos_sin + int64_t(t) * half + c;
   const float* sn = cos_sin + (int64_t(T) + t) * half + c;
   float glo[VEC], ghi[VEC];
@@ -117,7 +109,7 @@ __global__ void norm_rope_backward_kernel(bf16* dx, float* partial, const bf16* 
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * hd, xoff = head_at(active ? row : 0, heads, hd, x_ld);
-    const int t = position_of(active ? row : 0, heads, T);
+    const int t = int(((active ? row : 0) / heads) % T);
     const float* cs = cos_sin + int64_t(t) * half + c;
     const float* sn = cos_sin + (int64_t(T) + t) * half + c;
     float dlo[VEC], dhi[VEC], xlo[VEC], xhi[VEC], dot = 0.0f;
@@ -191,7 +183,6 @@ bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const
   if (G == 0 || !aligned16(y) || !aligned16(x) || x_ld % kVec != 0 || !aligned16(g)) return false;
   const int64_t rows = int64_t(B) * T * heads;
   if (rows == 0) return true;
-  if (rows >= (int64_t(1) << 31)) return false;  // head_at divides in 32 bits
   const int gpb = kThreads / G;
   norm_rope_forward_kernel<kVec><<<blocks_for(rows, gpb, int64_t(1) << 31), kThreads, 0, stream>>>(
       y, rstd, x, g, cos_sin, rows, T, heads, hd, eps, G, x_ld);
@@ -207,9 +198,8 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
   if (G == 0 || !aligned16(dx) || !aligned16(dy) || !aligned16(x) || x_ld % kVec != 0 ||
       !aligned16(g))
     return false;
-  const int64_t rows = int64_t(B) * T * heads;
-  if (rows >= (int64_t(1) << 31)) return false;  // head_at divides in 32 bits
   if (amax) FSDP_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  const int64_t rows = int64_t(B) * T * heads;
   if (rows == 0) return true;
   const int gpb = kThreads / G;
   // One f32 dg row per group: (kThreads / G) * (2 * G * kVec) floats, 16 KiB
