@@ -53,8 +53,8 @@ class H5Id {
 
 // A file opened read-only by one process, without HDF5's file lock: readers
 // never race writers of the files opened this way, and locks fail or hang on
-// NFS/Lustre (PLATFORM-NOTES.md). Invalid when it cannot be opened; the
-// caller's error names the file and the flag.
+// NFS/Lustre (docs/ARCHITECTURE.md, "Platform facts"). Invalid when it cannot
+// be opened; the caller's error names the file and the flag.
 inline H5Id open_read_only(const char* path) {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.valid() || H5Pset_file_locking(fapl.get(), false, true) < 0) return {};

@@ -1,4 +1,4 @@
-// One token file stored in HDF5 (DESIGN.md, "Token dataset"): a 1-D uint16 or
+// One token file stored in HDF5 (docs/ARCHITECTURE.md, "Token dataset"): a 1-D uint16 or
 // uint32 dataset with a `vocab_size` attribute, optionally `eos_id` and
 // `tokenizer`. Opening validates everything, including (unless the caller
 // splits that scan, as TokenStream does across ranks) every token against

@@ -40,7 +40,7 @@ struct ModelConfig {
   // Parameters that take part in matmuls (for MFU): all but the norms, and the
   // embedding only when it doubles as the head.
   int64_t num_matmul_params() const;
-  // DESIGN.md: 6*N + 12*L*d_model*T, forward plus backward.
+  // docs/ARCHITECTURE.md, "FLOPs and MFU": 6*N + 12*L*d_model*T, forward plus backward.
   double flops_per_token(int seq_len) const;
 };
 

@@ -1,5 +1,5 @@
 // ProfiledOps: any backend with every op call timed in stream order, for
-// `fsdptrain --profile-ops` and bench_cuda_ops. Each call is bracketed by two
+// `fsdptrain --profile-ops`. Each call is bracketed by two
 // marks of the wrapped backend (CUDA events on a GPU, the host clock on the
 // CPU), so the table shows what the device spent per op while the run keeps
 // its normal asynchrony: the marks are read only when the caller clears them

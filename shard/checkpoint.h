@@ -7,9 +7,10 @@
 //
 // File layout (format_version 1):
 //   /            attrs format_version, step, tokens_seen, optimizer_steps, seed,
-//                world_size, shard_group_size, config (INI text)
+//                world_size, shard_group_size, config (INI text),
+//                tensor_checksums (uint64, one per tensor)
 //   /model       attrs vocab_size, n_layer, d_model, n_head, n_kv_head, d_ff,
-//                max_seq_len, rope_theta, norm_eps, tie_embeddings, name;
+//                max_seq_len, rope_theta, norm_eps, init_std, tie_embeddings, name;
 //                one f32 dataset per parameter, e.g. model/blocks.3.attn.wq
 //   /optim/exp_avg, /optim/exp_avg_sq   the same names and shapes
 //   /sampler     one int64 attr per SamplerState::kNames entry

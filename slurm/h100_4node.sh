@@ -27,7 +27,8 @@ trap 'early=USR1' USR1
 trap 'early=TERM' TERM
 
 # Not --gpus-per-task=1: with cgroup isolation ranks could not see their
-# peers' GPUs and NCCL would lose NVLink peer-to-peer (PLATFORM-NOTES.md).
+# peers' GPUs and NCCL would lose NVLink peer-to-peer (docs/ARCHITECTURE.md,
+# "Platform facts").
 BIN=${FSDPTRAIN:-$SLURM_SUBMIT_DIR/build/src/fsdptrain}
 CKPT=${CHECKPOINT_DIR:-$SLURM_SUBMIT_DIR/checkpoints/$SLURM_JOB_NAME}
 LAUNCHER=${FSDP_LAUNCHER:-srun}

@@ -261,8 +261,9 @@ double Trainer::evaluate(double* tokens) {
   return s / c;
 }
 
-// Model FLOPs utilisation (DESIGN.md): useful FLOPs per token (recomputation
-// excluded) times tokens/s over the dense peak of all GPUs; none on the CPU.
+// Model FLOPs utilisation (docs/ARCHITECTURE.md, "FLOPs and MFU"): useful FLOPs
+// per token (recomputation excluded) times tokens/s over the dense peak of all
+// GPUs; none on the CPU.
 double Trainer::mfu(double tokens_per_s) const {
   if (std::string(ops_->name()) != "cuda") return std::nan("");
   const double peak = 989e12;  // H100/H200 SXM dense bf16

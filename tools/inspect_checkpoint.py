@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Shows what an fsdptrain checkpoint holds (DESIGN.md, "Checkpoint").
+"""Shows what an fsdptrain checkpoint holds (docs/ARCHITECTURE.md, "Checkpoint").
 
   inspect_checkpoint.py CKPT.h5 [--stats] [--config]
 

@@ -4,7 +4,7 @@
 // the same ops at the model's shapes (every projection's GEMM, attention, the
 // fused cross-entropy, the optimizer ops on one block); and a full training
 // step (forward + backward, no optimizer, no communication) through the
-// Transformer, with tokens/s and MFU by DESIGN.md's formula.
+// Transformer, with tokens/s and MFU by the formula of docs/ARCHITECTURE.md, "FLOPs and MFU".
 //
 //   bench_cuda_ops [--model gpt-350m] [--batch 8] [--seq 1024] [--steps 10]
 //                  [--cases all|table|model|none] [--export-init PREFIX]
@@ -36,7 +36,8 @@
 namespace fsdp {
 namespace {
 
-constexpr double kPeakTflops = 989.0;  // H100 SXM dense bf16 (DESIGN.md)
+// H100 SXM dense bf16 (docs/ARCHITECTURE.md, "FLOPs and MFU").
+constexpr double kPeakTflops = 989.0;
 
 // Milliseconds per call of f, measured with CUDA events on the ops' stream.
 template <typename F>

@@ -4,15 +4,15 @@
   RESULT system=fsdptrain model=<preset> precision=<bf16|fp8> micro_batch=<n> seq=<T>
          tokens_per_s=<x> mfu=<y> peak_gib=<z> device=<name>
 
-(one line; device last because its name may hold spaces). tokens_per_s and
-mfu are medians over the steps after the first --skip (warm-up: the first
-steps pay cuDNN plan builds, allocations and lazy module loads). mfu is the
-metrics' own (DESIGN.md's 6N + 12 L d T FLOPs/token over 989 TFLOP/s per GPU),
-a fraction. peak_gib: the device-memory peak from the metrics
-(peak_device_bytes_max_rank, or any positive field whose name has "peak"
-and one of device/gpu/cuda/hbm, in bytes), else --peak-gib
-(run_gpu_checks.sh polls nvidia-smi's memory.used, which also counts the
-CUDA context and allocator slack), else nan.
+(one line; device last because its name may hold spaces). tokens_per_s and mfu
+are medians over the steps after the first --skip (warm-up: the first steps
+pay cuDNN plan builds, allocations and lazy module loads). mfu is the metrics'
+own (6N + 12 L d T FLOPs/token over 989 TFLOP/s per GPU, as in
+docs/ARCHITECTURE.md, "FLOPs and MFU"), a fraction. peak_gib: the
+device-memory peak from the metrics (peak_device_bytes_max_rank, or any
+positive field whose name has "peak" and one of device/gpu/cuda/hbm, in
+bytes), else --peak-gib (run_gpu_checks.sh polls nvidia-smi's memory.used,
+which also counts the CUDA context and allocator slack), else nan.
 
   result_line.py m.jsonl --model gpt-350m --micro-batch 8 --seq 1024 \\
       --peak-gib 21.3 --device "NVIDIA H100 80GB HBM3"

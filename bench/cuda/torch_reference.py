@@ -11,11 +11,12 @@ SwiGLU, final RMSNorm, cross-entropy.
   python3 bench/cuda/torch_reference.py --init /tmp/init   # loss on bench_cuda_ops' exported weights/batch
 
 Timing covers forward+backward (what bench_cuda_ops times) and a full step with
-fused AdamW, under bf16 autocast; MFU uses DESIGN.md's 6N + 12 L d T FLOPs per
-token against 989 TFLOP/s. The full step ends with one line in the format
-run_gpu_checks.sh collects (system torch_eager or torch_compile; peak_gib is
-torch.cuda.max_memory_allocated over the timed steps, without the CUDA context
-and the caching allocator's slack that nvidia-smi would count):
+fused AdamW, under bf16 autocast; MFU uses 6N + 12 L d T FLOPs per token against
+989 TFLOP/s (docs/ARCHITECTURE.md, "FLOPs and MFU"). The full step ends with one
+line in the format run_gpu_checks.sh collects (system torch_eager or
+torch_compile; peak_gib is torch.cuda.max_memory_allocated over the timed steps,
+without the CUDA context and the caching allocator's slack that nvidia-smi would
+count):
 
   RESULT system=torch_eager model=gpt-350m precision=bf16 micro_batch=8 seq=1024 tokens_per_s=... mfu=0.41 peak_gib=... device=NVIDIA H100 80GB HBM3
 """

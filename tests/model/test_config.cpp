@@ -22,7 +22,7 @@ TEST(ModelConfig, Gpt350mMatchesTheDesign) {
   EXPECT_LT(c.n_kv_head, c.n_head);  // GQA
   EXPECT_GT(c.num_params(), 300'000'000);
   EXPECT_LT(c.num_params(), 400'000'000);
-  // DESIGN.md: about 2.4 GFLOP per token at context 1024.
+  // docs/ARCHITECTURE.md, "FLOPs and MFU": 2.234 GFLOP per token at context 1024.
   EXPECT_NEAR(c.flops_per_token(1024) / 1e9, 2.4, 0.3);
 }
 
