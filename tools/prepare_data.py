@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes fsdptrain token files (DESIGN.md, "Token dataset") from text corpora or token arrays.
+"""Makes fsdptrain token files (docs/ARCHITECTURE.md, "Token dataset") from text or token arrays.
 
   prepare_data.py text INPUT [INPUT ...] --out PREFIX [--tokenizer byte|bpe|hf:PATH|tiktoken:NAME]
                   [--shard-tokens 100M [--resume]] [--val-tokens N | --val-fraction F]
@@ -12,8 +12,8 @@ text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
   string column --text-field, as on the Hugging Face hub), optionally .gz,
   .zst, .xz or .bz2 (not Parquet). A plain text file is one document, or one
   per line with --doc-per-line; a JSONL line or Parquet row is one document;
-  empty ones are skipped. The end-of-text token follows every document.
-  Tokenizers:
+  empty ones are skipped. The end-of-text token, where the tokenizer has one,
+  follows every document. Tokenizers:
     byte           UTF-8 bytes, vocab 256, no end-of-text token: files are
                    joined as they are, lines and records each end in a newline.
     bpe            a byte-level BPE of --vocab-size trained on the inputs,
