@@ -36,27 +36,34 @@ PRESETS = {  # vocab, layers, d_model, heads, kv_heads, d_ff, max_seq
 PEAK_TFLOPS = 989.0
 
 
-def build(torch, cfg):
-    """The parity-checked model of tools/torch_reference.py, randomly initialised
-    (std 0.02 matrices, unit gains) in fsdptrain's parameter names."""
+def init_weights(V, L, d, H, Hkv, ff, std=0.02, out_std=0.02, seed=0):
+    """Random weights in fsdptrain's parameter names: matrices normal(0, std),
+    the residual branches' output projections (wo, w2) normal(0, out_std),
+    gains 1. Drawn in float32 (gpt-1.3b in seconds), in a fixed order."""
     import numpy as np
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-    from torch_reference import Model
-    V, L, d, H, Hkv, ff, T = cfg
     hd = d // H
-    rng = np.random.default_rng(0)
-    mat = lambda r, c: rng.standard_normal((r, c), dtype=np.float32) * np.float32(0.02)  # float32: 1.3b in seconds
+    rng = np.random.default_rng(seed)
+    mat = lambda r, c, s=std: rng.standard_normal((r, c), dtype=np.float32) * np.float32(s)
     ones = lambda n: np.ones(n, np.float32)
     t = {"embed.weight": mat(V, d), "final_norm": ones(d)}
     for l in range(L):
         b = f"blocks.{l}."
         t.update({b + "attn_norm": ones(d), b + "attn.wq": mat(H * hd, d), b + "attn.wk": mat(Hkv * hd, d),
                   b + "attn.wv": mat(Hkv * hd, d), b + "attn.q_norm": ones(hd), b + "attn.k_norm": ones(hd),
-                  b + "attn.wo": mat(d, H * hd), b + "mlp_norm": ones(d), b + "mlp.w1": mat(ff, d),
-                  b + "mlp.w3": mat(ff, d), b + "mlp.w2": mat(d, ff)})
+                  b + "attn.wo": mat(d, H * hd, out_std), b + "mlp_norm": ones(d), b + "mlp.w1": mat(ff, d),
+                  b + "mlp.w3": mat(ff, d), b + "mlp.w2": mat(d, ff, out_std)})
+    return t
+
+
+def build(torch, cfg):
+    """The parity-checked model of tools/torch_reference.py, randomly initialised
+    (std 0.02 matrices, unit gains) in fsdptrain's parameter names."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+    from torch_reference import Model
+    V, L, d, H, Hkv, ff, T = cfg
     c = dict(n_head=H, n_kv_head=Hkv, d_model=d, n_layer=L, norm_eps=1e-5, rope_theta=10000.0,
              tie_embeddings=True)
-    return Model(c, t)
+    return Model(c, init_weights(V, L, d, H, Hkv, ff))
 
 
 def matmul_params(cfg):

@@ -29,6 +29,7 @@ are timed apart and printed. --time-budget S stops at the first evaluation
 at or past S seconds of training (the schedule still follows --steps).
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -41,38 +42,20 @@ from torch_reference import Model, lr_at, read_tokens, val_loss, window_of  # no
 
 np, torch = ref.np, ref.torch
 
-PRESETS = {  # layers, d_model, heads, kv_heads, d_ff: model/config.cpp (d_ff = swiglu_width(d, 256))
-    "tiny": (2, 64, 4, 2, 192),
-    "gpt-125m": (12, 768, 12, 4, 2048),
-    "gpt-350m": (24, 1024, 16, 4, 2816),
-    "gpt-760m": (24, 1536, 16, 4, 4096),
-    "gpt-1.3b": (24, 2048, 16, 4, 5632),
-}
-
-
-def init_weights(V, L, d, H, Hkv, ff, std, seed):
-    hd = d // H
-    rng = np.random.default_rng(seed)
-    out_std = std / math.sqrt(2.0 * L)
-    mat = lambda r, c, s: rng.standard_normal((r, c), dtype=np.float32) * np.float32(s)
-    ones = lambda n: np.ones(n, np.float32)
-    t = {"embed.weight": mat(V, d, std), "final_norm": ones(d)}
-    for l in range(L):
-        b = f"blocks.{l}."
-        t.update({b + "attn_norm": ones(d), b + "attn.wq": mat(H * hd, d, std),
-                  b + "attn.wk": mat(Hkv * hd, d, std), b + "attn.wv": mat(Hkv * hd, d, std),
-                  b + "attn.q_norm": ones(hd), b + "attn.k_norm": ones(hd),
-                  b + "attn.wo": mat(d, H * hd, out_std), b + "mlp_norm": ones(d),
-                  b + "mlp.w1": mat(ff, d, std), b + "mlp.w3": mat(ff, d, std),
-                  b + "mlp.w2": mat(d, ff, out_std)})
-    return t
+# The preset table and weight initialisation of the speed reference beside this
+# file (bench/cuda/torch_reference.py; loaded by path, since tools/ holds a
+# module of the same name).
+_spec = importlib.util.spec_from_file_location(
+    "bench_torch_reference", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_reference.py"))
+bench_ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_ref)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-data", required=True, metavar="FILE.h5")
     ap.add_argument("--val-data", required=True, metavar="FILE.h5")
-    ap.add_argument("--model", default="gpt-350m", choices=sorted(PRESETS))
+    ap.add_argument("--model", default="gpt-350m", choices=sorted(bench_ref.PRESETS))
     ap.add_argument("--vocab-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=1024)
@@ -98,7 +81,7 @@ def main():
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.backends.cuda.matmul.allow_tf32 = True
-    L, d, H, Hkv, ff = PRESETS[a.model]
+    _, L, d, H, Hkv, ff, _ = bench_ref.PRESETS[a.model]
     B, T, G = a.batch_size, a.seq_len, a.batch_size  # one rank, no accumulation: G = B
     tokens = read_tokens(a.train_data, "--train-data")
     val_tokens = read_tokens(a.val_data, "--val-data")
@@ -109,7 +92,9 @@ def main():
 
     cfg = dict(n_head=H, n_kv_head=Hkv, d_model=d, n_layer=L, norm_eps=1e-5, rope_theta=10000.0,
                tie_embeddings=True)
-    model = Model(cfg, init_weights(a.vocab_size, L, d, H, Hkv, ff, a.init_std, a.seed)).to(dev)
+    weights = bench_ref.init_weights(a.vocab_size, L, d, H, Hkv, ff, a.init_std,
+                                     a.init_std / math.sqrt(2.0 * L), a.seed)
+    model = Model(cfg, weights).to(dev)
     decay = [p for p in model.p.values() if p.ndim >= 2]
     no_decay = [p for p in model.p.values() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
