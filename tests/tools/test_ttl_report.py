@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""CTest for bench/cuda/ttl_report.py, the time-to-loss report of issue 30.
+
+  test_ttl_report.py TTL_REPORT_PY
+
+Three metrics files made here, with clocks worked by hand: a reference cut
+before its last step (complete=false, its last validation stands in), an
+fsdptrain run with train_s on its validation lines, and one from before
+train_s existed, whose clock the report rebuilds from the step lines (host
+time between steps; a step after an evaluation, and the first, by
+tokens / tokens_per_s). Checks each TTL line's train_s, val_loss and
+reach_ref_s, and that --png writes a picture (where matplotlib is installed).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+
+
+def write(path, lines):
+    with open(path, "w") as f:
+        for l in lines:
+            f.write(json.dumps(l) + "\n")
+
+
+def main():
+    report = sys.argv[1]
+    with tempfile.TemporaryDirectory() as d:
+        ref = os.path.join(d, "ttl_torch_compile.jsonl")
+        write(ref, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}] +
+              [{"step": n, "loss": 4.0, "lr": 1e-3} for n in range(1, 201)] +
+              [{"step": 100, "val_loss": 4.0, "train_s": 10.0},
+               {"step": 200, "val_loss": 3.5, "train_s": 20.0}])
+        bf16 = os.path.join(d, "ttl_fsdptrain_bf16.jsonl")
+        write(bf16, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}] +
+              [{"step": n, "loss": 4.0, "tokens_seen": 100 * n, "tokens_per_s": 50.0,
+                "elapsed_s": 1.0 * n, "train_s": 0.03 * n} for n in range(1, 301)] +
+              [{"step": 100, "val_loss": 3.6, "train_s": 5.0},
+               {"step": 200, "val_loss": 3.4, "train_s": 9.0},
+               {"step": 300, "val_loss": 3.2, "train_s": 13.0},
+               {"step": 300, "val_loss": 3.2, "train_s": 13.0}])  # the final evaluation again
+        # Before train_s: elapsed_s holds the warm-up (step 1) and the
+        # evaluation at step 2 (step 3): the clock is 2, 5, 7, 10.
+        fp8 = os.path.join(d, "ttl_fsdptrain_fp8.jsonl")
+        elapsed = {1: 10.0, 2: 13.0, 3: 20.0, 4: 23.0}
+        write(fp8, [{"step": 0, "val_loss": 5.0}] +
+              [{"step": n, "loss": 4.0, "tokens_seen": 100 * n, "tokens_per_s": 50.0,
+                "elapsed_s": elapsed[n]} for n in (1, 2)] +
+              [{"step": 2, "val_loss": 3.5}] +
+              [{"step": n, "loss": 4.0, "tokens_seen": 100 * n, "tokens_per_s": 50.0,
+                "elapsed_s": elapsed[n]} for n in (3, 4)] +
+              [{"step": 4, "val_loss": 3.3}])
+        png = os.path.join(d, "ttl.png")
+        args = [sys.executable, report, ref, bf16, fp8, "--device", "GPU X",
+                "--expected-steps", "torch_compile=300,fsdptrain_bf16=300"]
+        try:
+            import matplotlib  # noqa: F401
+            args += ["--png", png]
+        except ImportError:
+            png = None
+        r = subprocess.run(args, capture_output=True, text=True)
+        print(r.stdout + r.stderr)
+        check(r.returncode == 0, f"ttl_report exited {r.returncode}")
+        lines = [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
+        want = [
+            "TTL system=torch_compile precision=bf16 optimizer=adamw model=gpt-350m train_s=20.0 "
+            "val_loss=3.5000 reach_ref_s=20.0 complete=false device=GPU X",
+            "TTL system=fsdptrain precision=bf16 optimizer=adamw model=gpt-350m train_s=13.0 "
+            "val_loss=3.2000 reach_ref_s=9.0 device=GPU X",
+            "TTL system=fsdptrain precision=fp8 optimizer=adamw model=gpt-350m train_s=10.0 "
+            "val_loss=3.3000 reach_ref_s=5.0 device=GPU X",
+        ]
+        check(lines == want, f"TTL lines {lines}")
+        if png:
+            check(os.path.getsize(png) > 1000, "--png wrote no picture")
+        r = subprocess.run([sys.executable, report, bf16, "--device", "GPU X"],
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and "ttl_torch_compile.jsonl" in r.stderr,
+              f"without the reference's file: exit {r.returncode}, {r.stderr.strip()!r}")
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
