@@ -2,6 +2,17 @@
 // once per backend (model/cpu: fp32 reference; model/cuda: bf16/fp8 on H100).
 // The model's forward and backward are written against this and nothing else.
 //
+// Ops is the one front door (the non-virtual interface idiom, as in
+// std::num_put::put and its do_put): each op is a plain method that checks its
+// arguments once for every backend (model/op_checks.h), brackets the call
+// with the profiling hook when one is set, and runs the backend's do_ method.
+// A backend overrides the do_ methods only, and may trust what they receive:
+// element types (activations in compute_dtype()), buffer sizes and the op's
+// own rules were checked at the door. What only data can break (a token
+// outside the vocabulary) the backend still checks. Calls a backend makes to
+// itself go to its do_ methods directly: they are neither checked again nor
+// seen by the hook.
+//
 // Conventions:
 //  - Row-major. Activations are [rows, features]; a [B, T] batch has B*T rows.
 //    q is [B, T, n_head, head_dim], k and v are [B, T, n_kv_head, head_dim].
@@ -20,6 +31,7 @@
 //    its last.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,10 +72,45 @@ struct Fp8Tensor {
 // a buffer (H100, cuBLASLt 13.1); a 256-byte slot each, as the operands get.
 constexpr int64_t kFp8ScaleSlot = 64;
 
+// What a backend can do, asked instead of comparing names.
+struct OpsCapabilities {
+  // Buffers live in host memory, which a node's ranks share (the memory
+  // check then budgets the node, not one device).
+  bool host_memory = false;
+  // FP8 GEMMs run on FP8 tensor cores; false where they are emulated on
+  // dequantized values (the CPU reference).
+  bool native_fp8 = false;
+  // Dense bf16 peak FLOP/s of one device, the denominator of MFU; 0 where
+  // MFU means nothing (the CPU).
+  double peak_flops = 0;
+};
+
+// One op call as the profiling hook sees it: op and shape ("linear
+// 8192x3072x1024"; the same GEMM in every layer shares a key) and its nominal
+// work, FLOPs for GEMMs and attention, bytes touched for the memory-bound rest.
+struct OpCall {
+  std::string key;
+  double flops = 0, bytes = 0;
+};
+
+// Called around every op that enters through the front door (model/op_profiler.h
+// times them). begin() runs before the backend's do_ method, end() after it
+// returned (on a device: after the work was enqueued).
+class OpHook {
+ public:
+  virtual ~OpHook() = default;
+  virtual void begin(const OpCall& call) = 0;
+  virtual void end(const OpCall& call) = 0;
+  // clear_marks() is about to recycle the timing marks: the last moment to
+  // read any the hook took.
+  virtual void settle() {}
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  virtual OpsCapabilities capabilities() const = 0;
   // The device stream all ops run on (a cudaStream_t), so communication can be
   // ordered against compute with events; nullptr for host backends.
   virtual void* stream() { return nullptr; }
@@ -82,6 +129,10 @@ class Ops {
   // before allocating (src/memory_check.h).
   virtual int64_t free_memory_bytes() const = 0;
 
+  // Every op call from now on is reported to hook (nullptr: none). The hook
+  // must outlive its use; it may call mark() and seconds().
+  void set_hook(OpHook* hook) { hook_ = hook; }
+
   // ---- timing -----------------------------------------------------------------
   // Timestamps in stream order, for metrics that must time what the device
   // does, not when the host enqueued it (step time; compute stalled waiting
@@ -89,97 +140,89 @@ class Ops {
   // returns its id; seconds(a, b) waits for mark b and returns the time from a
   // to b; ids stay valid until clear_marks(). The CPU computes synchronously,
   // so there a mark is simply the host clock.
-  virtual int mark() {
-    host_marks_.push_back(std::chrono::steady_clock::now());
-    return int(host_marks_.size()) - 1;
-  }
-  virtual double seconds(int a, int b) {
-    return std::chrono::duration<double>(host_marks_.at(size_t(b)) - host_marks_.at(size_t(a)))
-        .count();
-  }
-  virtual void clear_marks() { host_marks_.clear(); }
+  int mark() { return do_mark(); }
+  double seconds(int a, int b) { return do_seconds(a, b); }
+  void clear_marks();
 
   // ---- memory ---------------------------------------------------------------
-  virtual Tensor alloc(DType dtype, int64_t numel) = 0;
-  virtual void free(Tensor t) = 0;
-  virtual void zero(Tensor t) = 0;
-  virtual void copy(Tensor dst, Tensor src) = 0;  // same dtype and numel
-  virtual void to_device(Tensor dst, const void* host) = 0;
-  virtual void to_host(void* host, Tensor src) = 0;
+  Tensor alloc(DType dtype, int64_t numel);
+  void free(Tensor t);
+  void zero(Tensor t);
+  void copy(Tensor dst, Tensor src);  // same dtype and numel
+  void to_device(Tensor dst, const void* host);
+  void to_host(void* host, Tensor src);
 
   // ---- model ----------------------------------------------------------------
   // out[n, C] = wte[tokens[i], :]
-  virtual void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) = 0;
+  void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C);
   // dwte[tokens[i], :] += dout[i, :]
-  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) = 0;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C);
 
   // y = x * rstd * g with rstd = 1/sqrt(mean(x^2) + eps), per row of length dim.
   // With amax (f32[1], or empty): amax[0] = max |y| of the values stored, as
   // Ops::amax would find it, for the FP8 forward to cast y by without another
   // pass over it.
-  virtual void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
-                       Tensor amax) = 0;
+  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+               Tensor amax);
   // dx (=|+=) d/dx, dg += d/dg. With amax (f32[1], or empty): amax[0] =
   // max |dx| of the values stored (after the +=), as Ops::amax would find it,
   // for the FP8 backward to cast dx by without another pass over it.
-  virtual void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                int rows, int dim, bool accumulate_dx, Tensor amax) = 0;
+  void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
+                        int dim, bool accumulate_dx, Tensor amax);
 
   // y[M, N] = x[M, K] W[N, K]^T
-  virtual void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) = 0;
+  void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K);
   // dx[M, K] (=|+=) dy W;  dw[N, K] += dy^T x.  dx may be empty (numel 0) to skip it.
-  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
-                               int K, bool accumulate_dx) = 0;
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
+                       bool accumulate_dx);
   // y[M, N] = x[M, K] W[N, K]^T + r[M, N]: a linear layer and the residual add
   // after it, the residual added in the GEMM's epilogue (one rounding on a
   // GPU instead of two, and no second pass over y). r may alias y.
-  virtual void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) = 0;
+  void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K);
 
   // In place on x[B, T, heads, head_dim], rotating the two halves of each head
   // (the "rotate_half" convention of Llama-style checkpoints) by angle
   // t * theta^(-2i/head_dim) for position t and pair i.
-  virtual void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
+  void rope(Tensor x, int B, int T, int heads, int head_dim, float theta);
   // In place on dx: the transpose (inverse) rotation.
-  virtual void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) = 0;
+  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta);
 
   // QK-norm and RoPE in one op: for every head vector of x[B, T, heads,
   // head_dim], y = rope(rmsnorm(x) * g), i.e. rmsnorm over the B*T*heads rows
   // of width head_dim (rstd[B*T*heads], f32, kept for backward) followed by
   // rope on the result. x's token rows are x_ld apart; y is packed.
-  virtual void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                         int head_dim, float eps, float theta, int64_t x_ld) = 0;
+  void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
+                 float eps, float theta, int64_t x_ld);
   // dx = d/dx (overwritten), dg += d/dg, from dy = dL/dy and the forward's
   // rstd; dx's and x's token rows are x_ld apart, dy is packed. dy's contents
   // after the call are unspecified: a backend may rotate it back in place.
   // amax as in rmsnorm_backward: max |dx|.
-  virtual void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                  int B, int T, int heads, int head_dim, float theta, Tensor amax,
-                                  int64_t x_ld) = 0;
+  void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
+                          int T, int heads, int head_dim, float theta, Tensor amax, int64_t x_ld);
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
   // log-sum-exp of each softmax row for backward. v's token rows (and dv's)
   // are v_ld apart; every other tensor is packed.
-  virtual void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                         int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
-  virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
-                                  Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                  int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
+  void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                 int n_kv_head, int head_dim, int64_t v_ld);
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
+                          Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
+                          int head_dim, int64_t v_ld);
 
   // s = silu(a) * b, elementwise over [rows, cols]: a's and b's rows ab_ld
   // apart (the halves of the W1|W3 GEMM's output), s packed. amax as in
   // rmsnorm: max |s|.
-  virtual void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
-                      Tensor amax) = 0;
+  void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax);
   // da and db laid out as a and b, from ds (packed). With amax (f32[1], or
   // empty): amax[0] = the max of |da| and |db| over both, of the values
   // stored (Ops::amax's): what the FP8 backward casts the W1|W3 gradient by,
   // without another pass over it.
-  virtual void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
-                               int cols, int64_t ab_ld, Tensor amax) = 0;
+  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
+                       int64_t ab_ld, Tensor amax);
 
   // y = a + b (y may alias a or b).
-  virtual void add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
+  void add(Tensor y, Tensor a, Tensor b, int64_t n);
 
   // Fused softmax cross-entropy over logits[n, Vp] whose first V columns are
   // the vocabulary; columns [V, Vp) are padding (ModelConfig::padded_vocab)
@@ -187,33 +230,29 @@ class Ops {
   // With grad_scale != 0 the logits are overwritten in place by
   // grad_scale * (p - onehot(target)), and the padding by 0, so no second
   // [n, Vp] buffer ever exists. Targets < 0 are ignored (loss 0, gradient 0).
-  virtual void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                             float grad_scale) = 0;
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                     float grad_scale);
 
   // ---- optimizer and engine -------------------------------------------------
   // dst = convert(src), any dtype pair of f32/bf16, n = dst.numel.
-  virtual void cast(Tensor dst, Tensor src) = 0;
+  void cast(Tensor dst, Tensor src);
   // dst(f32) += scale * src, n = dst.numel.
-  virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
+  void accumulate(Tensor dst, Tensor src, float scale);
   // sum of squares of an f32 tensor, in double, on the host.
-  virtual double sum_squares(Tensor x) = 0;
+  double sum_squares(Tensor x);
   // out[i] = sum of squares of xs[i] (f32 tensors), rounded to f32, left in
   // out (f32, where ops computes) without waiting: reading out once then gives
   // every unit's share of the gradient norm for one synchronisation, not one
   // per unit. The reference is sum_squares per tensor.
-  virtual void sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
-    std::vector<float> v(xs.size());
-    for (size_t i = 0; i < xs.size(); ++i) v[i] = float(sum_squares(xs[i]));
-    to_device(out.slice(0, int64_t(v.size())), v.data());
-  }
+  void sum_squares_each(Tensor out, const std::vector<Tensor>& xs);
   // The optimizer step of one f32 shard in one pass (one launch on a GPU):
   // decoupled-weight-decay Adam over `spans` (sorted, disjoint, each with its
   // own decay; elements outside them keep their values: the engine's padding,
   // which stays zero), grad multiplied by h.grad_scale (clipping) first; then
   // over the whole shard `send` = the updated param in send's dtype unless
   // send is empty (the all-gather's copy), and grad = 0 when clear_grad.
-  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
-                     const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) = 0;
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+             const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad);
 
   // ---- FP8, per-tensor current scaling --------------------------------------
   // q = fp8(src * s) with s = max(format) / amax, amax the largest |src|
@@ -222,59 +261,121 @@ class Ops {
   // what dequantizing (and an FP8 GEMM) multiplies back. src f32 or bf16,
   // q u8 (FP8 bit patterns) of src.numel, scale_inv f32[1]. Everything stays
   // on the device: the scale is never read by the host.
-  virtual void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
+  void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format);
   // As quantize_fp8 on src [rows, cols], also writing qt [cols, rows], the
   // same codes transposed, in the same pass: Hopper's FP8 GEMMs take both
   // operands K-major, so the backward's products need the transposed copies
   // of activations, weights and gradients.
-  virtual void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
-                              Fp8 format) = 0;
+  void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                      Fp8 format);
   // The same by a given amax (f32[1]: the model's backward reuses the one
   // its forward cast the same activation with), skipping the amax pass; q
   // may be empty (numel 0) to write only the transpose.
-  virtual void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
-                                   int rows, int cols, Fp8 format) = 0;
+  void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
+                           int cols, Fp8 format);
   // The two halves of quantize_fp8, for a scale agreed across ranks (the
   // FSDP engine's FP8 weight all-gather): out[0] = the largest |x| (NaN
   // elements do not count; 0 when x is empty), f32[1] on the device; and the
   // cast by the scale of a given amax (f32[1], e.g. all-reduced with max),
   // writing scale_inv[0] even when src is empty. quantize_fp8 is exactly
   // amax then quantize_fp8_amax.
-  virtual void amax(Tensor out, Tensor x) = 0;
-  virtual void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
-                                 Fp8 format) = 0;
+  void amax(Tensor out, Tensor x);
+  void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format);
   // The same over many small tensors at once (the engine's per-weight slices;
   // one launch on a GPU instead of one each): out[i] = amax(xs[i]), and
   // quantize_fp8_amax of every cast.
-  virtual void amax_each(Tensor out, const std::vector<Tensor>& xs) {
-    for (size_t i = 0; i < xs.size(); ++i) amax(out.slice(int64_t(i), 1), xs[i]);
-  }
+  void amax_each(Tensor out, const std::vector<Tensor>& xs);
   struct Fp8Cast {
     Tensor q, scale_inv, src, amax;
   };
-  virtual void quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
-    for (const Fp8Cast& c : casts) quantize_fp8_amax(c.q, c.scale_inv, c.src, c.amax, format);
-  }
+  void quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format);
   // qt [cols, rows] = q [rows, cols] transposed (u8 codes; the scale is
   // shared): the K-major copy of a weight that arrived as codes.
-  virtual void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) = 0;
+  void transpose_fp8(Tensor qt, Tensor q, int rows, int cols);
   // dst = fp8_to_f32(q) * scale_inv[0], rounded to dst's dtype (f32 or bf16).
-  virtual void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
+  void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format);
   // y[M, N] = dequant(x)[M, K] dequant(w)[N, K]^T (+ r[M, N] when r is not
   // empty, as linear_add): linear on codes made by quantize_fp8, with fp32
   // accumulation (an FP8 tensor-core GEMM on a GPU, the residual in its
   // epilogue; there M, N, K must be multiples of 16, and no e5m2 x e5m2).
-  virtual void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
-                          int K) = 0;
+  void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N, int K);
   // Its backward: dx[M, K] (=|+=) dy w, dw[N, K] += dy^T x, in fp32 sums. A
   // GPU's FP8 GEMMs take K-major operands only, so this takes the transposed
   // codes quantize_fp8_t makes: dy [M, N] with dyt [N, M] (same scale),
   // xt [K, M], wt [K, N]. dx may be empty (numel 0) to skip it.
-  virtual void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
-                                   const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
-                                   bool accumulate_dx) = 0;
+  void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                           const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                           bool accumulate_dx);
 
  private:
+  // ---- what a backend implements (see the public op of the same name) -------
+  virtual int do_mark();
+  virtual double do_seconds(int a, int b);
+  virtual void do_clear_marks();
+  virtual Tensor do_alloc(DType dtype, int64_t numel) = 0;
+  virtual void do_free(Tensor t) = 0;
+  virtual void do_zero(Tensor t) = 0;
+  virtual void do_copy(Tensor dst, Tensor src) = 0;
+  virtual void do_to_device(Tensor dst, const void* host) = 0;
+  virtual void do_to_host(void* host, Tensor src) = 0;
+  virtual void do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) = 0;
+  virtual void do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) = 0;
+  virtual void do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                          Tensor amax) = 0;
+  virtual void do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                   int rows, int dim, bool accumulate_dx, Tensor amax) = 0;
+  virtual void do_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) = 0;
+  virtual void do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                                  int K, bool accumulate_dx) = 0;
+  virtual void do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) = 0;
+  virtual void do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
+  virtual void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) = 0;
+  virtual void do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                            int head_dim, float eps, float theta, int64_t x_ld) = 0;
+  virtual void do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
+                                     Tensor rstd, int B, int T, int heads, int head_dim,
+                                     float theta, Tensor amax, int64_t x_ld) = 0;
+  virtual void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                            int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
+  virtual void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                     Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
+  virtual void do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                         Tensor amax) = 0;
+  virtual void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                                  int cols, int64_t ab_ld, Tensor amax) = 0;
+  virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
+  virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                                float grad_scale) = 0;
+  virtual void do_cast(Tensor dst, Tensor src) = 0;
+  virtual void do_accumulate(Tensor dst, Tensor src, float scale) = 0;
+  virtual double do_sum_squares(Tensor x) = 0;
+  virtual void do_sum_squares_each(Tensor out,
+                                   const std::vector<Tensor>& xs);  // default: one at a time
+  virtual void do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                        const std::vector<AdamWSpan>& spans, const AdamWHyper& h,
+                        bool clear_grad) = 0;
+  virtual void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
+  virtual void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows,
+                                 int cols, Fp8 format) = 0;
+  virtual void do_quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src,
+                                      Tensor amax, int rows, int cols, Fp8 format) = 0;
+  virtual void do_amax(Tensor out, Tensor x) = 0;
+  virtual void do_quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
+                                    Fp8 format) = 0;
+  virtual void do_amax_each(Tensor out, const std::vector<Tensor>& xs);  // default: one at a time
+  virtual void do_quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts,
+                                         Fp8 format);  // default: one at a time
+  virtual void do_transpose_fp8(Tensor qt, Tensor q, int rows, int cols) = 0;
+  virtual void do_dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) = 0;
+  virtual void do_linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M,
+                             int N, int K) = 0;
+  virtual void do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
+                                      const Fp8Tensor& dyt, const Fp8Tensor& xt,
+                                      const Fp8Tensor& wt, int M, int N, int K,
+                                      bool accumulate_dx) = 0;
+
+  OpHook* hook_ = nullptr;
   std::vector<std::chrono::steady_clock::time_point> host_marks_;
 };
 

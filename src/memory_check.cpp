@@ -65,7 +65,7 @@ std::string memory_shortfall(const MemoryPlan& plan, int64_t free_bytes, const s
 namespace {
 // On a GPU each rank has its own device; on the host a node's ranks share.
 MemorySettings as_seen_by(const Ops& ops, MemorySettings settings) {
-  const bool host = std::string(ops.name()) == "cpu";
+  const bool host = ops.capabilities().host_memory;
   if (!host) settings.ranks_sharing = 1;
   settings.node_shared = host;
   return settings;
@@ -78,7 +78,7 @@ int auto_batch_size(const std::function<MemoryPlan(int)>& plan_for, const Ops& o
 }
 
 void check_memory_fits(const MemoryPlan& plan, const Ops& ops, MemorySettings settings) {
-  const bool host = std::string(ops.name()) == "cpu";
+  const bool host = ops.capabilities().host_memory;
   settings = as_seen_by(ops, settings);
   const std::string message = memory_shortfall(
       plan, ops.free_memory_bytes(),

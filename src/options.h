@@ -31,7 +31,7 @@ struct Options {
   Device device = Device::automatic;
   Precision precision = Precision::automatic;
   bool debug = false;
-  bool profile_ops = false;  // time every op; table at the end (model/profiled_ops.h)
+  bool profile_ops = false;  // time every op; table at the end (model/op_profiler.h)
   int shard_group_size = 0;  // 0: all ranks
   bool reshard_after_forward = true;
   bool single_rank_direct = true;  // EngineOptions::direct_when_unsharded

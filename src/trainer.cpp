@@ -82,11 +82,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
-  if (o_.profile_ops) {
-    auto p = std::make_unique<ProfiledOps>(std::move(ops_));
-    profiler_ = p.get();
-    ops_ = std::move(p);
-  }
+  if (o_.profile_ops) profiler_ = std::make_unique<OpProfiler>(*ops_);
   groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
@@ -189,7 +185,7 @@ void Trainer::print_memory_plan() const {
       o_.precision != Precision::fp8
           ? ""
           : std::string(" with FP8 block GEMMs (e4m3") +
-                (std::string(ops_->name()) == "cpu" ? ", emulated" : "") +
+                (ops_->capabilities().native_fp8 ? "" : ", emulated") +
                 "; their weights gathered as " +
                 (o_.fp8_gather ? "e4m3" : dtype_name(ops_->compute_dtype())) + ")";
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
@@ -265,8 +261,8 @@ double Trainer::evaluate(double* tokens) {
 // per token (recomputation excluded) times tokens/s over the dense peak of all
 // GPUs; none on the CPU.
 double Trainer::mfu(double tokens_per_s) const {
-  if (std::string(ops_->name()) != "cuda") return std::nan("");
-  const double peak = 989e12;  // H100/H200 SXM dense bf16
+  const double peak = ops_->capabilities().peak_flops;
+  if (peak <= 0) return std::nan("");
   return tokens_per_s * o_.model.flops_per_token(o_.seq_len) / (peak * world_.size);
 }
 

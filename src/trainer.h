@@ -12,8 +12,8 @@
 #include "data/batch_loader.h"
 #include "data/token_decoder.h"
 #include "data/token_stream.h"
+#include "model/op_profiler.h"
 #include "model/ops.h"
-#include "model/profiled_ops.h"
 #include "model/transformer.h"
 #include "shard/engine.h"
 #include "src/checkpointing.h"
@@ -70,7 +70,7 @@ class Trainer {
   TokenStream train_data_;
   std::optional<TokenStream> val_data_;
   std::unique_ptr<Ops> ops_;
-  ProfiledOps* profiler_ = nullptr;             // --profile-ops: ops_ itself, wrapped
+  std::unique_ptr<OpProfiler> profiler_;        // --profile-ops: ops_'s hook
   ProcessGroups groups_;                        // MPI, host memory
   std::optional<ProcessGroups> device_groups_;  // NCCL on a GPU, or --device-comm staged
   std::unique_ptr<Transformer> model_;

@@ -14,21 +14,6 @@
 namespace fsdp {
 namespace {
 
-// Every op checks element type (through Tensor::f32/i32) and that each buffer
-// holds at least what the sizes in the call imply: a short buffer is a model
-// bug that would otherwise be a silent overrun. Larger buffers are allowed so
-// callers can reuse workspaces sized for the largest batch.
-float* f32(Tensor t, int64_t need, const char* what) {
-  FSDP_CHECK(need >= 0 && t.numel >= need, what, " has ", t.numel, " elements, the op needs ",
-             need);
-  return t.f32();
-}
-const int32_t* i32(Tensor t, int64_t need, const char* what) {
-  FSDP_CHECK(need >= 0 && t.numel >= need, what, " has ", t.numel, " elements, the op needs ",
-             need);
-  return t.i32();
-}
-
 void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                int64_t width) {
   for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * src_ld, width, dst + r * dst_ld);
@@ -71,8 +56,7 @@ struct RopeTable {
 // Rotates each pair (x[i], x[i + half]) by sign * angle; sign -1 is the
 // transpose, which is what backward needs because a rotation is orthogonal.
 void rotate(Tensor xt, int B, int T, int heads, int head_dim, float theta, double sign) {
-  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
-  float* x = f32(xt, int64_t(B) * T * heads * head_dim, "rope x");
+  float* x = xt.f32();
   const int half = head_dim / 2;
   const RopeTable table(T, head_dim, theta);
   for (int b = 0; b < B; ++b)
@@ -98,8 +82,7 @@ int64_t CpuOps::free_memory_bytes() const {
   return host_free_memory_bytes();
 }
 
-Tensor CpuOps::alloc(DType dtype, int64_t numel) {
-  FSDP_CHECK(numel >= 0);
+Tensor CpuOps::do_alloc(DType dtype, int64_t numel) {
   if (numel == 0) return {nullptr, dtype, 0};
   // 64-byte alignment keeps rows cache-line aligned for BLAS and matches what
   // device allocators guarantee; aligned_alloc wants a multiple of the alignment.
@@ -109,34 +92,31 @@ Tensor CpuOps::alloc(DType dtype, int64_t numel) {
   return {p, dtype, numel};
 }
 
-void CpuOps::free(Tensor t) {
+void CpuOps::do_free(Tensor t) {
   std::free(t.data);
 }
 
-void CpuOps::zero(Tensor t) {
+void CpuOps::do_zero(Tensor t) {
   if (t.numel > 0) std::memset(t.data, 0, t.bytes());
 }
 
-void CpuOps::copy(Tensor dst, Tensor src) {
-  FSDP_CHECK(dst.dtype == src.dtype && dst.numel == src.numel, "copy ", dtype_name(src.dtype), "[",
-             src.numel, "] to ", dtype_name(dst.dtype), "[", dst.numel, "]");
+void CpuOps::do_copy(Tensor dst, Tensor src) {
   if (dst.numel > 0 && dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
 }
 
-void CpuOps::to_device(Tensor dst, const void* host) {
+void CpuOps::do_to_device(Tensor dst, const void* host) {
   if (dst.numel > 0) std::memcpy(dst.data, host, dst.bytes());
 }
 
-void CpuOps::to_host(void* host, Tensor src) {
+void CpuOps::do_to_host(void* host, Tensor src) {
   if (src.numel > 0) std::memcpy(host, src.data, src.bytes());
 }
 
 // ---- model ------------------------------------------------------------------
 
-void CpuOps::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
-  FSDP_CHECK(C > 0, "embedding width ", C);
-  float* o = f32(out, int64_t(n) * C, "embedding out");
-  const int32_t* tok = i32(tokens, n, "embedding tokens");
+void CpuOps::do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
+  float* o = out.f32();
+  const int32_t* tok = tokens.i32();
   const float* w = wte.f32();
   const int64_t vocab = wte.numel / C;
   for (int i = 0; i < n; ++i) {
@@ -145,11 +125,10 @@ void CpuOps::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
   }
 }
 
-void CpuOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
-  FSDP_CHECK(C > 0, "embedding width ", C);
+void CpuOps::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
   float* dw = dwte.f32();
-  const float* d = f32(dout, int64_t(n) * C, "embedding dout");
-  const int32_t* tok = i32(tokens, n, "embedding tokens");
+  const float* d = dout.f32();
+  const int32_t* tok = tokens.i32();
   const int64_t vocab = dwte.numel / C;
   // Rows are visited in token order, so repeated tokens sum in a fixed order.
   for (int i = 0; i < n; ++i) {
@@ -159,13 +138,13 @@ void CpuOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, 
   }
 }
 
-void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
-                     Tensor amax) {
+void CpuOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                        Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
-  float* yo = f32(y, n, "rmsnorm y");
-  float* r = f32(rstd, rows, "rmsnorm rstd");
-  const float* xi = f32(x, n, "rmsnorm x");
-  const float* gi = f32(g, dim, "rmsnorm g");
+  float* yo = y.f32();
+  float* r = rstd.f32();
+  const float* xi = x.f32();
+  const float* gi = g.f32();
   for (int row = 0; row < rows; ++row) {
     const float* xr = xi + int64_t(row) * dim;
     const double rs = 1.0 / std::sqrt(dot(xr, xr, dim) / dim + eps);
@@ -175,21 +154,18 @@ void CpuOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int di
     float* yr = yo + int64_t(row) * dim;
     for (int i = 0; i < dim; ++i) yr[i] = float(double(xr[i]) * r[row] * gi[i]);
   }
-  if (amax.numel > 0) {
-    FSDP_CHECK(amax.dtype == DType::f32, "rmsnorm amax: f32[1]");
-    this->amax(amax.slice(0, 1), y.slice(0, n));
-  }
+  if (amax.numel > 0) CpuOps::do_amax(amax.slice(0, 1), y.slice(0, n));
 }
 
-void CpuOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                              int rows, int dim, bool accumulate_dx, Tensor amax) {
+void CpuOps::do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                 int rows, int dim, bool accumulate_dx, Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
-  float* dxo = f32(dx, n, "rmsnorm dx");
-  float* dgo = f32(dg, dim, "rmsnorm dg");
-  const float* dyi = f32(dy, n, "rmsnorm dy");
-  const float* xi = f32(x, n, "rmsnorm x");
-  const float* gi = f32(g, dim, "rmsnorm g");
-  const float* r = f32(rstd, rows, "rmsnorm rstd");
+  float* dxo = dx.f32();
+  float* dgo = dg.f32();
+  const float* dyi = dy.f32();
+  const float* xi = x.f32();
+  const float* gi = g.f32();
+  const float* r = rstd.f32();
   for (int row = 0; row < rows; ++row) {
     const float* xr = xi + int64_t(row) * dim;
     const float* dyr = dyi + int64_t(row) * dim;
@@ -209,101 +185,93 @@ void CpuOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor 
       dxr[i] = accumulate_dx ? dxr[i] + v : v;
     }
   }
-  if (amax.numel > 0) {
-    FSDP_CHECK(amax.dtype == DType::f32, "rmsnorm_backward amax: f32[1]");
-    this->amax(amax.slice(0, 1), dx.slice(0, n));
-  }
+  if (amax.numel > 0) CpuOps::do_amax(amax.slice(0, 1), dx.slice(0, n));
 }
 
-void CpuOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
-  float* yo = f32(y, int64_t(M) * N, "linear y");
-  const float* xi = f32(x, int64_t(M) * K, "linear x");
-  const float* wi = f32(w, int64_t(N) * K, "linear w");
+void CpuOps::do_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
+  float* yo = y.f32();
+  const float* xi = x.f32();
+  const float* wi = w.f32();
   if (M == 0 || N == 0) return;
   // y[M,N] = x[M,K] w[N,K]^T; beta 0 means y is never read, so garbage in y is fine.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, xi, K, wi, K, 0.0f, yo, N);
 }
 
-void CpuOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
-                             int K, bool accumulate_dx) {
-  const float* dyi = f32(dy, int64_t(M) * N, "linear dy");
+void CpuOps::do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                                int K, bool accumulate_dx) {
+  const float* dyi = dy.f32();
   if (dx.numel > 0) {
-    float* dxo = f32(dx, int64_t(M) * K, "linear dx");
-    const float* wi = f32(w, int64_t(N) * K, "linear w");
+    float* dxo = dx.f32();
+    const float* wi = w.f32();
     if (M > 0 && K > 0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dyi, N, wi, K,
                   accumulate_dx ? 1.0f : 0.0f, dxo, K);
   }
-  float* dwo = f32(dw, int64_t(N) * K, "linear dw");
-  const float* xi = f32(x, int64_t(M) * K, "linear x");
+  float* dwo = dw.f32();
+  const float* xi = x.f32();
   // dw[N,K] += dy[M,N]^T x[M,K]
   if (N > 0 && K > 0)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dyi, N, xi, K, 1.0f, dwo,
                 K);
 }
 
-void CpuOps::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
+void CpuOps::do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
   const int64_t n = int64_t(M) * N;
-  float* yo = f32(y, n, "linear_add y");
-  const float* ri = f32(r, n, "linear_add r");
+  float* yo = y.f32();
+  const float* ri = r.f32();
   // The product goes to a temporary first: r may alias y, and linear's beta 0
   // would overwrite it before it is read.
   std::vector<float> tmp(static_cast<size_t>(n));
-  linear({tmp.data(), DType::f32, n}, x, w, M, N, K);
+  CpuOps::do_linear({tmp.data(), DType::f32, n}, x, w, M, N, K);
   for (int64_t i = 0; i < n; ++i) yo[i] = tmp[size_t(i)] + ri[i];
 }
 
-void CpuOps::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+void CpuOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
   rotate(x, B, T, heads, head_dim, theta, +1.0);
 }
 
-void CpuOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+void CpuOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
   rotate(dx, B, T, heads, head_dim, theta, -1.0);
 }
 
 // Strided rows (x_ld) are packed into a copy first and unpacked after, so the
 // reference stays the plain composition.
-void CpuOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                       int head_dim, float eps, float theta, int64_t x_ld) {
-  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+void CpuOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                          int head_dim, float eps, float theta, int64_t x_ld) {
   const int64_t tokens = int64_t(B) * T, width = int64_t(heads) * head_dim;
   std::vector<float> packed(size_t(tokens * width));
-  copy_rows(packed.data(), width, f32(x, rows_need(tokens, width, x_ld), "norm_rope x"), x_ld,
-            tokens, width);
-  rmsnorm(y, rstd, {packed.data(), DType::f32, tokens * width}, g, B * T * heads, head_dim, eps,
-          {});
-  rope(y, B, T, heads, head_dim, theta);
+  copy_rows(packed.data(), width, x.f32(), x_ld, tokens, width);
+  CpuOps::do_rmsnorm(y, rstd, {packed.data(), DType::f32, tokens * width}, g, B * T * heads,
+                     head_dim, eps, {});
+  CpuOps::do_rope(y, B, T, heads, head_dim, theta);
 }
 
-void CpuOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                int B, int T, int heads, int head_dim, float theta, Tensor amax,
-                                int64_t x_ld) {
-  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                   int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                                   int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
-  const int64_t width = int64_t(heads) * head_dim, need = rows_need(tokens, width, x_ld);
-  const float* dyi = f32(dy, n, "norm_rope dy");
+  const int64_t width = int64_t(heads) * head_dim;
+  const float* dyi = dy.f32();
   // Rotated back in a copy, so the caller's dy stays as it was.
   std::vector<float> tmp(dyi, dyi + n), xp(static_cast<size_t>(n)), dxp(static_cast<size_t>(n));
   const Tensor d{tmp.data(), DType::f32, n};
-  rope_backward(d, B, T, heads, head_dim, theta);
-  copy_rows(xp.data(), width, f32(x, need, "norm_rope x"), x_ld, tokens, width);
-  rmsnorm_backward({dxp.data(), DType::f32, n}, dg, d, {xp.data(), DType::f32, n}, g, rstd, rows,
-                   head_dim, false, amax);
-  copy_rows(f32(dx, need, "norm_rope dx"), x_ld, dxp.data(), width, tokens, width);
+  CpuOps::do_rope_backward(d, B, T, heads, head_dim, theta);
+  copy_rows(xp.data(), width, x.f32(), x_ld, tokens, width);
+  CpuOps::do_rmsnorm_backward({dxp.data(), DType::f32, n}, dg, d, {xp.data(), DType::f32, n}, g,
+                              rstd, rows, head_dim, false, amax);
+  copy_rows(dx.f32(), x_ld, dxp.data(), width, tokens, width);
 }
 
-void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                       int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                          int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
-  float* o = f32(out, nq, "attention out");
-  float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
-  const float* qi = f32(q, nq, "attention q");
-  const float* ki = f32(k, nkv, "attention k");
-  const float* vi =
-      f32(v, rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld), "attention v");
+  float* o = out.f32();
+  float* l = lse.f32();
+  const float* qi = q.f32();
+  const float* ki = k.f32();
+  const float* vi = v.f32();
   const int group = n_head / n_kv_head;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   std::vector<double> s(T), acc(head_dim);
@@ -337,23 +305,21 @@ void CpuOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int
     }
 }
 
-void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
-                                Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                                int n_kv_head, int head_dim, int64_t v_ld) {
-  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+void CpuOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                   Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                                   int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t kv_width = int64_t(n_kv_head) * head_dim;
-  const int64_t v_need = rows_need(int64_t(B) * T, kv_width, v_ld);
-  float* dqo = f32(dq, nq, "attention dq");
-  float* dko = f32(dk, nkv, "attention dk");
-  float* dvo = f32(dv, v_need, "attention dv");
-  const float* doi = f32(dout, nq, "attention dout");
-  const float* oi = f32(out, nq, "attention out");
-  const float* l = f32(lse, int64_t(B) * n_head * T, "attention lse");
-  const float* qi = f32(q, nq, "attention q");
-  const float* ki = f32(k, nkv, "attention k");
-  const float* vi = f32(v, v_need, "attention v");
+  float* dqo = dq.f32();
+  float* dko = dk.f32();
+  float* dvo = dv.f32();
+  const float* doi = dout.f32();
+  const float* oi = out.f32();
+  const float* l = lse.f32();
+  const float* qi = q.f32();
+  const float* ki = k.f32();
+  const float* vi = v.f32();
   const int group = n_head / n_kv_head;
   const double scale = 1.0 / std::sqrt(double(head_dim));
   // dk and dv sum over every query row and every query head of the group;
@@ -394,30 +360,27 @@ void CpuOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Te
   }
 }
 
-void CpuOps::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {
-  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
-  float* so = f32(s, n, "swiglu s");
-  const float* ai = f32(a, need, "swiglu a");
-  const float* bi = f32(b, need, "swiglu b");
+void CpuOps::do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                       Tensor amax) {
+  const int64_t n = int64_t(rows) * cols;
+  float* so = s.f32();
+  const float* ai = a.f32();
+  const float* bi = b.f32();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * ab_ld + c;
       so[r * cols + c] = float(ai[i] * sigmoid(ai[i]) * bi[i]);
     }
-  if (amax.numel > 0) {
-    FSDP_CHECK(amax.dtype == DType::f32, "swiglu amax: f32[1]");
-    this->amax(amax.slice(0, 1), s.slice(0, n));
-  }
+  if (amax.numel > 0) CpuOps::do_amax(amax.slice(0, 1), s.slice(0, n));
 }
 
-void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
-                             int cols, int64_t ab_ld, Tensor amax) {
-  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
-  float* dao = f32(da, need, "swiglu da");
-  float* dbo = f32(db, need, "swiglu db");
-  const float* dsi = f32(ds, n, "swiglu ds");
-  const float* ai = f32(a, need, "swiglu a");
-  const float* bi = f32(b, need, "swiglu b");
+void CpuOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                                int cols, int64_t ab_ld, Tensor amax) {
+  float* dao = da.f32();
+  float* dbo = db.f32();
+  const float* dsi = ds.f32();
+  const float* ai = a.f32();
+  const float* bi = b.f32();
   float m = 0.0f;  // max |da|, |db| as stored
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
@@ -431,25 +394,21 @@ void CpuOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b
       // As Ops::amax: NaN does not count (fmax keeps the number).
       m = std::fmax(m, std::fmax(std::fabs(dao[i]), std::fabs(dbo[i])));
     }
-  if (amax.numel > 0) {
-    FSDP_CHECK(amax.dtype == DType::f32, "swiglu_backward amax: f32[1]");
-    amax.f32()[0] = m;
-  }
+  if (amax.numel > 0) amax.f32()[0] = m;
 }
 
-void CpuOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
-  float* yo = f32(y, n, "add y");
-  const float* ai = f32(a, n, "add a");
-  const float* bi = f32(b, n, "add b");
+void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
+  float* yo = y.f32();
+  const float* ai = a.f32();
+  const float* bi = b.f32();
   for (int64_t i = 0; i < n; ++i) yo[i] = ai[i] + bi[i];
 }
 
-void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                           float grad_scale) {
-  FSDP_CHECK(V > 0 && Vp >= V, "vocab ", V, " padded to ", Vp);
-  float* lo = f32(losses, n, "cross_entropy losses");
-  float* x = f32(logits, int64_t(n) * Vp, "cross_entropy logits");
-  const int32_t* tg = i32(targets, n, "cross_entropy targets");
+void CpuOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                              float grad_scale) {
+  float* lo = losses.f32();
+  float* x = logits.f32();
+  const int32_t* tg = targets.i32();
   for (int i = 0; i < n; ++i) {
     float* row = x + int64_t(i) * Vp;
     const int t = tg[i];
@@ -485,13 +444,10 @@ void CpuOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, 
 
 // ---- optimizer and engine ---------------------------------------------------
 
-void CpuOps::cast(Tensor dst, Tensor src) {
-  FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
-  auto float_type = [](DType t) { return t == DType::f32 || t == DType::bf16; };
-  FSDP_CHECK(float_type(dst.dtype) && float_type(src.dtype), "cast is for f32/bf16 only");
+void CpuOps::do_cast(Tensor dst, Tensor src) {
   const int64_t n = dst.numel;
   if (dst.dtype == src.dtype) {
-    copy(dst, src);
+    CpuOps::do_copy(dst, src);
   } else if (dst.dtype == DType::bf16) {
     const float* s = src.f32();
     auto* d = static_cast<uint16_t*>(dst.data);
@@ -503,12 +459,9 @@ void CpuOps::cast(Tensor dst, Tensor src) {
   }
 }
 
-void CpuOps::accumulate(Tensor dst, Tensor src, float scale) {
+void CpuOps::do_accumulate(Tensor dst, Tensor src, float scale) {
   float* d = dst.f32();
   const int64_t n = dst.numel;
-  FSDP_CHECK(src.numel >= n, "accumulate ", src.numel, " elements into ", n);
-  // A bf16 source is accepted too: on a device it is what reduce-scatter of
-  // low-precision gradients delivers.
   if (src.dtype == DType::bf16) {
     const auto* s = static_cast<const uint16_t*>(src.data);
     for (int64_t i = 0; i < n; ++i) d[i] += scale * bf16_to_f32(s[i]);
@@ -518,29 +471,24 @@ void CpuOps::accumulate(Tensor dst, Tensor src, float scale) {
   }
 }
 
-double CpuOps::sum_squares(Tensor x) {
+double CpuOps::do_sum_squares(Tensor x) {
   const float* p = x.f32();
   double s = 0.0;
   for (int64_t i = 0; i < x.numel; ++i) s += double(p[i]) * p[i];
   return s;
 }
 
-void CpuOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
-                   const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
-  FSDP_CHECK(h.step >= 1, "adamw step counts from 1, got ", h.step);
+void CpuOps::do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                      const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
   const int64_t n = param.numel;
   float* p = param.f32();
-  float* g = f32(grad, n, "adamw grad");
-  float* m = f32(exp_avg, n, "adamw exp_avg");
-  float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
+  float* g = grad.f32();
+  float* m = exp_avg.f32();
+  float* v = exp_avg_sq.f32();
   const double b1 = h.beta1, b2 = h.beta2, lr = h.lr;
   const double bc1 = 1.0 - std::pow(b1, h.step);
   const double sqrt_bc2 = std::sqrt(1.0 - std::pow(b2, h.step));
-  int64_t done = 0;
   for (const AdamWSpan& sp : spans) {
-    FSDP_CHECK(sp.begin >= done && sp.count >= 0 && sp.begin + sp.count <= n,
-               "adamw spans must be sorted, disjoint and inside the shard of ", n);
-    done = sp.begin + sp.count;
     // Same order as torch.optim.AdamW: decay the weight first (decoupled from
     // the gradient), then the bias-corrected Adam step with eps outside the sqrt.
     const double decay = 1.0 - lr * sp.weight_decay;
@@ -554,10 +502,7 @@ void CpuOps::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
       p[i] = float(pi - lr * (mi / bc1) / (std::sqrt(vi) / sqrt_bc2 + h.eps));
     }
   }
-  if (send.numel > 0) {
-    FSDP_CHECK(send.numel >= n, "adamw send has ", send.numel, " elements, the op needs ", n);
-    if (send.data != param.data) cast(send.slice(0, n), param);
-  }
+  if (send.numel > 0 && send.data != param.data) CpuOps::do_cast(send.slice(0, n), param);
   if (clear_grad) std::fill(g, g + n, 0.0f);
 }
 

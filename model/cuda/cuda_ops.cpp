@@ -50,7 +50,7 @@ CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()
                                                   options.allow_slow_attention);
 }
 
-int CudaOps::mark() {
+int CudaOps::do_mark() {
   Impl& m = *impl_;
   if (m.marks_used == m.marks.size()) {
     cudaEvent_t e = nullptr;
@@ -61,7 +61,7 @@ int CudaOps::mark() {
   return int(m.marks_used++);
 }
 
-double CudaOps::seconds(int a, int b) {
+double CudaOps::do_seconds(int a, int b) {
   Impl& m = *impl_;
   FSDP_CHECK(a >= 0 && b >= 0 && size_t(a) < m.marks_used && size_t(b) < m.marks_used,
              "timing marks ", a, ", ", b, " of ", m.marks_used);
@@ -71,7 +71,7 @@ double CudaOps::seconds(int a, int b) {
   return double(ms) / 1e3;
 }
 
-void CudaOps::clear_marks() {
+void CudaOps::do_clear_marks() {
   impl_->marks_used = 0;
 }
 
@@ -136,8 +136,7 @@ void CudaOps::after(const char* op) {
 
 // ---- memory -----------------------------------------------------------------
 
-Tensor CudaOps::alloc(DType dtype, int64_t numel) {
-  FSDP_CHECK(numel >= 0);
+Tensor CudaOps::do_alloc(DType dtype, int64_t numel) {
   if (numel == 0) return {nullptr, dtype, 0};
   const size_t bytes = size_t(numel) * dtype_size(dtype);
   void* p = nullptr;
@@ -154,31 +153,29 @@ Tensor CudaOps::alloc(DType dtype, int64_t numel) {
   return {p, dtype, numel};
 }
 
-void CudaOps::free(Tensor t) {
+void CudaOps::do_free(Tensor t) {
   if (!t.data) return;
   FSDP_CUDA_CHECK(cudaFreeAsync(t.data, impl_->stream));
   impl_->live -= int64_t(t.bytes());
 }
 
-void CudaOps::zero(Tensor t) {
+void CudaOps::do_zero(Tensor t) {
   if (t.numel > 0) FSDP_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), impl_->stream));
 }
 
-void CudaOps::copy(Tensor dst, Tensor src) {
-  FSDP_CHECK(dst.dtype == src.dtype && dst.numel == src.numel, "copy ", dtype_name(src.dtype), "[",
-             src.numel, "] to ", dtype_name(dst.dtype), "[", dst.numel, "]");
+void CudaOps::do_copy(Tensor dst, Tensor src) {
   if (dst.numel > 0 && dst.data != src.data)
     FSDP_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDeviceToDevice, impl_->stream));
 }
 
-void CudaOps::to_device(Tensor dst, const void* host) {
+void CudaOps::do_to_device(Tensor dst, const void* host) {
   if (dst.numel > 0)
     FSDP_CUDA_CHECK(
         cudaMemcpyAsync(dst.data, host, dst.bytes(), cudaMemcpyHostToDevice, impl_->stream));
 }
 
-void CudaOps::to_host(void* host, Tensor src) {
+void CudaOps::do_to_host(void* host, Tensor src) {
   if (src.numel > 0)
     FSDP_CUDA_CHECK(
         cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, impl_->stream));
@@ -187,43 +184,36 @@ void CudaOps::to_host(void* host, Tensor src) {
 
 // ---- model ------------------------------------------------------------------
 
-void CudaOps::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
-  FSDP_CHECK(C > 0, "embedding width ", C);
-  bf16* o = bf(out, int64_t(n) * C, "embedding out");
-  const bf16* w = bf(wte, C, "embedding wte");
-  cuda::embedding_forward(o, i32(tokens, n, "embedding tokens"), w, n, C, wte.numel / C, impl_->err,
-                          impl_->stream);
+void CudaOps::do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
+  bf16* o = bf(out);
+  const bf16* w = bf(wte);
+  cuda::embedding_forward(o, i32(tokens), w, n, C, wte.numel / C, impl_->err, impl_->stream);
   after("embedding");
 }
 
-void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
-  FSDP_CHECK(C > 0, "embedding width ", C);
+void CudaOps::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
   bool is_bf16 = false;
-  void* dw = grad(dwte, C, "embedding dwte", is_bf16);
-  cuda::embedding_backward(dw, is_bf16, bf(dout, int64_t(n) * C, "embedding dout"),
-                           i32(tokens, n, "embedding tokens"), n, C, dwte.numel / C, *impl_,
+  void* dw = grad(dwte, is_bf16);
+  cuda::embedding_backward(dw, is_bf16, bf(dout), i32(tokens), n, C, dwte.numel / C, *impl_,
                            impl_->stream);
   after("embedding_backward");
 }
 
-void CudaOps::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
-                      Tensor amax) {
+void CudaOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                         Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
-  cuda::rmsnorm_forward(bf(y, n, "rmsnorm y"), f32(rstd, rows, "rmsnorm rstd"),
-                        bf(x, n, "rmsnorm x"), bf(g, dim, "rmsnorm g"), rows, dim, eps,
-                        f32_or_null(amax, 1, "rmsnorm amax"), impl_->stream);
+  cuda::rmsnorm_forward(bf(y), f32(rstd), bf(x), bf(g), rows, dim, eps, f32_or_null(amax),
+                        impl_->stream);
   after("rmsnorm");
 }
 
-void CudaOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                               int rows, int dim, bool accumulate_dx, Tensor amax) {
+void CudaOps::do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                  int rows, int dim, bool accumulate_dx, Tensor amax) {
   const int64_t n = int64_t(rows) * dim;
   bool dg_bf16 = false;
-  void* dgp = grad(dg, dim, "rmsnorm dg", dg_bf16);
-  cuda::rmsnorm_backward(
-      bf(dx, n, "rmsnorm dx"), dgp, dg_bf16, bf(dy, n, "rmsnorm dy"), bf(x, n, "rmsnorm x"),
-      bf(g, dim, "rmsnorm g"), f32(rstd, rows, "rmsnorm rstd"), rows, dim, accumulate_dx,
-      f32_or_null(amax, 1, "rmsnorm_backward amax"), impl_->dev, *impl_, impl_->stream);
+  void* dgp = grad(dg, dg_bf16);
+  cuda::rmsnorm_backward(bf(dx), dgp, dg_bf16, bf(dy), bf(x), bf(g), f32(rstd), rows, dim,
+                         accumulate_dx, f32_or_null(amax), impl_->dev, *impl_, impl_->stream);
   after("rmsnorm_backward");
 }
 
@@ -234,50 +224,48 @@ void CudaOps::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor
 //   dx = dy W     ->  dx^T [K,M] = W^T [K,N] . dy^T [N,M]          "NN", lda K, ldb N, ldd K
 //   dw += dy^T x  ->  dw^T [K,N] = x^T [K,M] . (dy^T [N,M])^T      "NT", lda K, ldb N, ldd K
 // where X^T [a,b] names the column-major view of row-major X. No copies.
-void CudaOps::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
-  bf16* yo = bf(y, int64_t(M) * N, "linear y");
-  const bf16* xi = bf(x, int64_t(M) * K, "linear x");
-  const bf16* wi = bf(w, int64_t(N) * K, "linear w");
+void CudaOps::do_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
+  bf16* yo = bf(y);
+  const bf16* xi = bf(x);
+  const bf16* wi = bf(w);
   impl_->gemm->matmul(true, false, N, M, K, wi, K, xi, K, yo, false, N, 0.0f);
   after("linear");
 }
 
 // As linear, with beta 1 and C = r: the residual is added in the epilogue.
-void CudaOps::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
-  bf16* yo = bf(y, int64_t(M) * N, "linear_add y");
-  const bf16* xi = bf(x, int64_t(M) * K, "linear_add x");
-  const bf16* wi = bf(w, int64_t(N) * K, "linear_add w");
-  const bf16* ri = bf(r, int64_t(M) * N, "linear_add r");
+void CudaOps::do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
+  bf16* yo = bf(y);
+  const bf16* xi = bf(x);
+  const bf16* wi = bf(w);
+  const bf16* ri = bf(r);
   impl_->gemm->matmul(true, false, N, M, K, wi, K, xi, K, yo, false, N, 1.0f, ri);
   after("linear_add");
 }
 
-void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
-                              int K, bool accumulate_dx) {
-  const bf16* dyi = bf(dy, int64_t(M) * N, "linear dy");
+void CudaOps::do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
+                                 int K, bool accumulate_dx) {
+  const bf16* dyi = bf(dy);
   if (dx.numel > 0) {
-    bf16* dxo = bf(dx, int64_t(M) * K, "linear dx");
-    const bf16* wi = bf(w, int64_t(N) * K, "linear w");
+    bf16* dxo = bf(dx);
+    const bf16* wi = bf(w);
     impl_->gemm->matmul(false, false, K, M, N, wi, K, dyi, N, dxo, false, K,
                         accumulate_dx ? 1.0f : 0.0f);
   }
   bool dw_bf16 = false;
-  void* dwo = grad(dw, int64_t(N) * K, "linear dw", dw_bf16);
-  const bf16* xi = bf(x, int64_t(M) * K, "linear x");
+  void* dwo = grad(dw, dw_bf16);
+  const bf16* xi = bf(x);
   impl_->gemm->matmul(false, true, K, N, M, xi, K, dyi, N, dwo, !dw_bf16, K, 1.0f);
   after("linear_backward");
 }
 
-void CudaOps::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
-  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
-  bf16* xp = bf(x, int64_t(B) * T * heads * head_dim, "rope x");
+void CudaOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+  bf16* xp = bf(x);
   cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, 1.0f, impl_->stream);
   after("rope");
 }
 
-void CudaOps::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
-  FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
-  bf16* xp = bf(dx, int64_t(B) * T * heads * head_dim, "rope dx");
+void CudaOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+  bf16* xp = bf(dx);
   cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, -1.0f,
              impl_->stream);
   after("rope_backward");
@@ -297,16 +285,15 @@ void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64
 // Head sizes the fused kernels do not take (96, say) compose rmsnorm and
 // rope; strided rows are then packed into a temporary first (and dx
 // unpacked after): a slow path, kept simple.
-void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                        int head_dim, float eps, float theta, int64_t x_ld) {
-  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                           int head_dim, float eps, float theta, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim;
-  bf16* yo = bf(y, n, "norm_rope y");
-  float* rs = f32(rstd, rows, "norm_rope rstd");
-  const bf16* xi = bf(x, rows_need(tokens, width, x_ld), "norm_rope x");
-  const bf16* gi = bf(g, head_dim, "norm_rope g");
+  bf16* yo = bf(y);
+  float* rs = f32(rstd);
+  const bf16* xi = bf(x);
+  const bf16* gi = bf(g);
   const float* table = impl_->rope_table(T, head_dim, theta);
   if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
                                impl_->stream)) {
@@ -320,21 +307,20 @@ void CudaOps::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T,
   after("norm_rope");
 }
 
-void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                 int B, int T, int heads, int head_dim, float theta, Tensor amax,
-                                 int64_t x_ld) {
-  FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
+void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
+                                    Tensor rstd, int B, int T, int heads, int head_dim, float theta,
+                                    Tensor amax, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim, need = rows_need(tokens, width, x_ld);
-  float* am = f32_or_null(amax, 1, "norm_rope_backward amax");
+  float* am = f32_or_null(amax);
   bool dg_bf16 = false;
-  void* dgp = grad(dg, head_dim, "norm_rope dg", dg_bf16);
-  bf16* dxo = bf(dx, need, "norm_rope dx");
-  bf16* dyi = bf(dy, n, "norm_rope dy");
-  const bf16* xi = bf(x, need, "norm_rope x");
-  const bf16* gi = bf(g, head_dim, "norm_rope g");
-  const float* rs = f32(rstd, rows, "norm_rope rstd");
+  void* dgp = grad(dg, dg_bf16);
+  bf16* dxo = bf(dx);
+  bf16* dyi = bf(dy);
+  const bf16* xi = bf(x);
+  const bf16* gi = bf(g);
+  const float* rs = f32(rstd);
   const float* table = impl_->rope_table(T, head_dim, theta);
   if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads, head_dim,
                                 am, x_ld, impl_->dev, *impl_, impl_->stream)) {
@@ -342,7 +328,7 @@ void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tens
     // so it is rotated back in place.
     cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
     const bool strided = x_ld != width;
-    Tensor packed = strided ? alloc(DType::bf16, 2 * n) : Tensor{};  // x, then dx
+    Tensor packed = strided ? do_alloc(DType::bf16, 2 * n) : Tensor{};  // x, then dx
     bf16* xp = strided ? static_cast<bf16*>(packed.data) : const_cast<bf16*>(xi);
     bf16* dxp = strided ? xp + n : dxo;
     if (strided) copy_rows(xp, width, xi, x_ld, tokens, width, impl_->stream);
@@ -350,80 +336,66 @@ void CudaOps::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tens
                            impl_->dev, *impl_, impl_->stream);
     if (strided) {
       copy_rows(dxo, x_ld, dxp, width, tokens, width, impl_->stream);
-      free(packed);
+      do_free(packed);
     }
   }
   after("norm_rope_backward");
 }
 
-void CudaOps::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                        int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                           int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
-  impl_->attention->forward(
-      s, bf(out, nq, "attention out"), f32(lse, int64_t(B) * n_head * T, "attention lse"),
-      bf(q, nq, "attention q"), bf(k, nkv, "attention k"), bf(v, nv, "attention v"), *impl_);
+  impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_);
   after("attention");
 }
 
-void CudaOps::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
-                                 Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                                 int n_kv_head, int head_dim, int64_t v_ld) {
-  FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
+void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                                    Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
+                                    int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
-  impl_->attention->backward(
-      s, bf(dq, nq, "attention dq"), bf(dk, nkv, "attention dk"), bf(dv, nv, "attention dv"),
-      bf(dout, nq, "attention dout"), bf(out, nq, "attention out"),
-      f32(lse, int64_t(B) * n_head * T, "attention lse"), bf(q, nq, "attention q"),
-      bf(k, nkv, "attention k"), bf(v, nv, "attention v"), *impl_);
+  impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
+                             bf(v), *impl_);
   after("attention_backward");
 }
 
-void CudaOps::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {
+void CudaOps::do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                        Tensor amax) {
   const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
-  cuda::swiglu_forward(bf(s, n, "swiglu s"), bf(a, need, "swiglu a"), bf(b, need, "swiglu b"), rows,
-                       cols, ab_ld, f32_or_null(amax, 1, "swiglu amax"), impl_->stream);
+  cuda::swiglu_forward(bf(s), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax), impl_->stream);
   after("swiglu");
 }
 
-void CudaOps::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
-                              int cols, int64_t ab_ld, Tensor amax) {
+void CudaOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                                 int cols, int64_t ab_ld, Tensor amax) {
   const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
-  cuda::swiglu_backward(bf(da, need, "swiglu da"), bf(db, need, "swiglu db"),
-                        bf(ds, n, "swiglu ds"), bf(a, need, "swiglu a"), bf(b, need, "swiglu b"),
-                        rows, cols, ab_ld, f32_or_null(amax, 1, "swiglu_backward amax"),
+  cuda::swiglu_backward(bf(da), bf(db), bf(ds), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax),
                         impl_->stream);
   after("swiglu_backward");
 }
 
-void CudaOps::add(Tensor y, Tensor a, Tensor b, int64_t n) {
-  cuda::add(bf(y, n, "add y"), bf(a, n, "add a"), bf(b, n, "add b"), n, impl_->stream);
+void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
+  cuda::add(bf(y), bf(a), bf(b), n, impl_->stream);
   after("add");
 }
 
-void CudaOps::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                            float grad_scale) {
-  FSDP_CHECK(V > 0 && Vp >= V, "vocab ", V, " padded to ", Vp);
-  cuda::cross_entropy(
-      f32(losses, n, "cross_entropy losses"), bf(logits, int64_t(n) * Vp, "cross_entropy logits"),
-      i32(targets, n, "cross_entropy targets"), n, V, Vp, grad_scale, impl_->err, impl_->stream);
+void CudaOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                               float grad_scale) {
+  cuda::cross_entropy(f32(losses), bf(logits), i32(targets), n, V, Vp, grad_scale, impl_->err,
+                      impl_->stream);
   after("cross_entropy");
 }
 
 // ---- optimizer and engine ---------------------------------------------------
 
-void CudaOps::cast(Tensor dst, Tensor src) {
-  FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
-  auto float_type = [](DType t) { return t == DType::f32 || t == DType::bf16; };
-  FSDP_CHECK(float_type(dst.dtype) && float_type(src.dtype), "cast is for f32/bf16 only");
+void CudaOps::do_cast(Tensor dst, Tensor src) {
   if (dst.dtype == src.dtype) {
-    copy(dst, src);
+    do_copy(dst, src);
   } else if (dst.dtype == DType::bf16) {
     cuda::cast_f32_to_bf16(static_cast<bf16*>(dst.data), src.f32(), dst.numel, impl_->stream);
   } else {
@@ -432,10 +404,9 @@ void CudaOps::cast(Tensor dst, Tensor src) {
   after("cast");
 }
 
-void CudaOps::accumulate(Tensor dst, Tensor src, float scale) {
+void CudaOps::do_accumulate(Tensor dst, Tensor src, float scale) {
   float* d = dst.f32();
   const int64_t n = dst.numel;
-  FSDP_CHECK(src.numel >= n, "accumulate ", src.numel, " elements into ", n);
   if (src.dtype == DType::bf16) {
     cuda::accumulate_bf16(d, static_cast<const bf16*>(src.data), scale, n, impl_->stream);
   } else {
@@ -444,7 +415,7 @@ void CudaOps::accumulate(Tensor dst, Tensor src, float scale) {
   after("accumulate");
 }
 
-double CudaOps::sum_squares(Tensor x) {
+double CudaOps::do_sum_squares(Tensor x) {
   const float* p = x.f32();
   if (x.numel == 0) return 0.0;
   cuda::sum_squares(impl_->ss, p, x.numel, impl_->dev, *impl_, impl_->stream);
@@ -455,8 +426,8 @@ double CudaOps::sum_squares(Tensor x) {
   return *host;
 }
 
-void CudaOps::sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
-  float* o = f32(out, int64_t(xs.size()), "sum_squares_each out");
+void CudaOps::do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
+  float* o = f32(out);
   for (size_t i = 0; i < xs.size(); ++i) {
     if (xs[i].numel == 0) {
       FSDP_CUDA_CHECK(cudaMemsetAsync(o + i, 0, sizeof(float), impl_->stream));
@@ -467,16 +438,20 @@ void CudaOps::sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
   after("sum_squares_each");
 }
 
-void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
-                    const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
-  FSDP_CHECK(h.step >= 1, "adamw step counts from 1, got ", h.step);
+void CudaOps::do_adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                       const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
   const int64_t n = param.numel;
   float* p = param.f32();
-  float* g = f32(grad_t, n, "adamw grad");
-  float* m = f32(exp_avg, n, "adamw exp_avg");
-  float* v = f32(exp_avg_sq, n, "adamw exp_avg_sq");
+  float* g = f32(grad_t);
+  float* m = f32(exp_avg);
+  float* v = f32(exp_avg_sq);
   bf16* s16 = nullptr;
-  if (send.numel > 0 && send.data != param.data) s16 = bf(send, n, "adamw send");
+  if (send.numel > 0 && send.data != param.data) {
+    // The all-gather's copy is bf16 here; an f32 one is the parameter itself.
+    FSDP_CHECK(send.dtype == DType::bf16, "adamw send is ", dtype_name(send.dtype),
+               ", the cuda backend writes the all-gather's copy in bf16");
+    s16 = bf(send);
+  }
   // Step constants in double on the host, as the CPU reference computes them.
   const double bc1 = 1.0 - std::pow(double(h.beta1), h.step);
   const double bc2 = 1.0 - std::pow(double(h.beta2), h.step);
@@ -484,15 +459,11 @@ void CudaOps::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_
       h.lr, h.beta1, h.beta2, h.eps, h.grad_scale, float(1.0 / bc1), float(1.0 / std::sqrt(bc2))};
   // Spans in launches of AdamWSpans::kMax (one for every unit of the model);
   // only the last writes the copy and clears, after every span has moved.
-  int64_t done = 0;
   size_t next = 0;
   do {
     cuda::AdamWSpans chunk;
     for (; next < spans.size() && chunk.n < cuda::AdamWSpans::kMax; ++next) {
       const AdamWSpan& sp = spans[next];
-      FSDP_CHECK(sp.begin >= done && sp.count >= 0 && sp.begin + sp.count <= n,
-                 "adamw spans must be sorted, disjoint and inside the shard of ", n);
-      done = sp.begin + sp.count;
       chunk.begin[chunk.n] = sp.begin;
       chunk.end[chunk.n] = sp.begin + sp.count;
       chunk.decay[chunk.n] = float(1.0 - double(h.lr) * sp.weight_decay);

@@ -51,89 +51,94 @@ class CudaOps final : public Ops {
   int64_t peak_device_bytes() const override;
   // cudaMemGetInfo's free bytes on this device.
   int64_t free_memory_bytes() const override;
-  // CUDA events on stream(), from a pool reused after clear_marks().
-  int mark() override;
-  double seconds(int a, int b) override;
-  void clear_marks() override;
-
   const char* name() const override { return "cuda"; }
+  // H100/H200 SXM: 989 TFLOP/s dense bf16.
+  OpsCapabilities capabilities() const override {
+    return {.host_memory = false, .native_fp8 = true, .peak_flops = 989e12};
+  }
   DType compute_dtype() const override { return DType::bf16; }
   // GPU, driver, runtime, cuBLASLt and cuDNN versions, then every cuDNN
   // attention engine built so far.
   std::vector<std::string> runtime_report() const override;
 
-  Tensor alloc(DType dtype, int64_t numel) override;
-  void free(Tensor t) override;
-  void zero(Tensor t) override;
-  void copy(Tensor dst, Tensor src) override;
-  void to_device(Tensor dst, const void* host) override;
-  void to_host(void* host, Tensor src) override;
-
-  void embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
-
-  void rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
-               Tensor amax) override;
-  void rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int rows,
-                        int dim, bool accumulate_dx, Tensor amax) override;
-
-  void linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
-  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
-                       bool accumulate_dx) override;
-  void linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
-
-  void rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
-  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
-  // One fused kernel each way (rope.cu) where the head_dim allows, else
-  // rmsnorm and rope one after the other (backward: dy rotated in place).
-  void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
-                 float eps, float theta, int64_t x_ld) override;
-  void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
-                          int T, int heads, int head_dim, float theta, Tensor amax,
-                          int64_t x_ld) override;
-
-  void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                 int n_kv_head, int head_dim, int64_t v_ld) override;
-  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
-                          Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                          int head_dim, int64_t v_ld) override;
-
-  void swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
-              Tensor amax) override;
-  void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
-                       int64_t ab_ld, Tensor amax) override;
-
-  void add(Tensor y, Tensor a, Tensor b, int64_t n) override;
-
-  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                     float grad_scale) override;
-
-  void cast(Tensor dst, Tensor src) override;
-  void accumulate(Tensor dst, Tensor src, float scale) override;
-  double sum_squares(Tensor x) override;
-  void sum_squares_each(Tensor out, const std::vector<Tensor>& xs) override;
-  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
-             const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
-  void quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
-  void quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
-                      Fp8 format) override;
-  void quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax, int rows,
-                           int cols, Fp8 format) override;
-  void amax(Tensor out, Tensor x) override;
-  void quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) override;
-  void amax_each(Tensor out, const std::vector<Tensor>& xs) override;
-  void quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) override;
-  void transpose_fp8(Tensor qt, Tensor q, int rows, int cols) override;
-  void dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
-  void linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
-                  int K) override;
-  void linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
-                           const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
-                           bool accumulate_dx) override;
-
   struct Impl;  // public only so the .cpp files behind this class can name it
 
  private:
+  // CUDA events on stream(), from a pool reused after clear_marks().
+  int do_mark() override;
+  double do_seconds(int a, int b) override;
+  void do_clear_marks() override;
+
+  Tensor do_alloc(DType dtype, int64_t numel) override;
+  void do_free(Tensor t) override;
+  void do_zero(Tensor t) override;
+  void do_copy(Tensor dst, Tensor src) override;
+  void do_to_device(Tensor dst, const void* host) override;
+  void do_to_host(void* host, Tensor src) override;
+
+  void do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) override;
+  void do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) override;
+
+  void do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                  Tensor amax) override;
+  void do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                           int rows, int dim, bool accumulate_dx, Tensor amax) override;
+
+  void do_linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) override;
+  void do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
+                          bool accumulate_dx) override;
+  void do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
+
+  void do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
+  void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  // One fused kernel each way (rope.cu) where the head_dim allows, else
+  // rmsnorm and rope one after the other (backward: dy rotated in place).
+  void do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                    int head_dim, float eps, float theta, int64_t x_ld) override;
+  void do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                             int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                             int64_t x_ld) override;
+
+  void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
+                    int n_kv_head, int head_dim, int64_t v_ld) override;
+  void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
+                             Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
+                             int head_dim, int64_t v_ld) override;
+
+  void do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                 Tensor amax) override;
+  void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
+                          int64_t ab_ld, Tensor amax) override;
+
+  void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
+
+  void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                        float grad_scale) override;
+
+  void do_cast(Tensor dst, Tensor src) override;
+  void do_accumulate(Tensor dst, Tensor src, float scale) override;
+  double do_sum_squares(Tensor x) override;
+  void do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) override;
+  void do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
+                const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
+  void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
+  void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
+                         Fp8 format) override;
+  void do_quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
+                              int rows, int cols, Fp8 format) override;
+  void do_amax(Tensor out, Tensor x) override;
+  void do_quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
+                            Fp8 format) override;
+  void do_amax_each(Tensor out, const std::vector<Tensor>& xs) override;
+  void do_quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) override;
+  void do_transpose_fp8(Tensor qt, Tensor q, int rows, int cols) override;
+  void do_dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) override;
+  void do_linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
+                     int K) override;
+  void do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
+                              const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
+                              bool accumulate_dx) override;
+
   void after(const char* op);
   std::unique_ptr<Impl> impl_;
 };

@@ -1,4 +1,4 @@
-// The state behind CudaOps and the argument checks its op files share
+// The state behind CudaOps and the pointer casts its op files share
 // (cuda_ops.cpp, fp8_ops.cpp): private to model/cuda, plain C++.
 #pragma once
 
@@ -22,36 +22,23 @@ namespace cuda_args {
 
 using cuda::bf16;
 
-// As in the CPU backend, every op checks element types and that each buffer
-// holds what the sizes imply (larger buffers are fine: callers reuse
-// workspaces sized for the largest batch).
-inline void need(Tensor t, int64_t n, const char* what) {
-  FSDP_CHECK(n >= 0 && t.numel >= n, what, " has ", t.numel, " elements, the op needs ", n);
-}
-inline bf16* bf(Tensor t, int64_t n, const char* what) {
-  FSDP_CHECK(t.dtype == DType::bf16, what, " is ", dtype_name(t.dtype),
-             ", the cuda backend wants bf16");
-  need(t, n, what);
+// Ops' front door (model/op_checks.h) checked every argument's element type
+// and size before a do_ method runs; these only give the pointers their types.
+inline bf16* bf(Tensor t) {
   return static_cast<bf16*>(t.data);
 }
-inline float* f32(Tensor t, int64_t n, const char* what) {
-  FSDP_CHECK(t.dtype == DType::f32, what, " is ", dtype_name(t.dtype), ", expected f32");
-  need(t, n, what);
+inline float* f32(Tensor t) {
   return static_cast<float*>(t.data);
 }
 // An optional output (Ops' amax arguments): null when t is empty.
-inline float* f32_or_null(Tensor t, int64_t n, const char* what) {
-  return t.numel > 0 ? f32(t, n, what) : nullptr;
+inline float* f32_or_null(Tensor t) {
+  return t.numel > 0 ? f32(t) : nullptr;
 }
-inline const int32_t* i32(Tensor t, int64_t n, const char* what) {
-  FSDP_CHECK(t.dtype == DType::i32, what, " is ", dtype_name(t.dtype), ", expected i32");
-  need(t, n, what);
+inline const int32_t* i32(Tensor t) {
   return static_cast<const int32_t*>(t.data);
 }
 // Weight gradients may be bf16 (the engine's gathered gradient buffers) or f32.
-inline void* grad(Tensor t, int64_t n, const char* what, bool& is_bf16) {
-  FSDP_CHECK(t.dtype != DType::i32, what, " is i32");
-  need(t, n, what);
+inline void* grad(Tensor t, bool& is_bf16) {
   is_bf16 = t.dtype == DType::bf16;
   return t.data;
 }

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "shard/checkpoint_dir.h"
 #include "shard/dir_lock.h"
+#include "tests/common/error_of.h"
 
 namespace fsdp {
 namespace {
@@ -34,14 +35,7 @@ class Dir : public ::testing::Test {
   std::string dir_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 std::string this_host() {
   char host[256] = {};

@@ -16,6 +16,7 @@
 #include "common/hdf5_lock.h"
 #include "shard/checkpoint.h"
 #include "shard/checkpoint_dir.h"
+#include "tests/common/error_of.h"
 #include "tests/shard/checkpoint_test_util.h"
 
 namespace fsdp {
@@ -34,16 +35,7 @@ struct Saved {
   }
 };
 
-// The message of the fsdp::Error f throws on this rank ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(CheckpointFile, DatasetsHaveTheirLogicalShape) {
   TestDir dir;

@@ -1,6 +1,7 @@
-// ProfiledOps must be invisible to the results (same bits as the bare
-// backend) and must account for every op call the model makes, each under
-// its op and shape, only while enabled.
+// OpProfiler must be invisible to the results (same bits as the bare
+// backend) and must account for every op call the model makes through the
+// front door, each under its op and shape, only while enabled; a backend's
+// calls to itself (CPU norm_rope's rmsnorm and rope) are not ops of the model.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,7 +9,7 @@
 #include <set>
 
 #include "model/cpu/cpu_ops.h"
-#include "model/profiled_ops.h"
+#include "model/op_profiler.h"
 #include "model/transformer.h"
 #include "tests/model/full_weights.h"
 
@@ -28,22 +29,23 @@ double step(Ops& ops, const ModelConfig& c, testing::FullWeights& w, int B, int 
   return m.loss_sum();
 }
 
-TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
+TEST(OpProfiler, SameResultsAndEveryCallCounted) {
   const ModelConfig c = testing::small_model_config();
   const int B = 2, T = 8;
   CpuOps bare;
   testing::FullWeights w0(model_units(c), 9), w1(model_units(c), 9);
   const double want = step(bare, c, w0, B, T);
 
-  ProfiledOps prof(std::make_unique<CpuOps>());
+  CpuOps ops;
+  OpProfiler prof(ops);
   prof.set_enabled(true);
   prof.count_step();
-  const double got = step(prof, c, w1, B, T);
-  EXPECT_EQ(got, want);  // bit for bit: the wrapper only forwards
+  const double got = step(ops, c, w1, B, T);
+  EXPECT_EQ(got, want);  // bit for bit: the hook only watches
   for (int u = 0; u < int(model_units(c).size()); ++u)
     EXPECT_EQ(w1.unit_grads(u), w0.unit_grads(u));
 
-  std::map<std::string, ProfiledOps::Row> by_key;
+  std::map<std::string, OpProfiler::Row> by_key;
   for (const auto& r : prof.rows()) by_key[r.key] = r;
   const int M = B * T, L = c.n_layer;
   // Per block forward: q|k|v as one, o, w1|w3 as one, w2 (4 GEMMs), o and w2
@@ -83,17 +85,17 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
   // One line per row, plus the two header lines.
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), int64_t(by_key.size()) + 2) << table;
   // Folding every row under 100% still leaves each op's largest, and the fold.
-  std::set<std::string> ops;
-  for (const auto& [k, r] : by_key) ops.insert(k.substr(0, k.find(' ')));
-  ASSERT_LT(ops.size(), by_key.size());  // some op has several shapes to fold
+  std::set<std::string> names;
+  for (const auto& [k, r] : by_key) names.insert(k.substr(0, k.find(' ')));
+  ASSERT_LT(names.size(), by_key.size());  // some op has several shapes to fold
   const std::string folded = prof.report(1.0);
-  EXPECT_EQ(std::count(folded.begin(), folded.end(), '\n'), int64_t(ops.size()) + 3) << folded;
-  for (const std::string& op : ops)
+  EXPECT_EQ(std::count(folded.begin(), folded.end(), '\n'), int64_t(names.size()) + 3) << folded;
+  for (const std::string& op : names)
     EXPECT_NE(folded.find("  " + op + " "), std::string::npos) << op;
 
   // Disabled: calls pass through untimed.
   prof.set_enabled(false);
-  step(prof, c, w1, B, T);
+  step(ops, c, w1, B, T);
   int64_t after = 0;
   for (const auto& r : prof.rows()) after += r.calls;
   EXPECT_EQ(after, calls);
@@ -101,23 +103,39 @@ TEST(ProfiledOps, SameResultsAndEveryCallCounted) {
 
 // Marks the caller holds stay valid across the profiler's own, and clearing
 // settles the profiler's spans before the backend recycles them.
-TEST(ProfiledOps, ClearMarksKeepsCollectedTimes) {
-  ProfiledOps prof(std::make_unique<CpuOps>());
+TEST(OpProfiler, ClearMarksKeepsCollectedTimes) {
+  CpuOps ops;
+  OpProfiler prof(ops);
   prof.set_enabled(true);
-  Tensor t = prof.alloc(DType::f32, 1 << 16);
-  const int a = prof.mark();
-  prof.zero(t);
-  prof.zero(t);
-  const int b = prof.mark();
-  EXPECT_GE(prof.seconds(a, b), 0);
-  prof.clear_marks();
-  prof.zero(t);
+  Tensor t = ops.alloc(DType::f32, 1 << 16);
+  const int a = ops.mark();
+  ops.zero(t);
+  ops.zero(t);
+  const int b = ops.mark();
+  EXPECT_GE(ops.seconds(a, b), 0);
+  ops.clear_marks();
+  ops.zero(t);
   const auto rows = prof.rows();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].key, "zero 65536");
   EXPECT_EQ(rows[0].calls, 3);
   EXPECT_DOUBLE_EQ(rows[0].bytes, 3.0 * 4 * 65536);
-  prof.free(t);
+  ops.free(t);
+}
+
+// The profiler unhooks itself when it goes: the Ops outlives it safely.
+TEST(OpProfiler, UnhooksWhenDestroyed) {
+  CpuOps ops;
+  Tensor t = ops.alloc(DType::f32, 8);
+  {
+    OpProfiler prof(ops);
+    prof.set_enabled(true);
+    ops.zero(t);
+    EXPECT_EQ(prof.rows().size(), 1u);
+  }
+  ops.zero(t);  // would touch the destroyed profiler if it were still hooked
+  ops.clear_marks();
+  ops.free(t);
 }
 
 }  // namespace

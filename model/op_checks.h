@@ -1,0 +1,88 @@
+// The argument checks of Ops' front door and the bracket that reports an op
+// to the hook: private to model/ops.cpp and model/ops_fp8.cpp.
+//
+// Every op checks element types and that each buffer holds at least what the
+// sizes in the call imply: a short buffer is a model bug that would otherwise
+// be a silent overrun. Larger buffers are allowed so callers can reuse
+// workspaces sized for the largest batch.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "model/ops.h"
+
+namespace fsdp::op_checks {
+
+inline void need(Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(n >= 0 && t.numel >= n, what, " has ", t.numel, " elements, the op needs ", n);
+}
+inline void of(Tensor t, DType d, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == d, what, " is ", dtype_name(t.dtype), ", expected ", dtype_name(d));
+  need(t, n, what);
+}
+inline void f32(Tensor t, int64_t n, const char* what) {
+  of(t, DType::f32, n, what);
+}
+inline void i32(Tensor t, int64_t n, const char* what) {
+  of(t, DType::i32, n, what);
+}
+// An optional f32 output (the amax arguments): checked when given.
+inline void opt_f32(Tensor t, int64_t n, const char* what) {
+  if (t.numel > 0) f32(t, n, what);
+}
+// An activation or a gathered weight: in the backend's compute dtype.
+inline void act(const Ops& ops, Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == ops.compute_dtype(), what, " is ", dtype_name(t.dtype), ", the ",
+             ops.name(), " backend computes in ", dtype_name(ops.compute_dtype()));
+  need(t, n, what);
+}
+// A weight gradient: f32, or the compute dtype (the engine's gathered
+// low-precision gradient buffers).
+inline void grad(const Ops& ops, Tensor t, int64_t n, const char* what) {
+  FSDP_CHECK(t.dtype == DType::f32 || t.dtype == ops.compute_dtype(), what, " is ",
+             dtype_name(t.dtype), ", expected f32 or ", dtype_name(ops.compute_dtype()));
+  need(t, n, what);
+}
+// f32 or bf16: what casts, accumulation and the FP8 casts read and write.
+inline bool floating(DType t) {
+  return t == DType::f32 || t == DType::bf16;
+}
+inline void floating(Tensor t, const char* what) {
+  FSDP_CHECK(floating(t.dtype), what, " is ", dtype_name(t.dtype), ", expected f32 or bf16");
+}
+// FP8 codes: u8 holding n, with their inverse scale f32[1].
+inline void codes(const Fp8Tensor& t, int64_t n, const char* what) {
+  of(t.codes, DType::u8, n, what);
+  f32(t.scale_inv, 1, what);
+}
+
+// "op d0xd1x...": the hook's key for an op and its shape.
+inline std::string key(const char* op, std::initializer_list<int64_t> dims) {
+  std::string s = op;
+  char sep = ' ';
+  for (int64_t d : dims) {
+    s += sep + std::to_string(d);
+    sep = 'x';
+  }
+  return s;
+}
+inline double esize(Tensor t) {
+  return double(dtype_size(t.dtype));
+}
+
+// Runs body (the backend's do_ method) between the hook's begin and end when
+// a hook is set; call(), the OpCall, is built only then.
+template <class Call, class Body>
+void run(OpHook* hook, Call&& call, Body&& body) {
+  if (!hook) {
+    body();
+    return;
+  }
+  const OpCall c = call();
+  hook->begin(c);
+  body();
+  hook->end(c);
+}
+
+}  // namespace fsdp::op_checks
