@@ -70,6 +70,12 @@ inline WorkHandle join_work(std::vector<WorkHandle> parts) {
   return std::make_unique<JoinedWork>(std::move(parts));
 }
 
+// The one front door of every backend's collectives (the non-virtual
+// interface idiom, as Ops in model/ops.h): each collective is a plain method
+// that checks what holds for every backend (buffers that must not overlap,
+// element types a reduction cannot take, a root inside the group) and then
+// runs the backend's private do_ method. A backend overrides only those and
+// checks only what is its own (MPI's element types, int counts).
 class Communicator {
  public:
   Communicator() = default;
@@ -82,20 +88,20 @@ class Communicator {
   virtual const char* backend_name() const = 0;
 
   // recv (size() * count_per_rank elements) = every rank's send block in rank
-  // order. In place when send == recv + rank() * count_per_rank elements.
-  virtual WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank,
-                                DType dtype) = 0;
+  // order. In place when send == recv + rank() * count_per_rank elements;
+  // otherwise send and recv must not overlap.
+  WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype);
   // send holds size() * count_per_rank elements; rank r receives the reduction
   // of everyone's block r. send and recv must not overlap.
-  virtual WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank,
-                                    DType dtype, ReduceOp op) = 0;
-  virtual WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
-  virtual WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) = 0;
-  virtual WorkHandle barrier() = 0;
+  WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                            ReduceOp op);
+  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op);
+  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root);
+  WorkHandle barrier();
 
-  // A sub-group of the ranks passing the same colour, ordered by key (ties by
-  // rank here), on the same backend. Collective over this group.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // A sub-group of the ranks passing the same colour (>= 0), ordered by key
+  // (ties by rank here), on the same backend. Collective over this group.
+  std::unique_ptr<Communicator> split(int color, int key);
 
   // Collectives posted after this call read data only once the work already
   // queued on `producer` has run. Host backends compute synchronously, so
@@ -107,6 +113,17 @@ class Communicator {
   // loop may call this between units; without it the work still completes
   // correctly, in wait().
   virtual void progress() {}
+
+ private:
+  // ---- what a backend implements (see the public collective of the same name)
+  virtual WorkHandle do_all_gather(const void* send, void* recv, size_t count_per_rank,
+                                   DType dtype) = 0;
+  virtual WorkHandle do_reduce_scatter(const void* send, void* recv, size_t count_per_rank,
+                                       DType dtype, ReduceOp op) = 0;
+  virtual WorkHandle do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual WorkHandle do_broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual WorkHandle do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
 };
 
 }  // namespace fsdp

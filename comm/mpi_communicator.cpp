@@ -35,12 +35,6 @@ MPI_Op mpi_op(ReduceOp op) {
   return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
 }
 
-// An average is a sum divided afterwards; only meaningful for floats.
-void check_op(ReduceOp op, DType t) {
-  if (op == ReduceOp::avg && t != DType::f32)
-    throw_error("ReduceOp avg needs f32 on the MPI communicator, got ", dtype_name(t));
-}
-
 // Several requests that together form one collective, plus what to do once
 // all of them have completed (scale an average). The collective is watched
 // from posting to completion, like the NCCL watchdog's, so a rank polling
@@ -111,11 +105,6 @@ const char* at(const void* base, size_t elems, size_t elem_size) {
   return static_cast<const char*>(base) + elems * elem_size;
 }
 
-bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 }  // namespace
 
 // What a rank stuck here was waiting in. The sequence number counts this
@@ -145,13 +134,11 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalised && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-WorkHandle MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+WorkHandle MpiCommunicator::do_all_gather(const void* send, void* recv, size_t count, DType dtype) {
   MPI_Datatype t = mpi_type(dtype);
   const size_t es = dtype_size(dtype);
   char* mine = at(recv, rank_ * count, es);
   const bool in_place = send == mine;
-  FSDP_CHECK(in_place || !overlap(send, count * es, recv, size_ * count * es),
-             "all_gather buffers overlap without being in place");
   std::vector<MPI_Request> reqs;
   if (count <= max_elems_) {
     MPI_Request r;
@@ -176,13 +163,10 @@ WorkHandle MpiCommunicator::all_gather(const void* send, void* recv, size_t coun
                                    describe("all_gather", count * size_, dtype));
 }
 
-WorkHandle MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                           ReduceOp op) {
+WorkHandle MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count,
+                                              DType dtype, ReduceOp op) {
   MPI_Datatype t = mpi_type(dtype);
-  check_op(op, dtype);
   const size_t es = dtype_size(dtype);
-  FSDP_CHECK(!overlap(send, size_ * count * es, recv, count * es),
-             "reduce_scatter buffers overlap");
   std::vector<MPI_Request> reqs;
   if (count <= max_elems_) {
     MPI_Request r;
@@ -206,9 +190,8 @@ WorkHandle MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t 
                                    describe("reduce_scatter", count * size_, dtype));
 }
 
-WorkHandle MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+WorkHandle MpiCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   MPI_Datatype t = mpi_type(dtype);
-  check_op(op, dtype);
   const size_t es = dtype_size(dtype);
   std::vector<MPI_Request> reqs;
   for (size_t off = 0; off < count; off += max_elems_) {
@@ -223,10 +206,8 @@ WorkHandle MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, Red
                                    describe("all_reduce", count, dtype));
 }
 
-WorkHandle MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+WorkHandle MpiCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int root) {
   MPI_Datatype t = mpi_type(dtype);
-  if (root < 0 || root >= size_)
-    throw_error("broadcast root ", root, " is not a rank of a group of ", size_);
   const size_t es = dtype_size(dtype);
   std::vector<MPI_Request> reqs;
   for (size_t off = 0; off < count; off += max_elems_) {
@@ -239,15 +220,14 @@ WorkHandle MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int 
   return std::make_unique<MpiWork>(std::move(reqs), nullptr, describe("broadcast", count, dtype));
 }
 
-WorkHandle MpiCommunicator::barrier() {
+WorkHandle MpiCommunicator::do_barrier() {
   MPI_Request r;
   check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
   return std::make_unique<MpiWork>(std::vector<MPI_Request>{r}, nullptr,
                                    describe("barrier", 0, DType::i32));
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
-  FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
   {
     WatchScope watch("MPI_Comm_split (creating process groups)");

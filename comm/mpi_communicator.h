@@ -30,18 +30,21 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend_name() const override { return "mpi"; }
 
-  WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
-                            ReduceOp op) override;
-  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
-  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override;
-  WorkHandle barrier() override;
-  std::unique_ptr<Communicator> split(int color, int key) override;
   void progress() override;
 
   MPI_Comm mpi_comm() const { return comm_; }
 
  private:
+  // The collectives (checked by Communicator's front door first).
+  WorkHandle do_all_gather(const void* send, void* recv, size_t count_per_rank,
+                           DType dtype) override;
+  WorkHandle do_reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                               ReduceOp op) override;
+  WorkHandle do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkHandle do_broadcast(void* buf, size_t count, DType dtype, int root) override;
+  WorkHandle do_barrier() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+
   std::string describe(const char* op, size_t count, DType dtype);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -56,18 +56,6 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend_name() const override { return "nccl"; }
 
-  // f32, bf16 and i32; avg needs f32 or bf16. Count 0 enqueues nothing.
-  WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
-                            ReduceOp op) override;
-  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
-  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override;
-  // An all-reduce of one float on the comm stream: a device-side barrier.
-  WorkHandle barrier() override;
-  // ncclCommSplit of this communicator (no new unique id, shared resources
-  // where NCCL can), with the same timeout and agreement as the constructor.
-  std::unique_ptr<Communicator> split(int color, int key) override;
-
   // The comm stream waits for everything queued so far on `producer`.
   void wait_stream(StreamHandle producer) override;
   // The comm stream waits for `event` (recorded by the caller).
@@ -78,6 +66,20 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
 
  private:
+  // The collectives (checked by Communicator's front door first).
+  // f32, bf16 and i32; avg needs f32 or bf16. Count 0 enqueues nothing.
+  WorkHandle do_all_gather(const void* send, void* recv, size_t count_per_rank,
+                           DType dtype) override;
+  WorkHandle do_reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                               ReduceOp op) override;
+  WorkHandle do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkHandle do_broadcast(void* buf, size_t count, DType dtype, int root) override;
+  // An all-reduce of one float on the comm stream: a device-side barrier.
+  WorkHandle do_barrier() override;
+  // ncclCommSplit of this communicator (no new unique id, shared resources
+  // where NCCL can), with the same timeout and agreement as the constructor.
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+
   // A child of split(): ncclCommSplit of `parent` by color and key;
   // `mpi_comm` (owned from now on) holds the same ranks, for agreement and
   // later splits.

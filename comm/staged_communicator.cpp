@@ -86,7 +86,8 @@ StagedCommunicator::~StagedCommunicator() {
   if (!finalised && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-WorkHandle StagedCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+WorkHandle StagedCommunicator::do_all_gather(const void* send, void* recv, size_t count,
+                                             DType dtype) {
   const size_t bytes = count * dtype_size(dtype);
   // Bytes, not elements: gathering moves data without interpreting it.
   const int n = checked_count(bytes, "all_gather");
@@ -107,9 +108,7 @@ void StagedCommunicator::reduce(const std::vector<char>& send, std::vector<char>
   const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : MPI_SUM;
   recv.resize(count * dtype_size(dtype));
   WatchScope watch(scatter ? "staged reduce_scatter" : "staged all_reduce");
-  if (dtype == DType::u8) throw_error("u8 (FP8) tensors are gathered, never reduced");
   if (dtype == DType::i32) {
-    if (op == ReduceOp::avg) throw_error("ReduceOp avg needs f32 or bf16, got i32");
     check_mpi(scatter
                   ? MPI_Reduce_scatter_block(send.data(), recv.data(), n, MPI_INT32_T, mop, comm_)
                   : MPI_Allreduce(send.data(), recv.data(), n, MPI_INT32_T, mop, comm_),
@@ -126,8 +125,8 @@ void StagedCommunicator::reduce(const std::vector<char>& send, std::vector<char>
   narrow(out, recv.data(), dtype);
 }
 
-WorkHandle StagedCommunicator::reduce_scatter(const void* send, void* recv, size_t count,
-                                              DType dtype, ReduceOp op) {
+WorkHandle StagedCommunicator::do_reduce_scatter(const void* send, void* recv, size_t count,
+                                                 DType dtype, ReduceOp op) {
   const size_t esize = dtype_size(dtype);
   send_host_.resize(count * size_ * esize);
   stager_->to_host(send_host_.data(), send, send_host_.size());
@@ -136,7 +135,7 @@ WorkHandle StagedCommunicator::reduce_scatter(const void* send, void* recv, size
   return std::make_unique<DoneWork>();
 }
 
-WorkHandle StagedCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+WorkHandle StagedCommunicator::do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   send_host_.resize(count * dtype_size(dtype));
   stager_->to_host(send_host_.data(), buf, send_host_.size());
   reduce(send_host_, recv_host_, count, dtype, op, /*scatter=*/false);
@@ -144,9 +143,7 @@ WorkHandle StagedCommunicator::all_reduce(void* buf, size_t count, DType dtype, 
   return std::make_unique<DoneWork>();
 }
 
-WorkHandle StagedCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
-  if (root < 0 || root >= size_)
-    throw_error("broadcast root ", root, " is not a rank of a group of ", size_);
+WorkHandle StagedCommunicator::do_broadcast(void* buf, size_t count, DType dtype, int root) {
   const size_t bytes = count * dtype_size(dtype);
   send_host_.resize(bytes);
   if (rank_ == root) stager_->to_host(send_host_.data(), buf, bytes);
@@ -157,14 +154,13 @@ WorkHandle StagedCommunicator::broadcast(void* buf, size_t count, DType dtype, i
   return std::make_unique<DoneWork>();
 }
 
-WorkHandle StagedCommunicator::barrier() {
+WorkHandle StagedCommunicator::do_barrier() {
   WatchScope watch("staged barrier");
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
   return std::make_unique<DoneWork>();
 }
 
-std::unique_ptr<Communicator> StagedCommunicator::split(int color, int key) {
-  FSDP_CHECK(color >= 0, "every rank must belong to a sub-group");
+std::unique_ptr<Communicator> StagedCommunicator::do_split(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
   {
     WatchScope watch("staged split (MPI_Comm_split)");

@@ -53,18 +53,21 @@ class StagedCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend_name() const override { return "staged"; }
 
-  // f32, bf16 and i32 for every collective; bf16 is reduced in f32 and rounded
-  // once. The returned work is already complete.
-  WorkHandle all_gather(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
-                            ReduceOp op) override;
-  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
-  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override;
-  WorkHandle barrier() override;
-  std::unique_ptr<Communicator> split(int color, int key) override;
   void wait_stream(StreamHandle producer) override { stager_->wait_stream(producer); }
 
  private:
+  // The collectives (checked by Communicator's front door first).
+  // f32, bf16 and i32 for every collective; bf16 is reduced in f32 and rounded
+  // once. The returned work is already complete.
+  WorkHandle do_all_gather(const void* send, void* recv, size_t count_per_rank,
+                           DType dtype) override;
+  WorkHandle do_reduce_scatter(const void* send, void* recv, size_t count_per_rank, DType dtype,
+                               ReduceOp op) override;
+  WorkHandle do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkHandle do_broadcast(void* buf, size_t count, DType dtype, int root) override;
+  WorkHandle do_barrier() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+
   // recv = op over ranks of send (count elements of dtype each), in f32 or i32
   // on the host; reduce_scatter when `scatter`, else all_reduce.
   void reduce(const std::vector<char>& send, std::vector<char>& recv, size_t count, DType dtype,

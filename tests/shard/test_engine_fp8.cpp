@@ -131,27 +131,28 @@ class RecordingCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   const char* backend_name() const override { return inner_.backend_name(); }
-  WorkHandle all_gather(const void* send, void* recv, size_t count, DType dtype) override {
-    gathered[dtype] += int64_t(count);
-    return inner_.all_gather(send, recv, count, dtype);
-  }
-  WorkHandle reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                            ReduceOp op) override {
-    return inner_.reduce_scatter(send, recv, count, dtype, op);
-  }
-  WorkHandle all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
-    return inner_.all_reduce(buf, count, dtype, op);
-  }
-  WorkHandle broadcast(void* buf, size_t count, DType dtype, int root) override {
-    return inner_.broadcast(buf, count, dtype, root);
-  }
-  WorkHandle barrier() override { return inner_.barrier(); }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    return inner_.split(color, key);
-  }
   void progress() override { inner_.progress(); }
 
  private:
+  WorkHandle do_all_gather(const void* send, void* recv, size_t count, DType dtype) override {
+    gathered[dtype] += int64_t(count);
+    return inner_.all_gather(send, recv, count, dtype);
+  }
+  WorkHandle do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                               ReduceOp op) override {
+    return inner_.reduce_scatter(send, recv, count, dtype, op);
+  }
+  WorkHandle do_all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override {
+    return inner_.all_reduce(buf, count, dtype, op);
+  }
+  WorkHandle do_broadcast(void* buf, size_t count, DType dtype, int root) override {
+    return inner_.broadcast(buf, count, dtype, root);
+  }
+  WorkHandle do_barrier() override { return inner_.barrier(); }
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    return inner_.split(color, key);
+  }
+
   Communicator& inner_;
 };
 
