@@ -1,4 +1,4 @@
-// The argument checks of Ops' front door and the bracket that reports an op
+// The argument checks of Ops' front door and the scope that reports an op
 // to the hook: private to model/ops.cpp and model/ops_fp8.cpp.
 //
 // Every op checks element types and that each buffer holds at least what the
@@ -7,6 +7,7 @@
 // workspaces sized for the largest batch.
 #pragma once
 
+#include <exception>
 #include <initializer_list>
 #include <string>
 
@@ -71,18 +72,29 @@ inline double esize(Tensor t) {
   return double(dtype_size(t.dtype));
 }
 
-// Runs body (the backend's do_ method) between the hook's begin and end when
-// a hook is set; call(), the OpCall, is built only then.
-template <class Call, class Body>
-void run(OpHook* hook, Call&& call, Body&& body) {
-  if (!hook) {
-    body();
-    return;
+// One op call between the hook's begin and end: made before the backend's
+// do_ method runs, it ends with the front-door method. call(), the OpCall, is
+// built only when a hook is set. An op that throws is not reported as ended
+// (the run is stopping, and end() may need the device that failed); end()
+// itself may throw, as a failed mark would from any other call.
+class OpScope {
+ public:
+  template <class Call>
+  OpScope(OpHook* hook, Call&& call) : hook_(hook) {
+    if (!hook_) return;
+    call_ = call();
+    hook_->begin(call_);
   }
-  const OpCall c = call();
-  hook->begin(c);
-  body();
-  hook->end(c);
-}
+  ~OpScope() noexcept(false) {
+    if (hook_ && std::uncaught_exceptions() == exceptions_) hook_->end(call_);
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpHook* hook_;
+  OpCall call_;
+  int exceptions_ = std::uncaught_exceptions();
+};
 
 }  // namespace fsdp::op_checks

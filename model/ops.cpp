@@ -38,38 +38,28 @@ void Ops::free(Tensor t) {
   do_free(t);
 }
 void Ops::zero(Tensor t) {
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("zero", {t.numel}), 0, double(t.bytes())};
-      },
-      [&] { do_zero(t); });
+  const OpScope scope(hook_, [&] { return OpCall{key("zero", {t.numel}), 0, double(t.bytes())}; });
+  do_zero(t);
 }
 void Ops::copy(Tensor dst, Tensor src) {
   FSDP_CHECK(dst.dtype == src.dtype && dst.numel == src.numel, "copy ", dtype_name(src.dtype), "[",
              src.numel, "] to ", dtype_name(dst.dtype), "[", dst.numel, "]");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("copy", {dst.numel}), 0, 2.0 * double(dst.bytes())};
-      },
-      [&] { do_copy(dst, src); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("copy", {dst.numel}), 0, 2.0 * double(dst.bytes())};
+  });
+  do_copy(dst, src);
 }
 void Ops::to_device(Tensor dst, const void* host) {
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("to_device", {dst.numel}), 0, double(dst.bytes())};
-      },
-      [&] { do_to_device(dst, host); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("to_device", {dst.numel}), 0, double(dst.bytes())};
+  });
+  do_to_device(dst, host);
 }
 void Ops::to_host(void* host, Tensor src) {
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("to_host", {src.numel}), 0, double(src.bytes())};
-      },
-      [&] { do_to_host(host, src); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("to_host", {src.numel}), 0, double(src.bytes())};
+  });
+  do_to_host(host, src);
 }
 
 // ---- model ------------------------------------------------------------------
@@ -79,12 +69,10 @@ void Ops::embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
   act(*this, out, int64_t(n) * C, "embedding out");
   i32(tokens, n, "embedding tokens");
   act(*this, wte, C, "embedding wte");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("embedding", {n, C}), 0, double(n) * C * (esize(out) + esize(wte))};
-      },
-      [&] { do_embedding(out, tokens, wte, n, C); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("embedding", {n, C}), 0, double(n) * C * (esize(out) + esize(wte))};
+  });
+  do_embedding(out, tokens, wte, n, C);
 }
 
 void Ops::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
@@ -92,13 +80,11 @@ void Ops::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int
   grad(*this, dwte, C, "embedding dwte");
   act(*this, dout, int64_t(n) * C, "embedding dout");
   i32(tokens, n, "embedding tokens");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("embedding_backward", {n, C}), 0,
-                      double(n) * C * (esize(dout) + 2 * esize(dwte))};
-      },
-      [&] { do_embedding_backward(dwte, dout, tokens, n, C); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("embedding_backward", {n, C}), 0,
+                  double(n) * C * (esize(dout) + 2 * esize(dwte))};
+  });
+  do_embedding_backward(dwte, dout, tokens, n, C);
 }
 
 void Ops::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
@@ -109,13 +95,11 @@ void Ops::rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, 
   act(*this, x, n, "rmsnorm x");
   act(*this, g, dim, "rmsnorm g");
   opt_f32(amax, 1, "rmsnorm amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(amax.numel ? "rmsnorm+amax" : "rmsnorm", {rows, dim}), 0,
-                      double(n) * (esize(x) + esize(y))};
-      },
-      [&] { do_rmsnorm(y, rstd, x, g, rows, dim, eps, amax); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "rmsnorm+amax" : "rmsnorm", {rows, dim}), 0,
+                  double(n) * (esize(x) + esize(y))};
+  });
+  do_rmsnorm(y, rstd, x, g, rows, dim, eps, amax);
 }
 
 void Ops::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
@@ -128,28 +112,21 @@ void Ops::rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, 
   act(*this, g, dim, "rmsnorm g");
   f32(rstd, rows, "rmsnorm rstd");
   opt_f32(amax, 1, "rmsnorm_backward amax");
-  run(
-      hook_,
-      [&] {
-        const std::string op =
-            std::string(accumulate_dx ? "rmsnorm_backward+=" : "rmsnorm_backward") +
-            (amax.numel ? "+amax" : "");
-        return OpCall{key(op.c_str(), {rows, dim}), 0,
-                      double(n) * (esize(dy) + esize(x) + esize(dx) * (accumulate_dx ? 2 : 1))};
-      },
-      [&] { do_rmsnorm_backward(dx, dg, dy, x, g, rstd, rows, dim, accumulate_dx, amax); });
+  const OpScope scope(hook_, [&] {
+    const std::string op = std::string(accumulate_dx ? "rmsnorm_backward+=" : "rmsnorm_backward") +
+                           (amax.numel ? "+amax" : "");
+    return OpCall{key(op.c_str(), {rows, dim}), 0,
+                  double(n) * (esize(dy) + esize(x) + esize(dx) * (accumulate_dx ? 2 : 1))};
+  });
+  do_rmsnorm_backward(dx, dg, dy, x, g, rstd, rows, dim, accumulate_dx, amax);
 }
 
 void Ops::linear(Tensor y, Tensor x, Tensor w, int M, int N, int K) {
   act(*this, y, int64_t(M) * N, "linear y");
   act(*this, x, int64_t(M) * K, "linear x");
   act(*this, w, int64_t(N) * K, "linear w");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("linear", {M, N, K}), 2.0 * M * N * K, 0};
-      },
-      [&] { do_linear(y, x, w, M, N, K); });
+  const OpScope scope(hook_, [&] { return OpCall{key("linear", {M, N, K}), 2.0 * M * N * K, 0}; });
+  do_linear(y, x, w, M, N, K);
 }
 
 void Ops::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N, int K,
@@ -162,13 +139,11 @@ void Ops::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, i
   }
   grad(*this, dw, int64_t(N) * K, "linear dw");
   act(*this, x, int64_t(M) * K, "linear x");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(with_dx ? "linear_backward" : "linear_backward(dw)", {M, N, K}),
-                      (with_dx ? 4.0 : 2.0) * M * N * K, 0};
-      },
-      [&] { do_linear_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(with_dx ? "linear_backward" : "linear_backward(dw)", {M, N, K}),
+                  (with_dx ? 4.0 : 2.0) * M * N * K, 0};
+  });
+  do_linear_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx);
 }
 
 void Ops::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) {
@@ -176,37 +151,30 @@ void Ops::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K
   act(*this, x, int64_t(M) * K, "linear_add x");
   act(*this, w, int64_t(N) * K, "linear_add w");
   act(*this, r, int64_t(M) * N, "linear_add r");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("linear_add", {M, N, K}), 2.0 * M * N * K, 0};
-      },
-      [&] { do_linear_add(y, x, w, r, M, N, K); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("linear_add", {M, N, K}), 2.0 * M * N * K, 0};
+  });
+  do_linear_add(y, x, w, r, M, N, K);
 }
 
 void Ops::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
   FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
   const int64_t n = int64_t(B) * T * heads * head_dim;
   act(*this, x, n, "rope x");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
-      },
-      [&] { do_rope(x, B, T, heads, head_dim, theta); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
+  });
+  do_rope(x, B, T, heads, head_dim, theta);
 }
 
 void Ops::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
   FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
   const int64_t n = int64_t(B) * T * heads * head_dim;
   act(*this, dx, n, "rope dx");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("rope_backward", {B * T, heads, head_dim}), 0,
-                      2.0 * double(n) * esize(dx)};
-      },
-      [&] { do_rope_backward(dx, B, T, heads, head_dim, theta); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("rope_backward", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(dx)};
+  });
+  do_rope_backward(dx, B, T, heads, head_dim, theta);
 }
 
 void Ops::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
@@ -218,12 +186,10 @@ void Ops::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int
   f32(rstd, rows, "norm_rope rstd");
   act(*this, x, rows_need(tokens, int64_t(heads) * head_dim, x_ld), "norm_rope x");
   act(*this, g, head_dim, "norm_rope g");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("norm_rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
-      },
-      [&] { do_norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta, x_ld); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("norm_rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
+  });
+  do_norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta, x_ld);
 }
 
 void Ops::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
@@ -240,16 +206,12 @@ void Ops::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g
   act(*this, g, head_dim, "norm_rope g");
   f32(rstd, rows, "norm_rope rstd");
   opt_f32(amax, 1, "norm_rope_backward amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(amax.numel ? "norm_rope_backward+amax" : "norm_rope_backward",
-                          {B * T, heads, head_dim}),
-                      0, 3.0 * double(n) * esize(dy)};
-      },
-      [&] {
-        do_norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax, x_ld);
-      });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "norm_rope_backward+amax" : "norm_rope_backward",
+                      {B * T, heads, head_dim}),
+                  0, 3.0 * double(n) * esize(dy)};
+  });
+  do_norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax, x_ld);
 }
 
 namespace {
@@ -270,13 +232,11 @@ void Ops::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B,
   act(*this, q, nq, "attention q");
   act(*this, k, nkv, "attention k");
   act(*this, v, rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld), "attention v");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("attention", {B, T, n_head, n_kv_head, head_dim}),
-                      2.0 * B * n_head * double(T) * T * head_dim, 0};
-      },
-      [&] { do_attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim, v_ld); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("attention", {B, T, n_head, n_kv_head, head_dim}),
+                  2.0 * B * n_head * double(T) * T * head_dim, 0};
+  });
+  do_attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim, v_ld);
 }
 
 void Ops::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
@@ -295,16 +255,12 @@ void Ops::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tenso
   act(*this, q, nq, "attention q");
   act(*this, k, nkv, "attention k");
   act(*this, v, nv, "attention v");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("attention_backward", {B, T, n_head, n_kv_head, head_dim}),
-                      5.0 * B * n_head * double(T) * T * head_dim, 0};
-      },
-      [&] {
-        do_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, n_head, n_kv_head,
-                              head_dim, v_ld);
-      });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("attention_backward", {B, T, n_head, n_kv_head, head_dim}),
+                  5.0 * B * n_head * double(T) * T * head_dim, 0};
+  });
+  do_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim,
+                        v_ld);
 }
 
 void Ops::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {
@@ -313,13 +269,11 @@ void Ops::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld
   act(*this, a, need_ab, "swiglu a");
   act(*this, b, need_ab, "swiglu b");
   opt_f32(amax, 1, "swiglu amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(amax.numel ? "swiglu+amax" : "swiglu", {rows, cols}), 0,
-                      3.0 * double(n) * esize(s)};
-      },
-      [&] { do_swiglu(s, a, b, rows, cols, ab_ld, amax); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "swiglu+amax" : "swiglu", {rows, cols}), 0,
+                  3.0 * double(n) * esize(s)};
+  });
+  do_swiglu(s, a, b, rows, cols, ab_ld, amax);
 }
 
 void Ops::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
@@ -331,25 +285,21 @@ void Ops::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, i
   act(*this, a, need_ab, "swiglu a");
   act(*this, b, need_ab, "swiglu b");
   opt_f32(amax, 1, "swiglu_backward amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(amax.numel ? "swiglu_backward+amax" : "swiglu_backward", {rows, cols}), 0,
-                      5.0 * double(n) * esize(ds)};
-      },
-      [&] { do_swiglu_backward(da, db, ds, a, b, rows, cols, ab_ld, amax); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "swiglu_backward+amax" : "swiglu_backward", {rows, cols}), 0,
+                  5.0 * double(n) * esize(ds)};
+  });
+  do_swiglu_backward(da, db, ds, a, b, rows, cols, ab_ld, amax);
 }
 
 void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   act(*this, y, n, "add y");
   act(*this, a, n, "add a");
   act(*this, b, n, "add b");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("add", {n}), 0, 3.0 * double(n) * esize(y)};
-      },
-      [&] { do_add(y, a, b, n); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("add", {n}), 0, 3.0 * double(n) * esize(y)};
+  });
+  do_add(y, a, b, n);
 }
 
 void Ops::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
@@ -358,13 +308,11 @@ void Ops::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int
   f32(losses, n, "cross_entropy losses");
   act(*this, logits, int64_t(n) * Vp, "cross_entropy logits");
   i32(targets, n, "cross_entropy targets");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(grad_scale != 0 ? "cross_entropy+grad" : "cross_entropy", {n, Vp}), 0,
-                      double(n) * Vp * esize(logits) * (grad_scale != 0 ? 2 : 1)};
-      },
-      [&] { do_cross_entropy(losses, logits, targets, n, V, Vp, grad_scale); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(grad_scale != 0 ? "cross_entropy+grad" : "cross_entropy", {n, Vp}), 0,
+                  double(n) * Vp * esize(logits) * (grad_scale != 0 ? 2 : 1)};
+  });
+  do_cross_entropy(losses, logits, targets, n, V, Vp, grad_scale);
 }
 
 // ---- optimizer and engine ---------------------------------------------------
@@ -372,14 +320,12 @@ void Ops::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int
 void Ops::cast(Tensor dst, Tensor src) {
   FSDP_CHECK(dst.numel == src.numel, "cast ", src.numel, " elements into ", dst.numel);
   FSDP_CHECK(floating(dst.dtype) && floating(src.dtype), "cast is for f32/bf16 only");
-  run(
-      hook_,
-      [&] {
-        return OpCall{std::string("cast ") + dtype_name(src.dtype) + "->" + dtype_name(dst.dtype) +
-                          " " + std::to_string(dst.numel),
-                      0, double(dst.bytes()) + double(dst.numel) * esize(src)};
-      },
-      [&] { do_cast(dst, src); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{std::string("cast ") + dtype_name(src.dtype) + "->" + dtype_name(dst.dtype) +
+                      " " + std::to_string(dst.numel),
+                  0, double(dst.bytes()) + double(dst.numel) * esize(src)};
+  });
+  do_cast(dst, src);
 }
 
 void Ops::accumulate(Tensor dst, Tensor src, float scale) {
@@ -388,39 +334,31 @@ void Ops::accumulate(Tensor dst, Tensor src, float scale) {
   // low-precision gradients delivers.
   floating(src, "accumulate src");
   FSDP_CHECK(src.numel >= dst.numel, "accumulate ", src.numel, " elements into ", dst.numel);
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("accumulate", {dst.numel}), 0,
-                      2.0 * double(dst.bytes()) + double(src.bytes())};
-      },
-      [&] { do_accumulate(dst, src, scale); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("accumulate", {dst.numel}), 0,
+                  2.0 * double(dst.bytes()) + double(src.bytes())};
+  });
+  do_accumulate(dst, src, scale);
 }
 
 double Ops::sum_squares(Tensor x) {
   f32(x, 0, "sum_squares x");
-  double r = 0;
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("sum_squares", {x.numel}), 0, double(x.bytes())};
-      },
-      [&] { r = do_sum_squares(x); });
-  return r;
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("sum_squares", {x.numel}), 0, double(x.bytes())};
+  });
+  return do_sum_squares(x);  // the scope ends after the sum is read
 }
 
 void Ops::sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
   f32(out, int64_t(xs.size()), "sum_squares_each out");
   for (Tensor x : xs) f32(x, 0, "sum_squares_each x");
-  run(
-      hook_,
-      [&] {
-        double bytes = 0;
-        int64_t n = 0;
-        for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
-        return OpCall{key("sum_squares_each", {int64_t(xs.size()), n}), 0, bytes};
-      },
-      [&] { do_sum_squares_each(out, xs); });
+  const OpScope scope(hook_, [&] {
+    double bytes = 0;
+    int64_t n = 0;
+    for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
+    return OpCall{key("sum_squares_each", {int64_t(xs.size()), n}), 0, bytes};
+  });
+  do_sum_squares_each(out, xs);
 }
 void Ops::do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
   std::vector<float> v(xs.size());
@@ -446,14 +384,12 @@ void Ops::adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, 
                "adamw spans must be sorted, disjoint and inside the shard of ", n);
     done = sp.begin + sp.count;
   }
-  run(
-      hook_,
-      [&] {
-        const double bytes = 2.0 * double(param.bytes() + exp_avg.bytes() + exp_avg_sq.bytes()) +
-                             double(grad_t.bytes()) * (clear_grad ? 2 : 1) + double(send.bytes());
-        return OpCall{key("adamw", {n}), 0, bytes};
-      },
-      [&] { do_adamw(param, grad_t, exp_avg, exp_avg_sq, send, spans, h, clear_grad); });
+  const OpScope scope(hook_, [&] {
+    const double bytes = 2.0 * double(param.bytes() + exp_avg.bytes() + exp_avg_sq.bytes()) +
+                         double(grad_t.bytes()) * (clear_grad ? 2 : 1) + double(send.bytes());
+    return OpCall{key("adamw", {n}), 0, bytes};
+  });
+  do_adamw(param, grad_t, exp_avg, exp_avg_sq, send, spans, h, clear_grad);
 }
 
 }  // namespace fsdp

@@ -31,7 +31,6 @@
 //    its last.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -33,26 +33,22 @@ std::string dims(int64_t a, int64_t b) {
 void Ops::quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
   codes_of(q, src, "quantize_fp8");
   f32(scale_inv, 1, "quantize_fp8 scale_inv");
-  run(
-      hook_,
-      [&] {
-        return OpCall{fp8_key("quantize_fp8", format, std::to_string(src.numel)), 0,
-                      2.0 * double(src.bytes()) + double(q.bytes())};
-      },
-      [&] { do_quantize_fp8(q, scale_inv, src, format); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{fp8_key("quantize_fp8", format, std::to_string(src.numel)), 0,
+                  2.0 * double(src.bytes()) + double(q.bytes())};
+  });
+  do_quantize_fp8(q, scale_inv, src, format);
 }
 
 void Ops::quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                          Fp8 format) {
   codes_t_of(q, qt, src, rows, cols, false, "quantize_fp8_t");
   f32(scale_inv, 1, "quantize_fp8_t scale_inv");
-  run(
-      hook_,
-      [&] {
-        return OpCall{fp8_key("quantize_fp8_t", format, dims(rows, cols)), 0,
-                      2.0 * double(src.bytes()) + 2.0 * double(q.bytes())};
-      },
-      [&] { do_quantize_fp8_t(q, qt, scale_inv, src, rows, cols, format); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{fp8_key("quantize_fp8_t", format, dims(rows, cols)), 0,
+                  2.0 * double(src.bytes()) + 2.0 * double(q.bytes())};
+  });
+  do_quantize_fp8_t(q, qt, scale_inv, src, rows, cols, format);
 }
 
 void Ops::quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
@@ -60,38 +56,30 @@ void Ops::quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src,
   codes_t_of(q, qt, src, rows, cols, true, "quantize_fp8_t_amax");
   f32(scale_inv, 1, "quantize_fp8_t_amax scale_inv");
   f32(amax, 1, "quantize_fp8_t_amax amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{std::string("quantize_fp8_t_amax ") + fp8_name(format) +
-                          (q.numel ? " " : " t-only ") + dims(rows, cols),
-                      0, double(src.bytes()) + double(q.bytes()) + double(qt.bytes())};
-      },
-      [&] { do_quantize_fp8_t_amax(q, qt, scale_inv, src, amax, rows, cols, format); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{std::string("quantize_fp8_t_amax ") + fp8_name(format) +
+                      (q.numel ? " " : " t-only ") + dims(rows, cols),
+                  0, double(src.bytes()) + double(q.bytes()) + double(qt.bytes())};
+  });
+  do_quantize_fp8_t_amax(q, qt, scale_inv, src, amax, rows, cols, format);
 }
 
 void Ops::amax(Tensor out, Tensor x) {
   floating(x, "amax x");
   f32(out, 1, "amax out");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("amax", {x.numel}), 0, double(x.bytes())};
-      },
-      [&] { do_amax(out, x); });
+  const OpScope scope(hook_, [&] { return OpCall{key("amax", {x.numel}), 0, double(x.bytes())}; });
+  do_amax(out, x);
 }
 
 void Ops::quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax, Fp8 format) {
   codes_of(q, src, "quantize_fp8_amax");
   f32(scale_inv, 1, "quantize_fp8_amax scale_inv");
   f32(amax, 1, "quantize_fp8_amax amax");
-  run(
-      hook_,
-      [&] {
-        return OpCall{fp8_key("quantize_fp8_amax", format, std::to_string(src.numel)), 0,
-                      double(src.bytes()) + double(q.bytes())};
-      },
-      [&] { do_quantize_fp8_amax(q, scale_inv, src, amax, format); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{fp8_key("quantize_fp8_amax", format, std::to_string(src.numel)), 0,
+                  double(src.bytes()) + double(q.bytes())};
+  });
+  do_quantize_fp8_amax(q, scale_inv, src, amax, format);
 }
 
 // One launch on a device covers them all, so all share one dtype.
@@ -101,15 +89,13 @@ void Ops::amax_each(Tensor out, const std::vector<Tensor>& xs) {
     FSDP_CHECK(xs[i].dtype == xs[0].dtype && floating(xs[i].dtype), "amax_each: tensor ", i, " is ",
                dtype_name(xs[i].dtype), ", the first ", dtype_name(xs[0].dtype),
                " (one f32 or bf16 dtype for all)");
-  run(
-      hook_,
-      [&] {
-        double bytes = 0;
-        int64_t n = 0;
-        for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
-        return OpCall{key("amax_each", {int64_t(xs.size()), n}), 0, bytes};
-      },
-      [&] { do_amax_each(out, xs); });
+  const OpScope scope(hook_, [&] {
+    double bytes = 0;
+    int64_t n = 0;
+    for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
+    return OpCall{key("amax_each", {int64_t(xs.size()), n}), 0, bytes};
+  });
+  do_amax_each(out, xs);
 }
 void Ops::do_amax_each(Tensor out, const std::vector<Tensor>& xs) {
   for (size_t i = 0; i < xs.size(); ++i) do_amax(out.slice(int64_t(i), 1), xs[i]);
@@ -125,17 +111,14 @@ void Ops::quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) 
     f32(c.amax, 1, "quantize_fp8_amax_each amax");
     f32(c.scale_inv, 1, "quantize_fp8_amax_each scale_inv");
   }
-  run(
-      hook_,
-      [&] {
-        double bytes = 0;
-        int64_t n = 0;
-        for (const Fp8Cast& c : casts)
-          bytes += double(c.src.bytes() + c.q.bytes()), n += c.src.numel;
-        return OpCall{fp8_key("quantize_fp8_amax_each", format, dims(int64_t(casts.size()), n)), 0,
-                      bytes};
-      },
-      [&] { do_quantize_fp8_amax_each(casts, format); });
+  const OpScope scope(hook_, [&] {
+    double bytes = 0;
+    int64_t n = 0;
+    for (const Fp8Cast& c : casts) bytes += double(c.src.bytes() + c.q.bytes()), n += c.src.numel;
+    return OpCall{fp8_key("quantize_fp8_amax_each", format, dims(int64_t(casts.size()), n)), 0,
+                  bytes};
+  });
+  do_quantize_fp8_amax_each(casts, format);
 }
 void Ops::do_quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
   for (const Fp8Cast& c : casts) do_quantize_fp8_amax(c.q, c.scale_inv, c.src, c.amax, format);
@@ -145,12 +128,10 @@ void Ops::transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
   const int64_t n = int64_t(rows) * cols;
   FSDP_CHECK(q.dtype == DType::u8 && qt.dtype == DType::u8 && q.numel == n && qt.numel == n,
              "transpose_fp8: [", rows, ", ", cols, "] from ", q.numel, " into ", qt.numel);
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("transpose_fp8", {rows, cols}), 0, 2.0 * double(q.bytes())};
-      },
-      [&] { do_transpose_fp8(qt, q, rows, cols); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("transpose_fp8", {rows, cols}), 0, 2.0 * double(q.bytes())};
+  });
+  do_transpose_fp8(qt, q, rows, cols);
 }
 
 void Ops::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
@@ -158,13 +139,11 @@ void Ops::dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
              "dequantize_fp8: ", q.numel, " ", dtype_name(q.dtype), " into ", dst.numel, " ",
              dtype_name(dst.dtype));
   f32(scale_inv, 1, "dequantize_fp8 scale_inv");
-  run(
-      hook_,
-      [&] {
-        return OpCall{fp8_key("dequantize_fp8", format, std::to_string(dst.numel)), 0,
-                      double(q.bytes()) + double(dst.bytes())};
-      },
-      [&] { do_dequantize_fp8(dst, q, scale_inv, format); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{fp8_key("dequantize_fp8", format, std::to_string(dst.numel)), 0,
+                  double(q.bytes()) + double(dst.bytes())};
+  });
+  do_dequantize_fp8(dst, q, scale_inv, format);
 }
 
 void Ops::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M, int N,
@@ -173,13 +152,10 @@ void Ops::linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r,
   codes(w, int64_t(N) * K, "linear_fp8 w");
   act(*this, y, int64_t(M) * N, "linear_fp8 y");
   if (r.numel > 0) act(*this, r, int64_t(M) * N, "linear_fp8 r");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key(r.numel > 0 ? "linear_fp8+r" : "linear_fp8", {M, N, K}), 2.0 * M * N * K,
-                      0};
-      },
-      [&] { do_linear_fp8(y, x, w, r, M, N, K); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(r.numel > 0 ? "linear_fp8+r" : "linear_fp8", {M, N, K}), 2.0 * M * N * K, 0};
+  });
+  do_linear_fp8(y, x, w, r, M, N, K);
 }
 
 void Ops::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
@@ -191,13 +167,10 @@ void Ops::linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const F
   codes(wt, int64_t(N) * K, "linear_backward_fp8 wt");
   if (dx.numel > 0) act(*this, dx, int64_t(M) * K, "linear_backward_fp8 dx");
   grad(*this, dw, int64_t(N) * K, "linear_backward_fp8 dw");
-  run(
-      hook_,
-      [&] {
-        return OpCall{key("linear_backward_fp8", {M, N, K}), (dx.numel > 0 ? 4.0 : 2.0) * M * N * K,
-                      0};
-      },
-      [&] { do_linear_backward_fp8(dx, dw, dy, dyt, xt, wt, M, N, K, accumulate_dx); });
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("linear_backward_fp8", {M, N, K}), (dx.numel > 0 ? 4.0 : 2.0) * M * N * K, 0};
+  });
+  do_linear_backward_fp8(dx, dw, dy, dyt, xt, wt, M, N, K, accumulate_dx);
 }
 
 }  // namespace fsdp

@@ -265,8 +265,6 @@ void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Te
 
 void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                           int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  const int64_t nq = int64_t(B) * T * n_head * head_dim;
-  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   float* o = out.f32();
   float* l = lse.f32();
   const float* qi = q.f32();
@@ -308,7 +306,6 @@ void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, 
 void CpuOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                    Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                    int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t kv_width = int64_t(n_kv_head) * head_dim;
   float* dqo = dq.f32();

@@ -201,7 +201,6 @@ void CudaOps::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int
 
 void CudaOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
                          Tensor amax) {
-  const int64_t n = int64_t(rows) * dim;
   cuda::rmsnorm_forward(bf(y), f32(rstd), bf(x), bf(g), rows, dim, eps, f32_or_null(amax),
                         impl_->stream);
   after("rmsnorm");
@@ -209,7 +208,6 @@ void CudaOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, in
 
 void CudaOps::do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
                                   int rows, int dim, bool accumulate_dx, Tensor amax) {
-  const int64_t n = int64_t(rows) * dim;
   bool dg_bf16 = false;
   void* dgp = grad(dg, dg_bf16);
   cuda::rmsnorm_backward(bf(dx), dgp, dg_bf16, bf(dy), bf(x), bf(g), f32(rstd), rows, dim,
@@ -288,7 +286,7 @@ void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64
 void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
                            int head_dim, float eps, float theta, int64_t x_ld) {
   const int rows = B * T * heads;
-  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
+  const int64_t tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim;
   bf16* yo = bf(y);
   float* rs = f32(rstd);
@@ -312,7 +310,7 @@ void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, T
                                     Tensor amax, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
-  const int64_t width = int64_t(heads) * head_dim, need = rows_need(tokens, width, x_ld);
+  const int64_t width = int64_t(heads) * head_dim;
   float* am = f32_or_null(amax);
   bool dg_bf16 = false;
   void* dgp = grad(dg, dg_bf16);
@@ -344,9 +342,6 @@ void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, T
 
 void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                            int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  const int64_t nq = int64_t(B) * T * n_head * head_dim;
-  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
-  const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_);
   after("attention");
@@ -355,9 +350,6 @@ void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
 void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                     Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
-  const int64_t nq = int64_t(B) * T * n_head * head_dim;
-  const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
-  const int64_t nv = rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
                              bf(v), *impl_);
@@ -366,14 +358,12 @@ void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
 
 void CudaOps::do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
                         Tensor amax) {
-  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
   cuda::swiglu_forward(bf(s), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax), impl_->stream);
   after("swiglu");
 }
 
 void CudaOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
                                  int cols, int64_t ab_ld, Tensor amax) {
-  const int64_t n = int64_t(rows) * cols, need = rows_need(rows, cols, ab_ld);
   cuda::swiglu_backward(bf(da), bf(db), bf(ds), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax),
                         impl_->stream);
   after("swiglu_backward");

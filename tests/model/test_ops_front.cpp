@@ -1,9 +1,9 @@
 // Ops' front door: arguments are checked once, before any backend code runs,
 // with a message that names the op's argument; the hook sees each call the
-// caller made, once, with its key; capabilities are the backend's answers.
+// caller made, once, with its key, and an op that throws as begun but not
+// ended; capabilities are the backend's answers.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,11 +70,15 @@ TEST(OpsFront, HookSeesEachCallOnceAndNotRefusedOnes) {
   auto t = [](std::vector<float>& v, int64_t n) { return Tensor{v.data(), DType::f32, n}; };
   // CPU linear_add runs do_linear inside: one call, one key.
   ops.linear_add(t(y, 6), t(x, 6), t(w, 9), t(rr, 6), 2, 3, 3);
-  EXPECT_THROW(ops.linear(t(y, 5), t(x, 6), t(w, 9), 2, 3, 3), Error);
+  EXPECT_THROW(ops.linear(t(y, 5), t(x, 6), t(w, 9), 2, 3, 3), Error);  // refused: not seen
+  // Passed by the door, thrown by the backend (a token outside the
+  // vocabulary of 2): begun, never ended.
+  std::vector<int32_t> tokens = {0, 2};
+  EXPECT_THROW(ops.embedding(t(y, 6), Tensor{tokens.data(), DType::i32, 2}, t(w, 6), 2, 3), Error);
   ops.set_hook(nullptr);
   ops.zero(t(y, 6));  // unhooked: not seen
-  EXPECT_EQ(r.begun, std::vector<std::string>{"linear_add 2x3x3"});
-  EXPECT_EQ(r.ended, r.begun);
+  EXPECT_EQ(r.begun, (std::vector<std::string>{"linear_add 2x3x3", "embedding 2x3"}));
+  EXPECT_EQ(r.ended, std::vector<std::string>{"linear_add 2x3x3"});
 }
 
 TEST(OpsFront, CpuCapabilities) {
