@@ -10,6 +10,7 @@
 #include <exception>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "model/ops.h"
 
@@ -70,6 +71,14 @@ inline std::string key(const char* op, std::initializer_list<int64_t> dims) {
 }
 inline double esize(Tensor t) {
   return double(dtype_size(t.dtype));
+}
+// The call of an op over many tensors read once each ("amax_each 12x4096"):
+// count and total elements, the bytes read.
+inline OpCall each_call(const char* op, const std::vector<Tensor>& xs) {
+  double bytes = 0;
+  int64_t n = 0;
+  for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
+  return OpCall{key(op, {int64_t(xs.size()), n}), 0, bytes};
 }
 
 // One op call between the hook's begin and end: made before the backend's

@@ -352,12 +352,7 @@ double Ops::sum_squares(Tensor x) {
 void Ops::sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
   f32(out, int64_t(xs.size()), "sum_squares_each out");
   for (Tensor x : xs) f32(x, 0, "sum_squares_each x");
-  const OpScope scope(hook_, [&] {
-    double bytes = 0;
-    int64_t n = 0;
-    for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
-    return OpCall{key("sum_squares_each", {int64_t(xs.size()), n}), 0, bytes};
-  });
+  const OpScope scope(hook_, [&] { return each_call("sum_squares_each", xs); });
   do_sum_squares_each(out, xs);
 }
 void Ops::do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {

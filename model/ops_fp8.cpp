@@ -89,12 +89,7 @@ void Ops::amax_each(Tensor out, const std::vector<Tensor>& xs) {
     FSDP_CHECK(xs[i].dtype == xs[0].dtype && floating(xs[i].dtype), "amax_each: tensor ", i, " is ",
                dtype_name(xs[i].dtype), ", the first ", dtype_name(xs[0].dtype),
                " (one f32 or bf16 dtype for all)");
-  const OpScope scope(hook_, [&] {
-    double bytes = 0;
-    int64_t n = 0;
-    for (Tensor x : xs) bytes += double(x.bytes()), n += x.numel;
-    return OpCall{key("amax_each", {int64_t(xs.size()), n}), 0, bytes};
-  });
+  const OpScope scope(hook_, [&] { return each_call("amax_each", xs); });
   do_amax_each(out, xs);
 }
 void Ops::do_amax_each(Tensor out, const std::vector<Tensor>& xs) {
