@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_io_choice.h"
 #include "comm/process_groups.h"
 #include "model/cpu/cpu_ops.h"
 #include "shard/checkpoint.h"
@@ -141,6 +142,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   int provided = 0;
+  prefer_romio_for_mpi_io();  // the MPI-IO layer fsdptrain saves through
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 0;
   try {

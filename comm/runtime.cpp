@@ -1,6 +1,7 @@
 #include "comm/runtime.h"
 
 #include "comm/mpi_check.h"
+#include "comm/mpi_io_choice.h"
 #include "comm/watchdog.h"
 #include "common/error.h"
 
@@ -12,6 +13,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   if (initialised) {
     check_mpi(MPI_Query_thread(&thread_level_), "MPI_Query_thread");
   } else {
+    prefer_romio_for_mpi_io();
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &thread_level_),
               "MPI_Init_thread");
     owns_ = true;

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "comm/mpi_io_choice.h"
+
 int main(int argc, char** argv) {
   int provided = 0;
+  fsdp::prefer_romio_for_mpi_io();  // as fsdptrain does (comm/mpi_io_choice.h)
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
