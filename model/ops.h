@@ -47,8 +47,10 @@ struct AdamWSpan {
   int64_t begin = 0, count = 0;
   float weight_decay = 0;
 };
+// One step's values, every one given by the caller: the defaults of the
+// hyperparameters are AdamWConfig's (shard/optimizer_config.h), not repeated here.
 struct AdamWHyper {
-  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_scale = 1;
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, grad_scale = 1;
   int step = 1;  // from 1, for bias correction
 };
 

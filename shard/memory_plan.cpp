@@ -28,19 +28,21 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard) {
 // the plan costs the same for 2 layers or 100000, and the memory check can
 // run it before anything sized by the model exists. The engine's per-unit
 // slots (plan_slots) give the same figures; tests/shard compares them.
-MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool reshard, int batch,
-                       int seq_len, Recompute recompute, DType reduce, bool direct_when_unsharded,
-                       bool fp8, bool fp8_gather) {
+MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
+  const int shard_size = s.shard_size;
+  const DType compute = s.compute;
+  const bool fp8 = s.fp8, reshard = s.engine.reshard_after_forward;
   ModelConfig one_block = c;
   one_block.n_layer = 1;
   std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
   const std::vector<UnitSpec> units = model_units(one_block);
-  for (const auto& u : units) layouts.push_back(make_layout(u, shard_size, fp8 && fp8_gather));
+  for (const auto& u : units)
+    layouts.push_back(make_layout(u, shard_size, fp8 && s.engine.fp8_gather));
   FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
   const int64_t blocks = c.n_layer;
   const int64_t times[3] = {1, blocks, 1};
   MemoryPlan m;
-  const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(reduce));
+  const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(s.engine.reduce_dtype));
   // The bytes of one element of a segment's send copy and gather buffer: FP8
   // codes, the compute dtype, or none for the send copy when that is f32 (the
   // master itself is sent).
@@ -63,7 +65,7 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   // blocks alternate in (one for a single block); without it, one per unit.
   // A single rank needs none: the engine computes in its shards
   // (EngineOptions::direct_when_unsharded).
-  const bool direct = direct_when_unsharded && shard_size == 1;
+  const bool direct = s.engine.direct_when_unsharded && shard_size == 1;
   const int64_t block_slots = direct ? 0 : reshard ? std::min<int64_t>(blocks, 2) : blocks;
   const int64_t edge_slots = direct ? 0 : 1;
   const int64_t slots[3] = {edge_slots, block_slots, edge_slots};
@@ -78,11 +80,12 @@ MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute, bool
   // logits hold one head chunk); an absurd --batch-size x --seq-len
   // saturates instead of overflowing, so the memory check still refuses it
   // with a number.
-  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, recompute, fp8);
-  if (static_cast<long double>(per_token) * batch * seq_len >= kPlanSaturation)
+  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, s.recompute, fp8);
+  if (static_cast<long double>(per_token) * s.batch * s.seq_len >= kPlanSaturation)
     m.activations = kPlanSaturation;
   else
-    m.activations = Transformer::activation_bytes_for(c, batch, seq_len, compute, recompute, fp8);
+    m.activations =
+        Transformer::activation_bytes_for(c, s.batch, s.seq_len, compute, s.recompute, fp8);
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "model/tensor.h"
 #include "model/transformer.h"
+#include "shard/engine_options.h"
 #include "shard/layout.h"
 
 namespace fsdp {
@@ -39,15 +40,20 @@ struct MemoryPlan {
 // with batch x seq_len, which no model field bounds.
 inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 
-// Per-rank bytes for a shard group of `shard_size` ranks, micro-batches of
-// batch x seq_len, computing in `compute`. Costs the same for any n_layer.
-// One rank has no gather or gradient buffers (the engine's direct path)
-// unless direct_when_unsharded is false (EngineOptions). fp8: the block
-// linears run on FP8 codes, and with fp8_gather are gathered so
-// (EngineOptions::fp8_gather).
-MemoryPlan plan_memory(const ModelConfig& c, int shard_size, DType compute,
-                       bool reshard_after_forward, int batch, int seq_len,
-                       Recompute recompute = Recompute::none, DType reduce = DType::f32,
-                       bool direct_when_unsharded = true, bool fp8 = false, bool fp8_gather = true);
+// What the plan depends on besides the model's shapes.
+struct PlanSettings {
+  int shard_size = 1;  // ranks the model state is split over
+  DType compute = DType::f32;
+  int batch = 1, seq_len = 1;  // a micro-batch
+  Recompute recompute = Recompute::none;
+  bool fp8 = false;  // the block linears run on FP8 codes (Transformer's fp8)
+  // Read: reshard_after_forward, reduce_dtype, direct_when_unsharded (one
+  // rank then has no gather or gradient buffers) and fp8_gather (with fp8,
+  // the block linears are gathered as their codes).
+  EngineOptions engine = {};
+};
+
+// Per-rank bytes of the model `c` under `s`. Costs the same for any n_layer.
+MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s);
 
 }  // namespace fsdp

@@ -23,9 +23,9 @@ int visible_gpus() {
 }  // namespace
 
 Device resolve_device(const Options& o) {
-  const Device d = o.device != Device::automatic ? o.device
-                   : visible_gpus() > 0          ? Device::cuda
-                                                 : Device::cpu;
+  const Device d = o.compute.device != Device::automatic ? o.compute.device
+                   : visible_gpus() > 0                  ? Device::cuda
+                                                         : Device::cpu;
   if (d == Device::cuda) {
 #ifndef FSDP_HAVE_CUDA_OPS
     throw_error(
@@ -34,14 +34,14 @@ Device resolve_device(const Options& o) {
 #endif
     if (visible_gpus() == 0)
       throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");
-    if (o.precision == Precision::fp32)
+    if (o.compute.precision == Precision::fp32)
       throw_error("--precision fp32 runs on the CPU reference only; on --device cuda use bf16");
     return d;
   }
-  if (o.reduce_dtype != DType::f32)
-    throw_error("--reduce-dtype ", choice_name(o.reduce_dtype),
+  if (o.engine.reduce_dtype != DType::f32)
+    throw_error("--reduce-dtype ", choice_name(o.engine.reduce_dtype),
                 ": the CPU reference reduces in fp32 only; use --reduce-dtype fp32");
-  if (o.precision == Precision::bf16)
+  if (o.compute.precision == Precision::bf16)
     throw_error(
         "--precision bf16: the CPU reference computes in fp32; use --precision fp32 (or "
         "fp8, whose FP8 casts it emulates bit for bit)");
@@ -52,9 +52,9 @@ std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& 
   if (device == Device::cpu) return std::make_unique<CpuOps>();
 #ifdef FSDP_HAVE_CUDA_OPS
   CudaOpsOptions co;
-  co.device = select_device(world, o.device_comm == DeviceComm::staged);
-  co.deterministic = o.debug;
-  co.sync_each_op = o.debug;
+  co.device = select_device(world, o.compute.device_comm == DeviceComm::staged);
+  co.deterministic = o.run.debug;
+  co.sync_each_op = o.run.debug;
   return std::make_unique<CudaOps>(co);
 #else
   (void)o;
@@ -64,7 +64,7 @@ std::unique_ptr<Ops> make_ops(Device device, const Options& o, const WorldInfo& 
 }
 
 ProcessGroups make_engine_groups(Device device, const Options& o, int shard_group_size) {
-  const bool staged = o.device_comm == DeviceComm::staged;
+  const bool staged = o.compute.device_comm == DeviceComm::staged;
   if (device == Device::cpu)
     return staged ? make_process_groups(std::make_unique<StagedCommunicator>(
                                             MPI_COMM_WORLD, std::make_shared<HostStager>()),

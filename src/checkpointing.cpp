@@ -18,8 +18,8 @@ namespace {
 
 // Throws when `dir` already holds checkpoints and no --resume was given.
 void refuse_to_overwrite(const Options& o, const CheckpointDir& dir) {
-  if (!o.resume.empty() || dir.list().empty()) return;
-  throw_error("--checkpoint-dir '", o.checkpoint_dir,
+  if (!o.checkpoint.resume.empty() || dir.list().empty()) return;
+  throw_error("--checkpoint-dir '", o.checkpoint.dir,
               "' already holds checkpoints; pass --resume auto to continue that run, or "
               "choose another directory (nothing there is overwritten)");
 }
@@ -86,7 +86,7 @@ void report_changes(const Options& o, const CheckpointMeta& meta, const std::str
       !parse_value(saved["grad-accum"], accum).empty())
     return;
   const int64_t before = int64_t(batch) * accum * meta.world_size;
-  const int64_t after = int64_t(o.batch_size) * o.grad_accum * world_size;
+  const int64_t after = o.data.sequences_per_step(world_size);
   if (before == after) return;
   std::string keep;
   if (before % world_size != 0) {
@@ -94,10 +94,10 @@ void report_changes(const Options& o, const CheckpointMeta& meta, const std::str
            std::to_string(world_size) + " ranks";
   } else {
     const int64_t per_rank = before / world_size;
-    if (per_rank % o.batch_size == 0)
-      keep = "--grad-accum " + std::to_string(per_rank / o.batch_size);
-    else if (per_rank % o.grad_accum == 0)
-      keep = "--batch-size " + std::to_string(per_rank / o.grad_accum);
+    if (per_rank % o.data.batch_size == 0)
+      keep = "--grad-accum " + std::to_string(per_rank / o.data.batch_size);
+    else if (per_rank % o.data.grad_accum == 0)
+      keep = "--batch-size " + std::to_string(per_rank / o.data.grad_accum);
     else
       keep = "--batch-size " + std::to_string(per_rank) + " --grad-accum 1";
     keep += " keeps " + std::to_string(before);
@@ -107,23 +107,23 @@ void report_changes(const Options& o, const CheckpointMeta& meta, const std::str
                "(the checkpoint's run: %d rank(s) x --batch-size %d x --grad-accum %d; this "
                "run: %d x %d x %d); %s\n",
                (long long)before, (long long)after, meta.world_size, batch, accum, world_size,
-               o.batch_size, o.grad_accum, keep.c_str());
+               o.data.batch_size, o.data.grad_accum, keep.c_str());
 }
 
 }  // namespace
 
 DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
   DirLock lock;
-  if (o.checkpoint_dir.empty()) return lock;
+  if (o.checkpoint.dir.empty()) return lock;
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   all_or_none(world, [&] {
     if (rank != 0) return;
-    const CheckpointDir dir(o.checkpoint_dir);
+    const CheckpointDir dir(o.checkpoint.dir);
     // Found now, not at the first save after hours of training.
     dir.ensure_writable();
     std::string warning;
-    lock = DirLock::acquire(o.checkpoint_dir, &warning);
+    lock = DirLock::acquire(o.checkpoint.dir, &warning);
     if (!warning.empty()) std::fprintf(stderr, "fsdptrain: warning: %s\n", warning.c_str());
     refuse_to_overwrite(o, dir);
     // Only the lock holder may: no other run can be writing these now.
@@ -136,7 +136,7 @@ DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
 RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader* loader,
                             MPI_Comm world, bool lead) {
   RunPosition pos;
-  if (o.resume.empty()) return pos;
+  if (o.checkpoint.resume.empty()) return pos;
   // Under auto, a damaged checkpoint (tensors failing their checksums, a
   // sampler state out of range) is skipped like one that fails to open; a
   // load rewrites all engine state, so trying the next one after a failed
@@ -147,14 +147,14 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
   CheckpointMeta meta;
   SamplerState sampler;
   while (true) {
-    choice = resolve_resume(o.resume, o.checkpoint_dir, world, damaged);
+    choice = resolve_resume(o.checkpoint.resume, o.checkpoint.dir, world, damaged);
     if (choice.path.empty()) break;
     try {
       meta = load_checkpoint(choice.path, o.model, engine, ops, world);
       sampler = checked_sampler(meta, choice.path);
       break;
     } catch (const Error& e) {
-      if (o.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
+      if (o.checkpoint.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
       if (lead)
         std::fprintf(stderr, "fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
       damaged.push_back(choice.path);
@@ -165,16 +165,17 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
   if (choice.path.empty()) {
     if (lead)
       std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
-                  o.checkpoint_dir.c_str());
+                  o.checkpoint.dir.c_str());
     return pos;
   }
   if (loader) loader->restore(sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
   pos.resumed_from = choice.path;
-  if (loader && pos.step >= o.steps)
+  if (loader && pos.step >= o.run.steps)
     throw_error("--resume: '", choice.path, "' is at step ", pos.step,
-                ", which already reaches --steps ", o.steps, "; raise --steps to train further");
+                ", which already reaches --steps ", o.run.steps,
+                "; raise --steps to train further");
   if (lead)
     std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
                 loader ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
@@ -192,15 +193,15 @@ std::string save_run(const Options& o, const RunPosition& pos, FsdpEngine& engin
   CheckpointMeta meta;
   meta.step = pos.step;
   meta.tokens_seen = pos.tokens_seen;
-  meta.seed = o.seed;
+  meta.seed = o.run.seed;
   meta.config_text = options_to_ini(o);
   const auto values = loader.state().to_array();
   for (size_t i = 0; i < values.size(); ++i)
     meta.sampler.emplace_back(SamplerState::kNames[i], values[i]);
   SaveOptions so;
-  so.keep = o.keep_checkpoints;
+  so.keep = o.checkpoint.keep;
   so.protect = pos.resumed_from;
-  return save_checkpoint(o.checkpoint_dir, meta, o.model, engine, ops, world, so);
+  return save_checkpoint(o.checkpoint.dir, meta, o.model, engine, ops, world, so);
 }
 
 }  // namespace fsdp

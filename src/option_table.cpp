@@ -67,19 +67,36 @@ OptionRow typed(const char* name, Access at, const char* help, const char* examp
   return r;
 }
 
-template <typename T>
-OptionRow row(const char* name, T Options::*field, const char* help, const char* example,
+// The part of `o` (const or not) whose type is Part: each part's type appears
+// once in Options, so a row names its field alone (&LrSchedule::lr).
+template <typename Part, typename O>
+auto& part_of(O& o) {
+  if constexpr (std::is_same_v<Part, ModelConfig>) return o.model;
+  else if constexpr (std::is_same_v<Part, DataOptions>) return o.data;
+  else if constexpr (std::is_same_v<Part, LrSchedule>) return o.schedule;
+  else if constexpr (std::is_same_v<Part, AdamWConfig>) return o.adamw;
+  else if constexpr (std::is_same_v<Part, ComputeOptions>) return o.compute;
+  else if constexpr (std::is_same_v<Part, EngineOptions>) return o.engine;
+  else if constexpr (std::is_same_v<Part, EvalOptions>) return o.eval;
+  else if constexpr (std::is_same_v<Part, SampleOptions>) return o.sample;
+  else if constexpr (std::is_same_v<Part, CheckpointOptions>) return o.checkpoint;
+  else if constexpr (std::is_same_v<Part, RunOptions>) return o.run;
+  else static_assert(sizeof(Part) == 0, "not a part of Options");
+}
+
+template <typename Part, typename T>
+OptionRow row(const char* name, T Part::*field, const char* help, const char* example,
               Rule<T> rule = {}) {
   return typed<T>(
-      name, [field](auto& o) -> auto& { return o.*field; }, help, example, std::move(rule));
+      name, [field](auto& o) -> auto& { return part_of<Part>(o).*field; }, help, example,
+      std::move(rule));
 }
 
 // Model fields: ModelConfig::validate checks them together once all are set.
 template <typename T>
 OptionRow model_row(const char* name, T ModelConfig::*field, const char* help,
                     const char* example) {
-  OptionRow r =
-      typed<T>(name, [field](auto& o) -> auto& { return o.model.*field; }, help, example, {});
+  OptionRow r = row<ModelConfig, T>(name, field, help, example);
   r.model_field = true;
   return r;
 }
@@ -140,109 +157,113 @@ std::vector<OptionRow> make_table() {
     model_row("init-std", &M::init_std, "override the preset: initialisation std", "0.01"),
     model_row("tie-embeddings", &M::tie_embeddings,
               "override the preset: share embedding and head", "false"),
-    named(row("train-data", &O::train_data,
+    named(row("train-data", &DataOptions::train_data,
               "training tokens: FILE.h5[:/dataset] (default dataset /tokens); required",
               "train.h5:/tokens2"), "FILE"),
-    named(row("val-data", &O::val_data, "validation tokens: FILE.h5[:/dataset]", "val.h5"),
-          "FILE"),
-    row("seq-len", &O::seq_len, "tokens per sequence (0: the model's context)", "32",
+    named(row("val-data", &DataOptions::val_data, "validation tokens: FILE.h5[:/dataset]",
+              "val.h5"), "FILE"),
+    row("seq-len", &DataOptions::seq_len, "tokens per sequence (0: the model's context)", "32",
         {[](const int& v, const O& o) { return v >= 0 && v <= o.model.max_seq_len; },
          "must be between 1 and the model's --max-seq-len (0 picks it)"}),
-    row("batch-size", &O::batch_size,
+    row("batch-size", &DataOptions::batch_size,
         "sequences per rank per micro-batch (0: auto, the largest the memory plan fits, at most "
         "1024)", "3", at_least(0)),
-    row("grad-accum", &O::grad_accum, "micro-batches per optimizer step", "2", at_least(1)),
-    row("steps", &O::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
-    row("lr", &O::lr, "peak learning rate", "0.003", positive()),
-    row("min-lr", &O::min_lr, "learning rate at the end of the cosine", "0.0002",
-        {[](const float& v, const O& o) { return v >= 0 && v <= o.lr; }, "must be in [0, --lr]"}),
-    row("warmup-steps", &O::warmup_steps, "linear warmup steps", "5", at_least(0)),
-    row("weight-decay", &O::weight_decay, "AdamW decay, matrices only", "0.05", at_least(0.0f)),
-    row("beta1", &O::beta1, "AdamW beta1", "0.8", fraction()),
-    row("beta2", &O::beta2, "AdamW beta2", "0.99", fraction()),
-    row("adam-eps", &O::adam_eps, "AdamW epsilon", "1e-06", positive()),
-    row("grad-clip", &O::grad_clip, "clip the global gradient norm (0: off)", "0.5",
+    row("grad-accum", &DataOptions::grad_accum, "micro-batches per optimizer step", "2",
+        at_least(1)),
+    row("steps", &RunOptions::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
+    row("lr", &LrSchedule::lr, "peak learning rate", "0.003", positive()),
+    row("min-lr", &LrSchedule::min_lr, "learning rate at the end of the cosine", "0.0002",
+        {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
+         "must be in [0, --lr]"}),
+    row("warmup-steps", &LrSchedule::warmup_steps, "linear warmup steps", "5", at_least(0)),
+    row("weight-decay", &AdamWConfig::weight_decay, "AdamW decay, matrices only", "0.05",
+        at_least(0.0f)),
+    row("beta1", &AdamWConfig::beta1, "AdamW beta1", "0.8", fraction()),
+    row("beta2", &AdamWConfig::beta2, "AdamW beta2", "0.99", fraction()),
+    row("adam-eps", &AdamWConfig::eps, "AdamW epsilon", "1e-06", positive()),
+    row("grad-clip", &AdamWConfig::grad_clip, "clip the global gradient norm (0: off)", "0.5",
         {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0 turns clipping off)"}),
-    row("seed", &O::seed, "seed for initialisation and data order", "42"),
-    row("device", &O::device, "auto uses the GPU when one is visible, else the CPU", "cpu"),
-    row("precision", &O::precision,
+    row("seed", &RunOptions::seed, "seed for initialisation and data order", "42"),
+    row("device", &ComputeOptions::device, "auto uses the GPU when one is visible, else the CPU",
+        "cpu"),
+    row("precision", &ComputeOptions::precision,
         "auto: fp32 on cpu, bf16 on cuda; fp8: the block GEMMs on FP8 (e4m3) codes with "
         "per-tensor scaling, their weights all-gathered as those codes (1 byte per "
         "element; one scale per weight agreed across the shard group), emulated on cpu; on "
         "an H100 within 1% of bf16's loss; its speed against bf16 is in README's status",
         "fp32"),
-    run_control(bare_switch(row("debug", &O::debug,
+    run_control(bare_switch(row("debug", &RunOptions::debug,
                     "stop at the first unit whose output or gradient holds NaN/Inf; on a GPU "
                     "also deterministic attention and a sync after every op", "true"))),
-    run_control(bare_switch(row("profile-ops", &O::profile_ops,
+    run_control(bare_switch(row("profile-ops", &RunOptions::profile_ops,
                     "time every op on the device (stream-ordered marks) from the second step "
                     "of this run and print a table per op and shape at the end", "true"))),
-    row("shard-group-size", &O::shard_group_size,
+    row("shard-group-size", &ComputeOptions::shard_group_size,
         "shard within groups of K ranks, replicate across groups (0: the ranks of a node "
         "when there are several nodes, else all ranks)", "2",
         at_least(0)),
-    row("reshard-after-forward", &O::reshard_after_forward,
+    row("reshard-after-forward", &EngineOptions::reshard_after_forward,
         "free gathered weights after forward, re-gather for backward", "false"),
-    run_control(row("single-rank-direct", &O::single_rank_direct,
+    run_control(row("single-rank-direct", &EngineOptions::direct_when_unsharded,
                     "with a shard group of one rank, compute in the shards in place instead of "
                     "through gather and reduce-scatter (false: the full FSDP path, to measure "
                     "its cost)", "false")),
-    run_control(row("fp8-gather", &O::fp8_gather,
+    run_control(row("fp8-gather", &EngineOptions::fp8_gather,
                     "with --precision fp8, all-gather the block linears as their e4m3 codes "
                     "(false: gather them in the compute dtype and cast before each GEMM, "
                     "twice the bytes, to measure the difference; on the CPU the same codes, on "
                     "a GPU cast from the bf16 copy instead of the fp32 master); no effect "
                     "without fp8", "false")),
-    row("recompute", &O::recompute,
+    row("recompute", &ComputeOptions::recompute,
         "activation recomputation in backward (less memory, more compute)", "block"),
-    row("reduce-dtype", &O::reduce_dtype,
+    row("reduce-dtype", &EngineOptions::reduce_dtype,
         "element type of gradient reduce-scatters (bf16 needs --device cuda)", "bf16"),
-    row("device-comm", &O::device_comm,
+    row("device-comm", &ComputeOptions::device_comm,
         "auto: NCCL on cuda, MPI on cpu; staged: a TEST MODE that runs the engine's "
         "collectives through host memory over MPI, so several ranks can share one GPU (slow)",
         "staged"),
-    row("eval-every", &O::eval_every, "validate every N steps (0: at the end only)", "10",
+    row("eval-every", &EvalOptions::every, "validate every N steps (0: at the end only)", "10",
         at_least(0)),
-    row("eval-batches", &O::eval_batches,
+    row("eval-batches", &EvalOptions::batches,
         "validation micro-batches per rank (0: the whole split, each window once)", "4",
         at_least(0)),
-    run_control(bare_switch(row("eval-only", &O::eval_only,
+    run_control(bare_switch(row("eval-only", &EvalOptions::only,
                     "evaluate --val-data with the weights of --resume (or the initial ones) "
                     "and exit: no training, nothing saved; --train-data may be left out",
                     "true"))),
-    run_control(row("samples", &O::samples,
+    run_control(row("samples", &SampleOptions::count,
                     "print N text samples at the end of training, every --sample-every steps, "
                     "and after --eval-only (N over --batch-size takes more rounds)",
                     "3", at_least(0))),
-    run_control(row("sample-length", &O::sample_length, "new tokens per sample", "100",
+    run_control(row("sample-length", &SampleOptions::length, "new tokens per sample", "100",
                     at_least(1))),
-    run_control(row("sample-every", &O::sample_every,
+    run_control(row("sample-every", &SampleOptions::every,
                     "steps between samples during training (0: at the end only)", "500",
                     at_least(0))),
-    run_control(row("temperature", &O::temperature,
+    run_control(row("temperature", &SampleOptions::temperature,
                     "sampling temperature (0: greedy, the most likely token)", "0.8",
                     {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0: greedy)"})),
-    run_control(row("top-k", &O::top_k, "sample among the K most likely tokens (0: all)", "8",
-                    at_least(0))),
-    row("log-every", &O::log_every, "print a line every N steps", "5", at_least(1)),
-    run_control(named(row("metrics", &O::metrics,
+    run_control(row("top-k", &SampleOptions::top_k,
+                    "sample among the K most likely tokens (0: all)", "8", at_least(0))),
+    row("log-every", &RunOptions::log_every, "print a line every N steps", "5", at_least(1)),
+    run_control(named(row("metrics", &RunOptions::metrics,
                           "write JSON-lines metrics to FILE (rank 0); a fresh run starts it "
                           "anew, a resumed run or --eval-only appends",
                           "m.jsonl"), "FILE")),
-    run_control(named(row("checkpoint-dir", &O::checkpoint_dir, "directory for checkpoints",
+    run_control(named(row("checkpoint-dir", &CheckpointOptions::dir, "directory for checkpoints",
                           "ckpt"), "DIR")),
-    row("checkpoint-every", &O::checkpoint_every, "save every N steps (and at the end)", "10",
+    row("checkpoint-every", &CheckpointOptions::every, "save every N steps (and at the end)", "10",
         at_least(0)),
-    row("keep-checkpoints", &O::keep_checkpoints, "keep the newest K checkpoints (0: all)", "2",
+    row("keep-checkpoints", &CheckpointOptions::keep, "keep the newest K checkpoints (0: all)", "2",
         at_least(0)),
-    run_control(named(row("resume", &O::resume,
+    run_control(named(row("resume", &CheckpointOptions::resume,
                           "auto: the newest valid checkpoint in --checkpoint-dir, or a fresh start; "
                           "or a checkpoint file",
                           "auto"), "auto|PATH")),
-    run_control(row("stop-at-step", &O::stop_at_step,
+    run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
                     "still follows --steps (0: off)", "20",
-                    {[](const int& v, const O& o) { return v >= 0 && v <= o.steps; },
+                    {[](const int& v, const O& o) { return v >= 0 && v <= o.run.steps; },
                      "must be between 1 and --steps (0: off)"})),
   };
   // clang-format on

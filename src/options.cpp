@@ -118,14 +118,14 @@ std::string did_you_mean(std::string given, const std::string& dashes) {
 
 // Rules that tie options together; single values were checked by their rows.
 void check_combinations(const Options& o) {
-  if (o.checkpoint_dir.empty() && (o.checkpoint_every > 0 || o.resume == "auto" ||
-                                   o.stop_at_step > 0 || o.keep_checkpoints > 0))
+  const CheckpointOptions& c = o.checkpoint;
+  if (c.dir.empty() && (c.every > 0 || c.resume == "auto" || o.run.stop_at_step > 0 || c.keep > 0))
     throw_error(
         "--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
         "--checkpoint-dir DIR");
-  if (o.eval_only && o.val_data.empty())
+  if (o.eval.only && o.data.val_data.empty())
     throw_error("--eval-only needs --val-data: the HDF5 token file to evaluate on");
-  if (o.train_data.empty() && !o.eval_only)
+  if (o.data.train_data.empty() && !o.eval.only)
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }
 
@@ -157,7 +157,7 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
     auto it = given.find(r.name);
     invalid(r, it != given.end() ? it->second : GivenValue{r.get(o), ""}, rule);
   }
-  if (o.seq_len == 0) o.seq_len = o.model.max_seq_len;
+  if (o.data.seq_len == 0) o.data.seq_len = o.model.max_seq_len;
   return o;
 }
 

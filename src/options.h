@@ -9,53 +9,84 @@
 #include <string>
 #include <vector>
 
+#include "data/data_options.h"
 #include "model/config.h"
+#include "shard/engine_options.h"
+#include "shard/optimizer_config.h"
+#include "src/lr_schedule.h"
 #include "src/option_enums.h"
 
 namespace fsdp {
 
-struct Options {
-  ModelConfig model;
+// The options in parts, one per component that reads them; each part is
+// the struct that component takes, so a default is written once, where the
+// component is. The option table (src/option_table.cpp) maps every flag to
+// its field here.
 
-  std::string train_data, val_data;  // "file.h5" or "file.h5:/dataset"
-  int seq_len = 0;                   // 0: the model's max_seq_len
-  int batch_size = 8;                // sequences per rank per micro-batch
-  int grad_accum = 1;
-  int steps = 100;
-  float lr = 1e-3f, min_lr = 1e-4f;
-  int warmup_steps = 10;
-  float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
-  float grad_clip = 1.0f;
-  uint64_t seed = 1337;
-
+// Where and how the model computes: the backend (src/backend.h), its number
+// formats and recomputation, and how the ranks split into shard groups.
+struct ComputeOptions {
   Device device = Device::automatic;
   Precision precision = Precision::automatic;
-  bool debug = false;
-  bool profile_ops = false;  // time every op; table at the end (model/op_profiler.h)
-  int shard_group_size = 0;  // 0: all ranks
-  bool reshard_after_forward = true;
-  bool single_rank_direct = true;  // EngineOptions::direct_when_unsharded
-  bool fp8_gather = true;          // EngineOptions::fp8_gather
   Recompute recompute = Recompute::none;
-  DType reduce_dtype = DType::f32;  // gradient reduce-scatter
   DeviceComm device_comm = DeviceComm::automatic;
+  int shard_group_size = 0;  // 0: all ranks (resolve_shard_group_size)
 
-  int eval_every = 0;    // 0: only at the end
-  int eval_batches = 8;  // 0: the whole split once
-  bool eval_only = false;
-  int samples = 0;  // text samples to print (0: none)
-  int sample_length = 64;
-  int sample_every = 0;  // 0: at the end only
+  bool fp8() const { return precision == Precision::fp8; }
+  bool operator==(const ComputeOptions&) const = default;
+};
+
+struct EvalOptions {
+  int every = 0;    // 0: only at the end
+  int batches = 8;  // 0: the whole split once
+  bool only = false;
+
+  bool operator==(const EvalOptions&) const = default;
+};
+
+struct SampleOptions {
+  int count = 0;  // text samples to print (0: none)
+  int length = 64;
+  int every = 0;  // 0: at the end only
   float temperature = 1.0f;
   int top_k = 40;
-  int log_every = 1;
-  std::string metrics;  // JSON-lines file, rank 0
 
-  std::string checkpoint_dir;
-  int checkpoint_every = 0;
-  int keep_checkpoints = 0;  // 0: keep all
-  std::string resume;        // "", "auto" or a file
-  int stop_at_step = 0;      // 0: run to --steps
+  bool operator==(const SampleOptions&) const = default;
+};
+
+struct CheckpointOptions {
+  std::string dir;
+  int every = 0;
+  int keep = 0;        // 0: keep all
+  std::string resume;  // "", "auto" or a file
+
+  bool operator==(const CheckpointOptions&) const = default;
+};
+
+// The run as a whole: its length, seed, logging and the switches that steer it.
+struct RunOptions {
+  int steps = 100;  // also the LR schedule's length
+  uint64_t seed = 1337;
+  bool debug = false;
+  bool profile_ops = false;  // time every op; table at the end (model/op_profiler.h)
+  int log_every = 1;
+  std::string metrics;   // JSON-lines file, rank 0
+  int stop_at_step = 0;  // 0: run to --steps
+
+  bool operator==(const RunOptions&) const = default;
+};
+
+struct Options {
+  ModelConfig model;    // model/config.h
+  DataOptions data;     // data/data_options.h
+  LrSchedule schedule;  // src/lr_schedule.h
+  AdamWConfig adamw;    // shard/optimizer_config.h
+  ComputeOptions compute;
+  EngineOptions engine;  // shard/engine_options.h; check_finite and seed come from run
+  EvalOptions eval;
+  SampleOptions sample;
+  CheckpointOptions checkpoint;
+  RunOptions run;
 
   bool operator==(const Options&) const = default;
 };

@@ -39,13 +39,18 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
   if (d.vocab_size() > o.model.vocab_size)
     throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but the model has ",
                 o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(), " or a larger preset");
-  d.require_min_tokens(int64_t(o.seq_len) + 1,
-                       "one sequence of --seq-len " + std::to_string(o.seq_len));
+  d.require_min_tokens(int64_t(o.data.seq_len) + 1,
+                       "one sequence of --seq-len " + std::to_string(o.data.seq_len));
   return d;
 }
 
 double mib(int64_t bytes) {
   return double(bytes) / (1 << 20);
+}
+
+// Whether `done` steps end a period of `n` steps (0: no period).
+bool every(int n, int done) {
+  return n > 0 && done % n == 0;
 }
 
 int64_t peak_rss_bytes() {
@@ -60,71 +65,44 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     : o_(options),
       world_(world),
       lead_(world.rank == 0),
-      shard_group_size_(resolve_shard_group_size(o_.shard_group_size, world, &shard_group_why_)),
+      shard_group_size_(
+          resolve_shard_group_size(o_.compute.shard_group_size, world, &shard_group_why_)),
       // --eval-only may leave out the training data: the validation file
       // then stands in where a stream is needed for checks, never read.
-      train_data_(o_.train_data.empty() ? open_checked(o_.val_data, "--val-data", o_)
-                                        : open_checked(o_.train_data, "--train-data", o_)) {
+      train_data_(o_.data.train_data.empty()
+                      ? open_checked(o_.data.val_data, "--val-data", o_)
+                      : open_checked(o_.data.train_data, "--train-data", o_)) {
   // Collective steps (data opening, process groups, resume) agree on errors
   // themselves; steps that can fail on some ranks only go through
   // all_or_none, so no rank is left waiting in a collective.
   const MPI_Comm W = MPI_COMM_WORLD;
-  if (!o_.val_data.empty())
-    val_data_.emplace(open_checked(o_.val_data, "--val-data", o_, &train_data_));
+  if (!o_.data.val_data.empty())
+    val_data_.emplace(open_checked(o_.data.val_data, "--val-data", o_, &train_data_));
   Device device = Device::cpu;
   all_or_none(W, [&] {
     device = resolve_device(o_);  // a configuration error before any file is created
-    if (lead_) metrics_.open(o_.metrics);
+    if (lead_) metrics_.open(o_.run.metrics);
   });
   // Evaluation only reads a checkpoint (saves are renamed into place whole),
   // so it may run beside the training run that owns the directory.
-  if (!o_.eval_only) checkpoint_lock_ = claim_checkpoint_dir(o_, W);
+  if (!o_.eval.only) checkpoint_lock_ = claim_checkpoint_dir(o_, W);
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
-  if (o_.profile_ops) profiler_ = std::make_unique<OpProfiler>(*ops_);
+  if (o_.run.profile_ops) profiler_ = std::make_unique<OpProfiler>(*ops_);
   groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
   // norms, flags) either way.
   ProcessGroups* engine_groups = &groups_;
-  if (device == Device::cuda || o_.device_comm == DeviceComm::staged) {
+  if (device == Device::cuda || o_.compute.device_comm == DeviceComm::staged) {
     device_groups_ = make_engine_groups(device, o_, shard_group_size_);
     engine_groups = &*device_groups_;
   }
-  // --batch-size 0: the largest micro-batch the plan fits on every rank.
-  if (o_.batch_size == 0) {
-    auto plan_for = [&](int b) {
-      return plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
-                         o_.reshard_after_forward, b, o_.seq_len, o_.recompute, o_.reduce_dtype,
-                         o_.single_rank_direct, o_.precision == Precision::fp8, o_.fp8_gather);
-    };
-    float fits = 0;
-    all_or_none(W, [&] {
-      fits = float(auto_batch_size(
-          plan_for, *ops_,
-          {world_.local_size, groups_.shard->size(), world_.size, 1, o_.recompute}));
-    });
-    fits = -fits;  // the smallest over ranks, as a max
-    groups_.world->all_reduce(&fits, 1, DType::f32, ReduceOp::max)->wait();
-    // Not even one sequence: batch 1, whose memory check below says why.
-    o_.batch_size = std::max(1, int(-fits));
-    if (lead_ && fits < 0)
-      std::printf(
-          "fsdptrain: --batch-size 0 (auto): %d sequences per rank per micro-batch, the "
-          "largest whose memory plan fits on every rank (at most %d)\n",
-          o_.batch_size, kMaxAutoBatch);
-  }
+  if (o_.data.batch_size == 0) o_.data.batch_size = auto_batch_size_everywhere();
+  const int batch = o_.data.batch_size;
   // The plan against free memory before build() allocates anything it sizes.
-  all_or_none(W, [&] {
-    check_memory_fits(
-        plan_memory(o_.model, groups_.shard->size(), ops_->compute_dtype(),
-                    o_.reshard_after_forward, o_.batch_size, o_.seq_len, o_.recompute,
-                    o_.reduce_dtype, o_.single_rank_direct, o_.precision == Precision::fp8,
-                    o_.fp8_gather),
-        *ops_,
-        {world_.local_size, groups_.shard->size(), world_.size, o_.batch_size, o_.recompute});
-  });
+  all_or_none(W, [&] { check_memory_fits(memory_plan(batch), *ops_, memory_settings(batch)); });
   all_or_none(W, [&] { build(*engine_groups); });
   {
     // Collective parallel-HDF5 reads: a rank stuck here holds up all of them.
@@ -132,15 +110,15 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     pos_ = resume_if_asked(o_, *engine_, *ops_, loader_.get(), W, lead_);
   }
   // Lines of another run would read as this one's (plot_metrics: "replaced on resume").
-  if (metrics_.begin(!pos_.resumed_from.empty() || o_.eval_only))
+  if (metrics_.begin(!pos_.resumed_from.empty() || o_.eval.only))
     std::printf(
         "fsdptrain: --metrics '%s' holds an earlier run's lines; this fresh run starts "
         "it anew (a resumed run appends)\n",
-        o_.metrics.c_str());
-  const size_t n = size_t(o_.batch_size) * o_.seq_len;
+        o_.run.metrics.c_str());
+  const size_t n = size_t(batch) * o_.data.seq_len;
   inputs_.resize(n);
   targets_.resize(n);
-  if (o_.samples > 0)
+  if (o_.sample.count > 0)
     all_or_none(W, [&] {
       if (!lead_) return;
       const TokenStream& s = val_data_ ? *val_data_ : train_data_;
@@ -152,24 +130,53 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 
 // The rank-local part of set-up: memory on the device, the reader thread.
 void Trainer::build(ProcessGroups& engine_groups) {
-  model_ = std::make_unique<Transformer>(o_.model, *ops_, o_.batch_size, o_.seq_len, o_.recompute,
-                                         o_.precision == Precision::fp8);
-  EngineOptions eo;
-  eo.reshard_after_forward = o_.reshard_after_forward;
-  eo.seed = o_.seed;
-  eo.check_finite = o_.debug;
-  eo.reduce_dtype = o_.reduce_dtype;
-  eo.direct_when_unsharded = o_.single_rank_direct;
-  eo.fp8_gather = o_.fp8_gather;
+  const DataOptions& d = o_.data;
+  model_ = std::make_unique<Transformer>(o_.model, *ops_, d.batch_size, d.seq_len,
+                                         o_.compute.recompute, o_.compute.fp8());
+  EngineOptions eo = o_.engine;
+  eo.seed = o_.run.seed;
+  eo.check_finite = o_.run.debug;
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
-  if (!o_.eval_only)
-    loader_ = std::make_unique<BatchLoader>(train_data_, o_.seq_len, o_.batch_size, o_.grad_accum,
-                                            world_.rank, world_.size, o_.seed);
+  if (!o_.eval.only)
+    loader_ = std::make_unique<BatchLoader>(train_data_, d.seq_len, d.batch_size, d.grad_accum,
+                                            world_.rank, world_.size, o_.run.seed);
   if (val_data_)
-    val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.seq_len, o_.batch_size, world_.rank,
-                                                world_.size);
+    val_batches_ =
+        std::make_unique<ValBatches>(*val_data_, d.seq_len, d.batch_size, world_.rank, world_.size);
+}
+
+// --batch-size 0: the largest micro-batch the plan fits on every rank.
+int Trainer::auto_batch_size_everywhere() {
+  float fits = 0;
+  all_or_none(MPI_COMM_WORLD, [&] {
+    fits = float(auto_batch_size([&](int b) { return memory_plan(b); }, *ops_, memory_settings(1)));
+  });
+  fits = -fits;  // the smallest over ranks, as a max
+  groups_.world->all_reduce(&fits, 1, DType::f32, ReduceOp::max)->wait();
+  // Not even one sequence: batch 1, whose memory check says why.
+  const int batch = std::max(1, int(-fits));
+  if (lead_ && fits < 0)
+    std::printf(
+        "fsdptrain: --batch-size 0 (auto): %d sequences per rank per micro-batch, the "
+        "largest whose memory plan fits on every rank (at most %d)\n",
+        batch, kMaxAutoBatch);
+  return batch;
+}
+
+MemoryPlan Trainer::memory_plan(int batch) const {
+  return plan_memory(o_.model, {.shard_size = groups_.shard->size(),
+                                .compute = ops_->compute_dtype(),
+                                .batch = batch,
+                                .seq_len = o_.data.seq_len,
+                                .recompute = o_.compute.recompute,
+                                .fp8 = o_.compute.fp8(),
+                                .engine = o_.engine});
+}
+
+MemorySettings Trainer::memory_settings(int batch) const {
+  return {world_.local_size, groups_.shard->size(), world_.size, batch, o_.compute.recompute};
 }
 
 Trainer::~Trainer() = default;
@@ -177,17 +184,14 @@ Trainer::~Trainer() = default;
 void Trainer::print_memory_plan() const {
   const ModelConfig& m = o_.model;
   const int n = groups_.shard->size();
-  const MemoryPlan p =
-      plan_memory(m, n, ops_->compute_dtype(), o_.reshard_after_forward, o_.batch_size, o_.seq_len,
-                  o_.recompute, o_.reduce_dtype, o_.single_rank_direct,
-                  o_.precision == Precision::fp8, o_.fp8_gather);
+  const MemoryPlan p = memory_plan(o_.data.batch_size);
   const std::string fp8_note =
-      o_.precision != Precision::fp8
+      !o_.compute.fp8()
           ? ""
           : std::string(" with FP8 block GEMMs (e4m3") +
                 (ops_->capabilities().native_fp8 ? "" : ", emulated") +
                 "; their weights gathered as " +
-                (o_.fp8_gather ? "e4m3" : dtype_name(ops_->compute_dtype())) + ")";
+                (o_.engine.fp8_gather ? "e4m3" : dtype_name(ops_->compute_dtype())) + ")";
   std::printf("fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads\n",
               m.name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head);
   std::printf(
@@ -206,13 +210,13 @@ void Trainer::print_memory_plan() const {
     std::printf(
         "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
         "(%lld tokens, %lld windows per epoch)\n",
-        (long long)loader_->sequences_per_step(), o_.seq_len, o_.steps,
+        (long long)loader_->sequences_per_step(), o_.data.seq_len, o_.run.steps,
         train_data_.describe().c_str(), (long long)train_data_.size(),
         (long long)loader_->sampler().windows_per_epoch());
   else
     std::printf("fsdptrain: evaluation only: %s (%lld tokens, %lld windows of %d)\n",
                 val_data_->describe().c_str(), (long long)val_data_->size(),
-                (long long)val_batches_->windows(), o_.seq_len + 1);
+                (long long)val_batches_->windows(), o_.data.seq_len + 1);
   std::fflush(stdout);
 }
 
@@ -225,12 +229,13 @@ std::pair<double, double> Trainer::global_sum(double a, double b) {
 double Trainer::train_step(int step) {
   // Gradients are averaged over the global batch exactly once, here: every
   // token's loss is scaled by 1 / (tokens in the global batch).
-  const double global_tokens = double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
+  const double global_tokens = double(o_.data.tokens_per_step(world_.size));
+  const int accum = o_.data.grad_accum;
   double loss_sum = 0, count = 0;
-  for (int m = 0; m < o_.grad_accum; ++m) {
+  for (int m = 0; m < accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
     model_->set_batch(inputs_.data(), targets_.data(), float(1.0 / global_tokens));
-    engine_->forward_backward(m + 1 == o_.grad_accum);
+    engine_->forward_backward(m + 1 == accum);
     loss_sum += model_->loss_sum();
     count += double(model_->loss_count());
   }
@@ -243,8 +248,8 @@ double Trainer::train_step(int step) {
 double Trainer::evaluate(double* tokens) {
   double loss_sum = 0, count = 0;
   // --eval-batches 0: every window once, the last batches padded.
-  const bool once = o_.eval_batches == 0;
-  const int64_t batches = once ? val_batches_->batches_per_pass() : o_.eval_batches;
+  const bool once = o_.eval.batches == 0;
+  const int64_t batches = once ? val_batches_->batches_per_pass() : o_.eval.batches;
   for (int64_t i = 0; i < batches; ++i) {
     val_batches_->get(i, inputs_.data(), targets_.data(), once);
     model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
@@ -263,12 +268,11 @@ double Trainer::evaluate(double* tokens) {
 double Trainer::mfu(double tokens_per_s) const {
   const double peak = ops_->capabilities().peak_flops;
   if (peak <= 0) return std::nan("");
-  return tokens_per_s * o_.model.flops_per_token(o_.seq_len) / (peak * world_.size);
+  return tokens_per_s * o_.model.flops_per_token(o_.data.seq_len) / (peak * world_.size);
 }
 
 void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
-  const double tokens = double(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
-  const double tok_s = tokens / seconds;
+  const double tok_s = double(o_.data.tokens_per_step(world_.size)) / seconds;
   if (step > 0) {  // the first step pays one-time costs; leave it out of the ETA
     step_seconds_total_ += seconds;
     ++steps_timed_;
@@ -292,10 +296,11 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"peak_device_bytes_max_rank", json_number(peak[1])},
                   {"elapsed_s", json_number(elapsed)},
                   {"train_s", json_number(train_seconds_)}});
-  if (lead_ && ((step + 1) % o_.log_every == 0 || step + 1 == o_.steps)) {
+  const int steps = o_.run.steps;
+  if (lead_ && ((step + 1) % o_.run.log_every == 0 || step + 1 == steps)) {
     std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
-                o_.steps, loss, lr, norm, format_rate(tok_s).c_str(),
-                format_duration(avg * (o_.steps - step - 1)).c_str());
+                steps, loss, lr, norm, format_rate(tok_s).c_str(),
+                format_duration(avg * (steps - step - 1)).c_str());
     std::fflush(stdout);
   }
 }
@@ -337,14 +342,14 @@ void Trainer::save() {
   }
   metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
   if (lead_)
-    std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.steps, path.c_str());
+    std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.run.steps, path.c_str());
 }
 
 // --eval-only: the validation loss of the loaded weights, printed and written
 // to the metrics with the step they were saved at.
 void Trainer::evaluate_only(TrainSummary& summary) {
-  if (!o_.resume.empty() && pos_.resumed_from.empty())
-    throw_agreed_error("--eval-only --resume auto: no checkpoint in '", o_.checkpoint_dir,
+  if (!o_.checkpoint.resume.empty() && pos_.resumed_from.empty())
+    throw_agreed_error("--eval-only --resume auto: no checkpoint in '", o_.checkpoint.dir,
                        "' to evaluate; name one with --resume PATH, or leave out --resume to "
                        "evaluate the initial weights");
   const auto t0 = std::chrono::steady_clock::now();
@@ -364,7 +369,7 @@ void Trainer::evaluate_only(TrainSummary& summary) {
         "fsdptrain: eval of %s (step %lld): val_loss %.4f, perplexity %.2f, over %.0f tokens%s "
         "in %.1f s\n",
         source.c_str(), (long long)pos_.step, v, std::exp(v), tokens,
-        o_.eval_batches == 0 ? " (the whole split)" : "", seconds);
+        o_.eval.batches == 0 ? " (the whole split)" : "", seconds);
 }
 
 // Text from the current weights, as llm.c prints while it trains. Every rank
@@ -375,8 +380,9 @@ void Trainer::evaluate_only(TrainSummary& summary) {
 // cheap next to training. More samples than --batch-size take more rounds of
 // the micro-batch; the random draws run on in one stream across rounds.
 void Trainer::print_samples(int step) {
-  if (o_.samples == 0) return;
-  const int T = o_.seq_len, B = o_.batch_size;
+  const SampleOptions& so = o_.sample;
+  if (so.count == 0) return;
+  const int T = o_.data.seq_len, B = o_.data.batch_size;
   const TokenStream& data = val_data_ ? *val_data_ : train_data_;
   std::vector<int32_t> prompt;
   if (data.eos_id()) {
@@ -385,11 +391,11 @@ void Trainer::print_samples(int step) {
     prompt.resize(size_t(std::min<int64_t>({8, T / 4, data.size()})));
     data.read(0, int64_t(prompt.size()), prompt.data());
   }
-  const int P = int(prompt.size()), n = std::min(o_.sample_length, T - P);
-  std::mt19937_64 rng(o_.seed * 1000003u + uint64_t(step));
-  std::vector<std::vector<int32_t>> out(size_t(o_.samples), prompt);
-  for (int first = 0; first < o_.samples; first += B) {
-    const int rows = std::min(o_.samples - first, B);
+  const int P = int(prompt.size()), n = std::min(so.length, T - P);
+  std::mt19937_64 rng(o_.run.seed * 1000003u + uint64_t(step));
+  std::vector<std::vector<int32_t>> out(size_t(so.count), prompt);
+  for (int first = 0; first < so.count; first += B) {
+    const int rows = std::min(so.count - first, B);
     std::fill(inputs_.begin(), inputs_.end(), 0);
     std::fill(targets_.begin(), targets_.end(), -1);
     for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
@@ -402,19 +408,19 @@ void Trainer::print_samples(int step) {
       if (!lead_) continue;
       for (int r = 0; r < rows; ++r) {
         const int32_t tok =
-            pick_token(model_->logits_row(int64_t(r) * T + t), o_.temperature, o_.top_k, rng);
+            pick_token(model_->logits_row(int64_t(r) * T + t), so.temperature, so.top_k, rng);
         inputs_[size_t(r) * T + t + 1] = tok;
         out[size_t(first + r)].push_back(tok);
       }
     }
   }
   if (!lead_) return;
-  const int rows = o_.samples;
+  const int rows = so.count;
   if (!decoder_) std::printf("fsdptrain: note: %s; samples are token ids\n", decoder_note_.c_str());
   std::printf(
       "fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %d prompt token(s), "
       "%d new):\n",
-      rows, step, double(o_.temperature), o_.top_k, P, n);
+      rows, step, double(so.temperature), so.top_k, P, n);
   for (int r = 0; r < rows; ++r) {
     std::string text;
     if (decoder_) {
@@ -444,7 +450,7 @@ void Trainer::warm_up() {
   std::fill(inputs_.begin(), inputs_.end(), 0);
   std::fill(targets_.begin(), targets_.end(), 0);
   model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
-  if (!o_.eval_only) {
+  if (!o_.eval.only) {
     engine_->forward_backward();
     engine_->discard_gradients();
   }
@@ -456,7 +462,7 @@ void Trainer::warm_up() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!lead_) return;
   std::printf("fsdptrain: warm-up (one %s, discarded) took %.2f s\n",
-              o_.eval_only ? "forward" : "forward+backward", seconds);
+              o_.eval.only ? "forward" : "forward+backward", seconds);
   for (const std::string& line : ops_->runtime_report())
     std::printf("fsdptrain: %s\n", line.c_str());
   std::fflush(stdout);
@@ -464,9 +470,9 @@ void Trainer::warm_up() {
 
 TrainSummary Trainer::run() {
   TrainSummary summary;
-  AdamWConfig adam{o_.beta1, o_.beta2, o_.adam_eps, o_.weight_decay, o_.grad_clip};
-  const int64_t tokens_per_step = int64_t(o_.batch_size) * o_.seq_len * o_.grad_accum * world_.size;
-  const bool checkpoints = !o_.checkpoint_dir.empty();
+  const int steps = o_.run.steps;
+  const int64_t tokens_per_step = o_.data.tokens_per_step(world_.size);
+  const bool checkpoints = !o_.checkpoint.dir.empty();
   install_stop_handlers();
   start_ = std::chrono::steady_clock::now();
   auto validate = [&](int steps_done) {
@@ -476,7 +482,7 @@ TrainSummary Trainer::run() {
     metrics_.write({{"step", std::to_string(steps_done)},
                     {"val_loss", json_number(v)},
                     {"train_s", json_number(train_seconds_)}});
-    if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, o_.steps, v);
+    if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, steps, v);
   };
 
   if (!pos_.resumed_from.empty() && !engine_->masters_finite())
@@ -486,7 +492,7 @@ TrainSummary Trainer::run() {
   warm_up();
   // A signal during set-up is acted on here, before any step: nothing new
   // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).
-  if (pos_.step < o_.steps && stop_requested()) {
+  if (pos_.step < steps && stop_requested()) {
     if (lead_)
       std::printf(
           "fsdptrain: %s arrived before the first step of this run: nothing new to save, "
@@ -496,14 +502,14 @@ TrainSummary Trainer::run() {
     summary.stopped_before_first_step = true;
     return summary;
   }
-  if (o_.eval_only) {
+  if (o_.eval.only) {
     evaluate_only(summary);
     print_samples(int(pos_.step));
     return summary;
   }
-  if (o_.eval_every > 0 && pos_.step == 0) validate(0);
+  if (o_.eval.every > 0 && pos_.step == 0) validate(0);
   const int64_t first_step = pos_.step;
-  for (int step = int(pos_.step); step < o_.steps; ++step) {
+  for (int step = int(pos_.step); step < steps; ++step) {
     // Step time between marks on the compute stream: on a GPU what the device
     // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
     // evaluation or the previous step are dropped first.
@@ -513,13 +519,13 @@ TrainSummary Trainer::run() {
     const int t0 = ops_->mark();
     // --profile-ops: the first step of a run builds plans and caches; it is left out
     if (profiler_ && step > int(first_step)) profiler_->set_enabled(true), profiler_->count_step();
-    const float lr = lr_at(step, o_.steps, o_.warmup_steps, o_.lr, o_.min_lr);
+    const float lr = lr_at(step, steps, o_.schedule);
     const double loss = train_step(step);
     // The update waits until the loss and the gradient norm are known to be
     // finite: a diverged step changes no weight and reaches no checkpoint.
     const GradientNorms norms = engine_->measure_gradients();
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
-    engine_->apply_update(adam, lr, norms);
+    engine_->apply_update(o_.adamw, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
     train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
@@ -528,12 +534,12 @@ TrainSummary Trainer::run() {
     summary.train_loss.push_back(loss);
     log_step(step, loss, lr, norms.total, dt);
 
-    const bool last = step + 1 == o_.steps;
-    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) validate(step + 1);
-    if (last || (o_.sample_every > 0 && (step + 1) % o_.sample_every == 0)) print_samples(step + 1);
-    const bool stop = (o_.stop_at_step > 0 && step + 1 == o_.stop_at_step) || stop_requested();
-    const bool periodic = o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0;
-    if (checkpoints && (last || stop || periodic)) save();
+    const int done = step + 1;
+    const bool last = done == steps;
+    if (last || every(o_.eval.every, done)) validate(done);
+    if (last || every(o_.sample.every, done)) print_samples(done);
+    const bool stop = done == o_.run.stop_at_step || stop_requested();
+    if (checkpoints && (last || stop || every(o_.checkpoint.every, done))) save();
     if (stop && !last) {
       if (lead_)
         std::printf("fsdptrain: stopping after step %d (%s); continue with --resume auto\n",

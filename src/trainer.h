@@ -16,7 +16,9 @@
 #include "model/ops.h"
 #include "model/transformer.h"
 #include "shard/engine.h"
+#include "shard/memory_plan.h"
 #include "src/checkpointing.h"
+#include "src/memory_check.h"
 #include "src/metrics.h"
 #include "src/options.h"
 
@@ -55,6 +57,11 @@ class Trainer {
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);
+  // The memory plan of this run with micro-batches of `batch` sequences, and
+  // what the memory check may advise changing.
+  MemoryPlan memory_plan(int batch) const;
+  MemorySettings memory_settings(int batch) const;
+  int auto_batch_size_everywhere();
   void print_memory_plan() const;
   bool stop_requested();
   void save();

@@ -57,12 +57,12 @@ Options parse(int argc, char** argv, int& world) {
     given[name] = {value, ""};
   }
   Options o = options_from_values(given);  // converted and checked as fsdptrain does
-  if (o.precision == Precision::fp8)
+  if (o.compute.precision == Precision::fp8)
     throw_error("--precision fp8 is not implemented yet; use --precision bf16");
-  const int shard = o.shard_group_size == 0 ? world : o.shard_group_size;
+  const int shard = o.compute.shard_group_size == 0 ? world : o.compute.shard_group_size;
   if (world % shard != 0)
     throw_error("--shard-group-size ", shard, " does not divide --world-size ", world);
-  o.shard_group_size = shard;
+  o.compute.shard_group_size = shard;
   return o;
 }
 
@@ -75,10 +75,15 @@ void print_layout(const char* name, int count, const UnitLayout& l, bool last) {
 
 void print_json(const Options& o, int world) {
   const ModelConfig& m = o.model;
-  const DType compute = o.precision == Precision::fp32 ? DType::f32 : DType::bf16;
-  const int shard = o.shard_group_size;
-  const MemoryPlan p = plan_memory(m, shard, compute, o.reshard_after_forward, o.batch_size,
-                                   o.seq_len, o.recompute, o.reduce_dtype);
+  const DType compute = o.compute.precision == Precision::fp32 ? DType::f32 : DType::bf16;
+  const int shard = o.compute.shard_group_size;
+  const DataOptions& d = o.data;
+  const MemoryPlan p = plan_memory(m, {.shard_size = shard,
+                                       .compute = compute,
+                                       .batch = d.batch_size,
+                                       .seq_len = d.seq_len,
+                                       .recompute = o.compute.recompute,
+                                       .engine = o.engine});
   // Units come as embedding, n_layer blocks of one layout, head (model_units).
   const std::vector<UnitSpec> units = model_units(m);
   std::printf(
@@ -90,13 +95,13 @@ void print_json(const Options& o, int world) {
   std::printf(
       "  \"num_params\": %lld,\n  \"num_matmul_params\": %lld,\n"
       "  \"flops_per_token\": %.17g,\n",
-      (long long)m.num_params(), (long long)m.num_matmul_params(), m.flops_per_token(o.seq_len));
+      (long long)m.num_params(), (long long)m.num_matmul_params(), m.flops_per_token(d.seq_len));
   std::printf(
       "  \"world_size\": %d,\n  \"shard_size\": %d,\n  \"batch_size\": %d,\n"
       "  \"seq_len\": %d,\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": \"%s\",\n"
       "  \"reshard_after_forward\": %s,\n  \"recompute\": \"%s\",\n",
-      world, shard, o.batch_size, o.seq_len, dtype_name(compute), dtype_name(o.reduce_dtype),
-      o.reshard_after_forward ? "true" : "false", format_value(o.recompute).c_str());
+      world, shard, d.batch_size, d.seq_len, dtype_name(compute), dtype_name(o.engine.reduce_dtype),
+      o.engine.reshard_after_forward ? "true" : "false", format_value(o.compute.recompute).c_str());
   std::printf("  \"units\": [\n");
   print_layout("embed", 1, make_layout(units.front(), shard), false);
   print_layout("block", m.n_layer, make_layout(units[1], shard), false);

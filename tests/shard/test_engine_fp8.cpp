@@ -191,7 +191,7 @@ TEST(FsdpFp8Gather, MeasuredMatchesThePlan) {
     eo.direct_when_unsharded = direct;
     EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, eo, true);
     const MemoryPlan p =
-        plan_memory(cfg, n, DType::f32, true, 2, 16, Recompute::none, DType::f32, direct, true);
+        plan_memory(cfg, {.shard_size = n, .batch = 2, .seq_len = 16, .fp8 = true, .engine = eo});
     EXPECT_EQ(run.engine.persistent_bytes(), p.persistent()) << direct;
     EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << direct;
     EXPECT_EQ(run.model.activation_bytes(), p.activations) << direct;
@@ -205,7 +205,12 @@ TEST(FsdpFp8Gather, PlanHalvesTheBlocksGatheredBytes) {
     ModelConfig c = model_preset("gpt-350m");
     c.n_layer = layers;
     // Without resharding every block has its own buffer, so they count.
-    return plan_memory(c, 8, DType::bf16, false, 8, 1024, Recompute::none, DType::f32, true, fp8);
+    return plan_memory(c, {.shard_size = 8,
+                           .compute = DType::bf16,
+                           .batch = 8,
+                           .seq_len = 1024,
+                           .fp8 = fp8,
+                           .engine = {.reshard_after_forward = false}});
   };
   auto blocks = [&](bool fp8, int64_t MemoryPlan::*part) {
     return double(plan(24, fp8).*part - plan(12, fp8).*part);  // 12 blocks' worth

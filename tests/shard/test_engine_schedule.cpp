@@ -160,7 +160,11 @@ TEST(FsdpDebug, FirstNonFiniteUnitIsNamed) {
 
 TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   const ModelConfig c = model_preset("gpt-350m");
-  const MemoryPlan one = plan_memory(c, 1, DType::bf16, true, 8, 1024);
+  // gpt-350m in bf16 on micro-batches of 8 x 1024, sharded n ways.
+  auto plan = [&](int n, EngineOptions engine = {}) {
+    return plan_memory(c, {n, DType::bf16, 8, 1024, Recompute::none, false, engine});
+  };
+  const MemoryPlan one = plan(1);
   // fp32 master + grads + two moments = 16 bytes per parameter, plus the bf16
   // copy that the all-gather sends: 18 bytes per parameter on one rank.
   EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
@@ -169,13 +173,12 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   // ... unless the collective path is kept (--single-rank-direct false): then
   // the same buffers as two ranks, whose gradient buffers add half a unit
   // less for the reduce-scatter output.
-  const MemoryPlan kept =
-      plan_memory(c, 1, DType::bf16, true, 8, 1024, Recompute::none, DType::f32, false);
+  const MemoryPlan kept = plan(1, {.direct_when_unsharded = false});
   EXPECT_EQ(kept.persistent(), one.persistent());
   EXPECT_GT(kept.gather_buffers, 0);
-  const MemoryPlan two = plan_memory(c, 2, DType::bf16, true, 8, 1024);
+  const MemoryPlan two = plan(2);
   for (int n : {2, 4, 8, 32}) {
-    const MemoryPlan p = plan_memory(c, n, DType::bf16, true, 8, 1024);
+    const MemoryPlan p = plan(n);
     std::printf(
         "[ plan ] gpt-350m, %2d ranks, bf16, B=8 T=1024 (MiB): params %.1f grads %.1f "
         "adamw %.1f send %.1f | gather %.1f grad-buffers %.1f | activations %.1f\n",
@@ -191,8 +194,8 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
     EXPECT_EQ(p.activations, one.activations);
   }
   // Keeping weights after forward costs every unit's buffer.
-  const MemoryPlan keep = plan_memory(c, 32, DType::bf16, false, 8, 1024);
-  EXPECT_GT(keep.gather_buffers, 3 * plan_memory(c, 32, DType::bf16, true, 8, 1024).gather_buffers);
+  const MemoryPlan keep = plan(32, {.reshard_after_forward = false});
+  EXPECT_GT(keep.gather_buffers, 3 * plan(32).gather_buffers);
 }
 
 // A one-block model leaves the second block slot unused: nothing is
@@ -204,8 +207,8 @@ TEST(FsdpMemory, OneBlockModelLeavesASlotEmpty) {
   cfg.n_layer = 1;
   for (bool fp8 : {false, true}) {
     EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, {}, fp8);
-    const MemoryPlan p = plan_memory(cfg, g.shard->size(), DType::f32, true, 2, 16, Recompute::none,
-                                     DType::f32, true, fp8);
+    const MemoryPlan p =
+        plan_memory(cfg, {.shard_size = g.shard->size(), .batch = 2, .seq_len = 16, .fp8 = fp8});
     EXPECT_EQ(run.engine.persistent_bytes(), p.persistent()) << fp8;
     EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << fp8;
     const double first = run.step(0, *g.world, 1e-2f);
@@ -217,7 +220,7 @@ TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   const ModelConfig cfg = model_preset("tiny");
   EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1);
-  const MemoryPlan p = plan_memory(cfg, g.shard->size(), DType::f32, true, 2, 16);
+  const MemoryPlan p = plan_memory(cfg, {.shard_size = g.shard->size(), .batch = 2, .seq_len = 16});
   EXPECT_EQ(run.engine.persistent_bytes(), p.persistent());
   EXPECT_EQ(run.engine.buffer_bytes(), p.buffers());
   EXPECT_EQ(run.model.activation_bytes(), p.activations);
@@ -230,9 +233,8 @@ TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   EngineOptions eo;
   eo.direct_when_unsharded = false;
   EngineRun kept(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, eo);
-  EXPECT_EQ(
-      kept.engine.buffer_bytes(),
-      plan_memory(cfg, n, DType::f32, true, 2, 16, Recompute::none, DType::f32, false).buffers());
+  EXPECT_EQ(kept.engine.buffer_bytes(),
+            plan_memory(cfg, {.shard_size = n, .batch = 2, .seq_len = 16, .engine = eo}).buffers());
   EXPECT_GT(kept.engine.buffer_bytes(), 0);
 }
 

@@ -101,7 +101,7 @@ TEST(MemoryCheck, RanksOnOneNodeShareItsMemory) {
 
 TEST(MemoryCheck, SaturatedPlanIsRefusedNotOverflowed) {
   ModelConfig c = model_preset("tiny");
-  const MemoryPlan p = plan_memory(c, 1, DType::f32, true, 1 << 30, 1 << 30);
+  const MemoryPlan p = plan_memory(c, {.batch = 1 << 30, .seq_len = 1 << 30});
   EXPECT_EQ(p.activations, kPlanSaturation);
   EXPECT_GT(p.total(), 0);
   MemorySettings s;
@@ -230,8 +230,13 @@ TEST(MemoryPlanShape, OneBlockStandsForAllOfThem) {
                                       {DType::f32, true},
                                       {DType::bf16, true}}) {
             const MemoryPlan want = enumerated_plan(c, n, compute, reshard, compute, fp8);
-            const MemoryPlan got =
-                plan_memory(c, n, compute, reshard, 2, 16, Recompute::none, compute, true, fp8);
+            const MemoryPlan got = plan_memory(
+                c, {.shard_size = n,
+                    .compute = compute,
+                    .batch = 2,
+                    .seq_len = 16,
+                    .fp8 = fp8,
+                    .engine = {.reshard_after_forward = reshard, .reduce_dtype = compute}});
             SCOPED_TRACE(testing::Message()
                          << tied << " L=" << layers << " n=" << n << " " << reshard << " "
                          << dtype_size(compute) << " fp8 " << fp8);
@@ -259,7 +264,7 @@ TEST(MemoryPlanShape, ActivationsAreLinearInTokensButTheLogits) {
     EXPECT_EQ(Transformer::activation_bytes_for(c, 1, int(chunk), DType::bf16, r), chunk * one);
     const int64_t want = 8 * 1024 * one - (8 * 1024 - chunk) * logit_row;
     EXPECT_EQ(Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, r), want);
-    EXPECT_EQ(plan_memory(c, 4, DType::bf16, true, 8, 1024, r).activations, want);
+    EXPECT_EQ(plan_memory(c, {4, DType::bf16, 8, 1024, r}).activations, want);
   }
 }
 
@@ -268,11 +273,11 @@ TEST(MemoryPlanShape, ActivationsAreLinearInTokensButTheLogits) {
 TEST(MemoryPlanShape, TheIssuesModelsPlanBeyondThisMachine) {
   ModelConfig deep = model_preset("tiny");
   deep.n_layer = 100000;
-  EXPECT_GT(plan_memory(deep, 1, DType::f32, true, 8, 64).total(), 64 * GiB);
+  EXPECT_GT(plan_memory(deep, {.batch = 8, .seq_len = 64}).total(), 64 * GiB);
   ModelConfig wide = model_preset("tiny");
   wide.d_model = 65536;
   wide.validate();
-  EXPECT_GT(plan_memory(wide, 1, DType::f32, true, 8, 64).total(), 64 * GiB);
+  EXPECT_GT(plan_memory(wide, {.batch = 8, .seq_len = 64}).total(), 64 * GiB);
 }
 
 TEST(ModelConfigSizes, AbsurdShapesAreRefusedNamingTheField) {

@@ -35,24 +35,55 @@ TEST(Options, DefaultsAndPreset) {
   auto o = parse({"--train-data", "x.h5"});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->model.name, "tiny");
-  EXPECT_EQ(o->seq_len, o->model.max_seq_len);  // 0 means the model's context
-  EXPECT_TRUE(o->reshard_after_forward);
-  EXPECT_EQ(o->device, Device::automatic);
-  EXPECT_EQ(o->precision, Precision::automatic);
-  EXPECT_EQ(o->recompute, Recompute::none);
-  EXPECT_EQ(o->reduce_dtype, DType::f32);
-  EXPECT_EQ(o->device_comm, DeviceComm::automatic);
+  EXPECT_EQ(o->data.seq_len, o->model.max_seq_len);  // 0 means the model's context
+  EXPECT_TRUE(o->engine.reshard_after_forward);
+  EXPECT_EQ(o->compute.device, Device::automatic);
+  EXPECT_EQ(o->compute.precision, Precision::automatic);
+  EXPECT_EQ(o->compute.recompute, Recompute::none);
+  EXPECT_EQ(o->engine.reduce_dtype, DType::f32);
+  EXPECT_EQ(o->compute.device_comm, DeviceComm::automatic);
+  // Each part the flags leave alone is its component's own default, as the
+  // component would build it: the defaults are written once, there.
+  EXPECT_EQ(o->adamw, AdamWConfig{});
+  EXPECT_EQ(o->schedule, LrSchedule{});
+  EXPECT_EQ(o->engine, EngineOptions{});
+}
+
+// The parts are what the components take, as they are: the flags land in the
+// engine's, the optimizer's and the schedule's own structs.
+TEST(Options, FlagsFillTheComponentsParts) {
+  auto o = parse({"--train-data", "x.h5", "--beta2", "0.99", "--adam-eps", "1e-06", "--grad-clip",
+                  "0", "--weight-decay", "0", "--single-rank-direct", "false", "--fp8-gather",
+                  "false", "--warmup-steps", "0", "--min-lr", "0"});
+  ASSERT_TRUE(o);
+  AdamWConfig adamw;
+  adamw.beta2 = 0.99f, adamw.eps = 1e-6f, adamw.grad_clip = 0, adamw.weight_decay = 0;
+  EXPECT_EQ(o->adamw, adamw);
+  EngineOptions engine;
+  engine.direct_when_unsharded = false, engine.fp8_gather = false;
+  EXPECT_EQ(o->engine, engine);
+  EXPECT_EQ(o->schedule, (LrSchedule{.lr = 1e-3f, .min_lr = 0, .warmup_steps = 0}));
+  EXPECT_FLOAT_EQ(lr_at(0, o->run.steps, o->schedule), 1e-3f);  // no warmup: the peak
+}
+
+// The one place the tokens of a step are counted.
+TEST(Options, TokensPerStepCountsEveryRanksMicroBatches) {
+  auto o =
+      parse({"--train-data", "x.h5", "--batch-size", "3", "--grad-accum", "2", "--seq-len", "32"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->data.sequences_per_step(4), 3 * 2 * 4);
+  EXPECT_EQ(o->data.tokens_per_step(4), 3 * 2 * 4 * 32);
 }
 
 TEST(Options, ChoicesBecomeEnumsOnce) {
   auto o = parse({"--train-data", "x.h5", "--device", "cuda", "--precision", "fp8", "--recompute",
                   "mlp", "--reduce-dtype", "bf16", "--device-comm", "staged"});
   ASSERT_TRUE(o);
-  EXPECT_EQ(o->device, Device::cuda);
-  EXPECT_EQ(o->precision, Precision::fp8);
-  EXPECT_EQ(o->recompute, Recompute::mlp);
-  EXPECT_EQ(o->reduce_dtype, DType::bf16);
-  EXPECT_EQ(o->device_comm, DeviceComm::staged);
+  EXPECT_EQ(o->compute.device, Device::cuda);
+  EXPECT_EQ(o->compute.precision, Precision::fp8);
+  EXPECT_EQ(o->compute.recompute, Recompute::mlp);
+  EXPECT_EQ(o->engine.reduce_dtype, DType::bf16);
+  EXPECT_EQ(o->compute.device_comm, DeviceComm::staged);
   // The names come back for the INI copy.
   const std::string ini = options_to_ini(*o);
   for (const char* line : {"device = cuda\n", "precision = fp8\n", "recompute = mlp\n",
@@ -67,7 +98,7 @@ TEST(Options, ModelFieldsOverrideThePreset) {
   EXPECT_EQ(o->model.n_layer, 4);
   EXPECT_EQ(o->model.d_model, 1024);  // untouched fields keep the preset's
   EXPECT_FALSE(o->model.tie_embeddings);
-  EXPECT_EQ(o->seq_len, 256);
+  EXPECT_EQ(o->data.seq_len, 256);
 }
 
 TEST(Options, ConfigFileWithFlagsWinning) {
@@ -76,12 +107,12 @@ TEST(Options, ConfigFileWithFlagsWinning) {
                          "reshard-after-forward = false\n";
   auto o = parse({"--config", path, "--train-data", "x.h5", "--steps", "9", "--n-head", "8"});
   ASSERT_TRUE(o);
-  EXPECT_FLOAT_EQ(o->lr, 0.01f);
-  EXPECT_EQ(o->steps, 9);  // the flag beats the file
+  EXPECT_FLOAT_EQ(o->schedule.lr, 0.01f);
+  EXPECT_EQ(o->run.steps, 9);  // the flag beats the file
   EXPECT_EQ(o->model.name, "gpt-125m");
   EXPECT_EQ(o->model.d_model, 512);
   EXPECT_EQ(o->model.n_head, 8);
-  EXPECT_FALSE(o->reshard_after_forward);
+  EXPECT_FALSE(o->engine.reshard_after_forward);
   std::remove(path.c_str());
 }
 
@@ -256,14 +287,15 @@ TEST(Options, HelpReturnsNothing) {
 }
 
 TEST(LrSchedule, WarmupThenCosineToMin) {
-  EXPECT_FLOAT_EQ(lr_at(0, 100, 10, 1.0f, 0.1f), 0.1f);
-  EXPECT_FLOAT_EQ(lr_at(9, 100, 10, 1.0f, 0.1f), 1.0f);
-  EXPECT_NEAR(lr_at(10, 100, 10, 1.0f, 0.1f), 1.0f, 1e-6);
-  EXPECT_NEAR(lr_at(99, 100, 10, 1.0f, 0.1f), 0.1f, 1e-6);
-  EXPECT_NEAR(lr_at(54, 100, 10, 1.0f, 0.1f), 0.55f, 0.02);
-  for (int s = 10; s < 99; ++s)
-    EXPECT_GE(lr_at(s, 100, 10, 1.0f, 0.1f), lr_at(s + 1, 100, 10, 1.0f, 0.1f));
-  EXPECT_FLOAT_EQ(lr_at(0, 5, 0, 2.0f, 0.0f), 2.0f);  // no warmup starts at the peak
+  const LrSchedule s{.lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10};
+  EXPECT_FLOAT_EQ(lr_at(0, 100, s), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(9, 100, s), 1.0f);
+  EXPECT_NEAR(lr_at(10, 100, s), 1.0f, 1e-6);
+  EXPECT_NEAR(lr_at(99, 100, s), 0.1f, 1e-6);
+  EXPECT_NEAR(lr_at(54, 100, s), 0.55f, 0.02);
+  for (int step = 10; step < 99; ++step) EXPECT_GE(lr_at(step, 100, s), lr_at(step + 1, 100, s));
+  // no warmup starts at the peak
+  EXPECT_FLOAT_EQ(lr_at(0, 5, {.lr = 2.0f, .min_lr = 0.0f, .warmup_steps = 0}), 2.0f);
 }
 
 }  // namespace
