@@ -49,7 +49,8 @@ struct PlanSettings {
   bool fp8 = false;  // the block linears run on FP8 codes (Transformer's fp8)
   // Read: reshard_after_forward, reduce_dtype, direct_when_unsharded (one
   // rank then has no gather or gradient buffers) and fp8_gather (with fp8,
-  // the block linears are gathered as their codes).
+  // the block linears are gathered as their codes). "= {}" lets a designated
+  // initialiser leave it out without GCC's -Wmissing-field-initializers.
   EngineOptions engine = {};
 };
 

@@ -297,7 +297,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"elapsed_s", json_number(elapsed)},
                   {"train_s", json_number(train_seconds_)}});
   const int steps = o_.run.steps;
-  if (lead_ && ((step + 1) % o_.run.log_every == 0 || step + 1 == steps)) {
+  if (lead_ && (every(o_.run.log_every, step + 1) || step + 1 == steps)) {
     std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
                 steps, loss, lr, norm, format_rate(tok_s).c_str(),
                 format_duration(avg * (steps - step - 1)).c_str());

@@ -42,8 +42,8 @@ TEST(Options, DefaultsAndPreset) {
   EXPECT_EQ(o->compute.recompute, Recompute::none);
   EXPECT_EQ(o->engine.reduce_dtype, DType::f32);
   EXPECT_EQ(o->compute.device_comm, DeviceComm::automatic);
-  // Each part the flags leave alone is its component's own default, as the
-  // component would build it: the defaults are written once, there.
+  // Parts no flag touches come out as their components build them: parsing
+  // fills only what was given (the defaults live in those structs alone).
   EXPECT_EQ(o->adamw, AdamWConfig{});
   EXPECT_EQ(o->schedule, LrSchedule{});
   EXPECT_EQ(o->engine, EngineOptions{});
