@@ -23,17 +23,11 @@ Tensor tail(Tensor t, int64_t from) {
   return t.slice(from, t.numel - from);
 }
 
-int64_t head_rows_for(int64_t rows, int head_rows) {
-  FSDP_CHECK(head_rows >= 0, "head_rows ", head_rows);
-  return std::min<int64_t>(rows, head_rows > 0 ? head_rows : Transformer::kHeadRows);
-}
 }  // namespace
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "mlp") return Recompute::mlp;
-  if (name == "block") return Recompute::block;
-  throw_error("--recompute: '", name, "' is invalid: choose none, mlp or block");
+int64_t Transformer::head_rows_for(int64_t rows, int head_rows) {
+  FSDP_CHECK(head_rows >= 0, "head_rows ", head_rows);
+  return std::min<int64_t>(rows, head_rows > 0 ? head_rows : kHeadRows);
 }
 
 Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
@@ -49,105 +43,24 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
   N_ = int64_t(B_) * T_;
   head_rows_ = head_rows_for(N_, head_rows);
-  const DType ct = ops_.compute_dtype(), f32 = DType::f32;
-  const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
-
-  tokens_ = alloc(DType::i32, N_);
-  targets_ = alloc(DType::i32, N_);
-  for (int l = 0; l <= cfg_.n_layer; ++l) res_.push_back(alloc(ct, N_ * d));
-  // Layer 0 owns a full set; recomputed activations live only there, and the
-  // other layers reuse it.
-  const BlockActs shared = alloc_block(true);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    if (recompute_ == Recompute::block) {
-      acts_.push_back(shared);
-      continue;
+  acts_.resize(cfg_.n_layer);
+  int block_members = 0;
+  for (const ActivationBuffer& b :
+       activation_table(cfg_, N_, head_rows_, ops_.compute_dtype(), recompute_, fp8_)) {
+    std::vector<Tensor> copies;
+    for (int i = 0; i < b.copies; ++i) copies.push_back(alloc(b.dtype, b.elements));
+    if (b.one) this->*b.one = copies[0];
+    if (b.each) this->*b.each = copies;
+    if (b.layer) {
+      ++block_members;
+      for (int l = 0; l < cfg_.n_layer; ++l) acts_[l].*b.layer = copies[l % b.copies];
     }
-    BlockActs a = l == 0 ? shared : alloc_block(recompute_ == Recompute::none);
-    if (recompute_ == Recompute::mlp) a.ab = shared.ab, a.s = shared.s;
-    acts_.push_back(a);
   }
-  hf_ = alloc(ct, N_ * d);
-  rstdf_ = alloc(f32, N_);
-  logits_ = alloc(ct, head_rows_ * cfg_.padded_vocab());
-  losses_ = alloc(f32, N_);
-
-  dres_ = alloc(ct, N_ * d);
-  dh_ = alloc(ct, N_ * d);
-  dq_ = alloc(ct, N_ * qd);
-  dk_ = alloc(ct, N_ * kvd);
-  dqkv_ = alloc(ct, N_ * (qd + 2 * kvd));
-  datt_ = alloc(ct, N_ * qd);
-  ds_ = alloc(ct, N_ * ff);
-  dab_ = alloc(ct, N_ * 2 * ff);
-  if (fp8_) {
-    const int64_t in = std::max({d, qd, ff}), out = std::max({qd + 2 * kvd, 2 * ff, d});
-    const int64_t weight = std::max(qd + 2 * kvd, 2 * ff) * d;  // the largest block matrix
-    x8_ = alloc(DType::u8, N_ * in);
-    w8_ = alloc(DType::u8, weight);
-    w8t_ = alloc(DType::u8, weight);
-    g8_ = alloc(DType::u8, N_ * out);
-    g8t_ = alloc(DType::u8, N_ * out);
-    scales8_ = alloc(f32, 3 * kFp8ScaleSlot);
-    amax8_ = alloc(f32, kBlockInputs * int64_t(cfg_.n_layer) + kGradAmaxes);
-  }
-  FSDP_CHECK(activation_bytes_ ==
-             activation_bytes_for(cfg_, B_, T_, ct, recompute_, fp8_, int(head_rows_)));
-}
-
-Transformer::BlockActs Transformer::alloc_block(bool with_mlp) {
-  const DType ct = ops_.compute_dtype(), f32 = DType::f32;
-  const int64_t d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ff = cfg_.d_ff;
-  BlockActs a;
-  a.h1 = alloc(ct, N_ * d);
-  a.rstd1 = alloc(f32, N_);
-  a.qkv = alloc(ct, N_ * (qd + 2 * kvd));
-  a.q = alloc(ct, N_ * qd);
-  a.k = alloc(ct, N_ * kvd);
-  a.q_rstd = alloc(f32, N_ * cfg_.n_head);
-  a.k_rstd = alloc(f32, N_ * cfg_.n_kv_head);
-  a.att = alloc(ct, N_ * qd);
-  a.lse = alloc(f32, N_ * cfg_.n_head);
-  a.mid = alloc(ct, N_ * d);
-  a.h2 = alloc(ct, N_ * d);
-  a.rstd2 = alloc(f32, N_);
-  if (with_mlp) {
-    a.ab = alloc(ct, N_ * 2 * ff);
-    a.s = alloc(ct, N_ * ff);
-  }
-  return a;
-}
-
-int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
-                                          DType compute, Recompute recompute, bool fp8,
-                                          int head_rows) {
-  const int64_t N = int64_t(batch_size) * seq_len, d = c.d_model, qd = c.q_dim();
-  const int64_t kvd = c.kv_dim(), ff = c.d_ff, H = c.n_head, Hkv = c.n_kv_head;
-  const int64_t es = int64_t(dtype_size(compute)), L = c.n_layer;
-  // Per block: h1, mid, h2 (d-sized), qkv (q- and twice kv-sized), q, att
-  // (q-sized), k (kv-sized) in the compute dtype; rstd1, rstd2, q/k rstd and
-  // lse in f32; and the MLP's a|b and s (d_ff-sized each).
-  const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t mlp = es * N * 3 * ff;
-  const int64_t blocks = recompute == Recompute::none  ? L * (attn + mlp)
-                         : recompute == Recompute::mlp ? L * attn + mlp
-                                                       : attn + mlp;
-  const int64_t io = 4 * 2 * N;                 // tokens, targets
-  const int64_t stream = es * (L + 1) * N * d;  // residual stream
-  // hf, one chunk of logits; rstd, losses
-  const int64_t head = es * (N * d + head_rows_for(N, head_rows) * c.padded_vocab()) + 4 * N * 2;
-  const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);  // backward buffers
-  // FP8 codes (one byte each) of a linear's input (row-major in forward,
-  // transposed in backward: one buffer), weight and gradient (each twice,
-  // with the transpose), their three f32 scales (a slot each), and each
-  // layer's input amaxes and those of the gradients in GradAmax.
-  const int64_t qkv = qd + 2 * kvd;
-  const int64_t fp8_codes =
-      fp8 ? N * std::max({d, qd, ff}) +
-                2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
-                4 * 3 * kFp8ScaleSlot + 4 * (kBlockInputs * L + kGradAmaxes)
-          : 0;
-  return io + stream + blocks + head + scratch + fp8_codes;
+  // Every BlockActs member has its row; and alloc() ran for the table's rows
+  // only, so the memory plan counts every byte the model holds.
+  FSDP_CHECK(block_members == int(sizeof(BlockActs) / sizeof(Tensor)));
+  FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ops_.compute_dtype(),
+                                                       recompute_, fp8_, int(head_rows_)));
 }
 
 Transformer::~Transformer() {

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <map>
-#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -27,7 +26,6 @@ namespace fsdp {
 // share); block: everything inside a block but its input. Results are
 // bitwise identical; recomputed FLOPs do not count as useful work.
 enum class Recompute { none, mlp, block };
-Recompute parse_recompute(const std::string& name);  // throws fsdp::Error naming the flag
 
 class Transformer {
  public:
@@ -57,6 +55,8 @@ class Transformer {
   static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
                                       DType compute, Recompute recompute = Recompute::none,
                                       bool fp8 = false, int head_rows = 0);
+  // rows per head chunk for micro-batches of `rows` rows (head_rows 0: kHeadRows)
+  static int64_t head_rows_for(int64_t rows, int head_rows);
   // The LM head's rows per chunk: 4096 keeps its GEMMs large (4096 rows by
   // the vocabulary) while gpt-350m's micro-batch of 16 x 1024 keeps a quarter
   // of its logits (412 MB in bf16, not 1.65 GB), which a larger micro-batch
@@ -90,8 +90,27 @@ class Transformer {
     // W1|W3 GEMM's [rows, 2 d_ff], SwiGLU's a and b side by side.
     Tensor h1, rstd1, qkv, q, k, q_rstd, k_rstd, att, lse, mid, h2, rstd2, ab, s;
   };
+  // One row of the activation table (model/activation_table.cpp): `copies`
+  // buffers of `elements` each, bound to one member (`one`), to a vector
+  // member a copy each (`each`), or to a member of every layer's BlockActs
+  // (`layer`; layer l takes copy l % copies, so one copy is a set all layers
+  // share: what backward recomputes).
+  struct ActivationBuffer {
+    DType dtype;
+    int64_t elements;
+    int copies = 1;
+    Tensor Transformer::*one = nullptr;
+    std::vector<Tensor> Transformer::*each = nullptr;
+    Tensor BlockActs::*layer = nullptr;
+    int64_t bytes() const { return int64_t(dtype_size(dtype)) * elements * copies; }
+  };
+  // Every buffer the model allocates: the constructor allocates these and
+  // nothing else, and activation_bytes_for sums them. rows = B*T, head_rows
+  // already resolved (at most rows).
+  static std::vector<ActivationBuffer> activation_table(const ModelConfig& c, int64_t rows,
+                                                        int64_t head_rows, DType compute,
+                                                        Recompute recompute, bool fp8);
   Tensor alloc(DType t, int64_t n);
-  BlockActs alloc_block(bool with_mlp);
   void mlp_forward(int layer, UnitAccess& w);
   void block_forward(int layer, UnitAccess& w);
   void block_backward(int layer, UnitAccess& w);

@@ -1,0 +1,101 @@
+// The activation table: every buffer the Transformer allocates, with its
+// dtype, size and how many copies the recompute mode keeps. The constructor
+// allocates from it and activation_bytes_for (the memory plan) sums it, so a
+// new buffer is one row here and cannot be left out of the plan.
+#include <algorithm>
+
+#include "model/transformer.h"
+
+namespace fsdp {
+
+std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
+    const ModelConfig& c, int64_t rows, int64_t head_rows, DType ct, Recompute recompute,
+    bool fp8) {
+  const DType f32 = DType::f32, i32 = DType::i32, u8 = DType::u8;
+  const int64_t N = rows, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
+  const int64_t qkv = qd + 2 * kvd, H = c.n_head, Hkv = c.n_kv_head;
+  const int L = c.n_layer;
+  // A block's saved activations: a set per layer, or one set all layers share
+  // for what backward recomputes (mlp: SwiGLU's; block: all of them).
+  const int attn = recompute == Recompute::block ? 1 : L;
+  const int mlp = recompute == Recompute::none ? L : 1;
+
+  using T = Transformer;
+  auto one = [](Tensor T::*m, DType t, int64_t n) { return ActivationBuffer{t, n, 1, m}; };
+  auto block = [](Tensor BlockActs::*m, DType t, int64_t n, int copies) {
+    return ActivationBuffer{t, n, copies, nullptr, nullptr, m};
+  };
+  std::vector<ActivationBuffer> table = {
+      one(&T::tokens_, i32, N),
+      one(&T::targets_, i32, N),
+      // the residual stream entering each block, and after the last
+      ActivationBuffer{ct, N * d, L + 1, nullptr, &T::res_},
+      // attention and the norms: qkv is the q|k|v GEMM's output, q and k
+      // are normed and rotated out of it; the f32 rows are RMSNorm's,
+      // QK-norm's (per head) and attention's log-sum-exp (per head)
+      block(&BlockActs::h1, ct, N * d, attn),
+      block(&BlockActs::rstd1, f32, N, attn),
+      block(&BlockActs::qkv, ct, N * qkv, attn),
+      block(&BlockActs::q, ct, N * qd, attn),
+      block(&BlockActs::k, ct, N * kvd, attn),
+      block(&BlockActs::q_rstd, f32, N * H, attn),
+      block(&BlockActs::k_rstd, f32, N * Hkv, attn),
+      block(&BlockActs::att, ct, N * qd, attn),
+      block(&BlockActs::lse, f32, N * H, attn),
+      block(&BlockActs::mid, ct, N * d, attn),
+      block(&BlockActs::h2, ct, N * d, attn),
+      block(&BlockActs::rstd2, f32, N, attn),
+      // the MLP: W1|W3's output a|b, and SwiGLU's s (3 d_ff a token, the
+      // largest share)
+      block(&BlockActs::ab, ct, N * 2 * ff, mlp),
+      block(&BlockActs::s, ct, N * ff, mlp),
+      // the head: the final norm's output and rstd, one chunk of logits (at
+      // most head_rows rows), each token's loss
+      one(&T::hf_, ct, N * d),
+      one(&T::rstdf_, f32, N),
+      one(&T::logits_, ct, head_rows * c.padded_vocab()),
+      one(&T::losses_, f32, N),
+      // backward scratch, reused by every layer
+      one(&T::dres_, ct, N * d),
+      one(&T::dh_, ct, N * d),
+      one(&T::dq_, ct, N * qd),
+      one(&T::dk_, ct, N * kvd),
+      one(&T::dqkv_, ct, N * qkv),
+      one(&T::datt_, ct, N * qd),
+      one(&T::ds_, ct, N * ff),
+      one(&T::dab_, ct, N * 2 * ff),
+  };
+  if (fp8) {
+    // FP8 codes, one byte each: a linear's input (row-major in forward,
+    // transposed in backward: one buffer), the weight and the output
+    // gradient (each with its transpose), sized for the largest linear;
+    // their three f32 inverse scales (a slot each); each layer's input
+    // amaxes, then GradAmax's.
+    const int64_t in = std::max({d, qd, ff}), out = std::max({qkv, 2 * ff, d});
+    const int64_t weight = std::max(qkv, 2 * ff) * d;  // the largest block matrix
+    const std::vector<ActivationBuffer> codes = {
+        one(&T::x8_, u8, N * in),
+        one(&T::w8_, u8, weight),
+        one(&T::w8t_, u8, weight),
+        one(&T::g8_, u8, N * out),
+        one(&T::g8t_, u8, N * out),
+        one(&T::scales8_, f32, 3 * kFp8ScaleSlot),
+        one(&T::amax8_, f32, kBlockInputs * int64_t(L) + kGradAmaxes),
+    };
+    table.insert(table.end(), codes.begin(), codes.end());
+  }
+  return table;
+}
+
+int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
+                                          DType compute, Recompute recompute, bool fp8,
+                                          int head_rows) {
+  const int64_t rows = int64_t(batch_size) * seq_len;
+  int64_t bytes = 0;
+  for (const ActivationBuffer& b :
+       activation_table(c, rows, head_rows_for(rows, head_rows), compute, recompute, fp8))
+    bytes += b.bytes();
+  return bytes;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,70 @@
+// The activation table (model/activation_table.cpp) against a count written
+// from the architecture alone, so that a row with a wrong size, dtype or copy
+// count fails here; a row left out fails the Transformer's own check that
+// every BlockActs member is bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "model/config.h"
+#include "model/cpu/cpu_ops.h"
+#include "model/transformer.h"
+
+namespace fsdp {
+namespace {
+
+// Bytes of activations and scratch for B x T tokens, counted by hand: per
+// layer, h1, mid and h2 (d each), q|k|v, q and att (3 q_dim and 2 + 1 kv_dim)
+// in the compute dtype, and in f32 the two norms' rstd, QK-norm's per head and
+// attention's log-sum-exp; the MLP's a|b and s (3 d_ff); each kept per layer
+// or once, as recompute says.
+int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
+                      bool fp8) {
+  const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
+  const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
+  const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t mlp = es * N * 3 * ff;
+  const int64_t blocks = r == Recompute::none  ? L * (attn + mlp)
+                         : r == Recompute::mlp ? L * attn + mlp
+                                               : attn + mlp;
+  const int64_t tokens = 4 * 2 * N;             // inputs, targets
+  const int64_t stream = es * (L + 1) * N * d;  // entering each block, and after the last
+  const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
+  const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
+  const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);
+  // one byte a code: the largest input, weight (twice) and output gradient
+  // (twice); 3 scale slots and the amaxes (4 per layer, 2 for gradients)
+  const int64_t codes = N * std::max({d, qd, ff}) +
+                        2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
+                        4 * 3 * kFp8ScaleSlot + 4 * (4 * L + 2);
+  return tokens + stream + blocks + head + scratch + (fp8 ? codes : 0);
+}
+
+TEST(ActivationTable, MatchesTheArchitecturesCount) {
+  for (const char* name : {"tiny", "gpt-350m"}) {
+    const ModelConfig c = model_preset(name);
+    for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
+      for (bool fp8 : {false, true})
+        for (int B : {1, 8}) {
+          SCOPED_TRACE(testing::Message()
+                       << name << " recompute " << int(r) << " fp8 " << fp8 << " B " << B);
+          EXPECT_EQ(Transformer::activation_bytes_for(c, B, 1024, DType::bf16, r, fp8),
+                    counted_bytes(c, B, 1024, 2, r, fp8));
+        }
+  }
+}
+
+// The model holds what the table says, in every recompute mode and with FP8
+// codes: the constructor allocates the rows, and nothing besides.
+TEST(ActivationTable, TheModelAllocatesItsRows) {
+  const ModelConfig c = model_preset("tiny");
+  CpuOps ops;
+  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
+    for (bool fp8 : {false, true}) {
+      Transformer m(c, ops, 2, 16, r, fp8);
+      EXPECT_EQ(m.activation_bytes(), counted_bytes(c, 2, 16, 4, r, fp8));
+    }
+}
+
+}  // namespace
+}  // namespace fsdp
