@@ -4,13 +4,16 @@
 // program's own figures instead of a Python copy of them.
 //
 //   fsdp_memory_plan [--model gpt-1.3b] [--n-layer 32 ...] [--batch-size 8] [--seq-len 1024]
-//                    [--shard-group-size 8] [--world-size 64] [--precision bf16]
+//                    [--shard-group-size 8] [--world-size 64] [--precision bf16|fp8]
 //                    [--reshard-after-forward true] [--recompute none] [--reduce-dtype fp32]
+//                    [--fp8-gather true]
 //
 // Every flag but --world-size is a row of fsdptrain's option table, converted
 // and checked by that row as fsdptrain does. --world-size is what
 // --shard-group-size 0 (all ranks) means here. --precision auto is bf16: the
-// plan is for GPUs, where auto computes in bf16.
+// plan is for GPUs, where auto computes in bf16; fp8 computes in bf16 too,
+// with the block linears on FP8 codes (and gathered as codes under
+// --fp8-gather).
 #include "shard/memory_plan.h"
 
 #include <cstdio>
@@ -30,8 +33,9 @@ namespace {
 
 // The model's rows and these; flags about data, devices or the run are
 // refused: the plan would ignore them, and whoever passes one expects an effect.
-const char* const kPlanFlags[] = {"batch-size", "seq-len",      "shard-group-size",     "precision",
-                                  "recompute",  "reduce-dtype", "reshard-after-forward"};
+const char* const kPlanFlags[] = {
+    "batch-size", "seq-len",      "shard-group-size",      "precision",
+    "recompute",  "reduce-dtype", "reshard-after-forward", "fp8-gather"};
 
 bool accepted(const OptionRow& r) {
   if (r.model_field || r.name == "model") return true;
@@ -57,8 +61,6 @@ Options parse(int argc, char** argv, int& world) {
     given[name] = {value, ""};
   }
   Options o = options_from_values(given);  // converted and checked as fsdptrain does
-  if (o.compute.precision == Precision::fp8)
-    throw_error("--precision fp8 is not implemented yet; use --precision bf16");
   const int shard = o.compute.shard_group_size == 0 ? world : o.compute.shard_group_size;
   if (world % shard != 0)
     throw_error("--shard-group-size ", shard, " does not divide --world-size ", world);
@@ -66,11 +68,16 @@ Options parse(int argc, char** argv, int& world) {
   return o;
 }
 
+// fp8_shard: the elements per rank gathered as 1-byte FP8 codes (the rest in
+// the compute dtype).
 void print_layout(const char* name, int count, const UnitLayout& l, bool last) {
+  int64_t fp8_shard = 0;
+  for (const Segment& g : l.segments) fp8_shard += g.fp8 ? g.shard : 0;
   std::printf(
       "    {\"name\": \"%s\", \"count\": %d, \"numel\": %lld, \"padded\": %lld, "
-      "\"shard\": %lld}%s\n",
-      name, count, (long long)l.numel, (long long)l.padded, (long long)l.shard, last ? "" : ",");
+      "\"shard\": %lld, \"fp8_shard\": %lld}%s\n",
+      name, count, (long long)l.numel, (long long)l.padded, (long long)l.shard,
+      (long long)fp8_shard, last ? "" : ",");
 }
 
 void print_json(const Options& o, int world) {
@@ -78,11 +85,13 @@ void print_json(const Options& o, int world) {
   const DType compute = o.compute.precision == Precision::fp32 ? DType::f32 : DType::bf16;
   const int shard = o.compute.shard_group_size;
   const DataOptions& d = o.data;
+  const bool split = o.compute.fp8() && o.engine.fp8_gather;  // as the engine lays units out
   const MemoryPlan p = plan_memory(m, {.shard_size = shard,
                                        .compute = compute,
                                        .batch = d.batch_size,
                                        .seq_len = d.seq_len,
                                        .recompute = o.compute.recompute,
+                                       .fp8 = o.compute.fp8(),
                                        .engine = o.engine});
   // Units come as embedding, n_layer blocks of one layout, head (model_units).
   const std::vector<UnitSpec> units = model_units(m);
@@ -99,13 +108,15 @@ void print_json(const Options& o, int world) {
   std::printf(
       "  \"world_size\": %d,\n  \"shard_size\": %d,\n  \"batch_size\": %d,\n"
       "  \"seq_len\": %d,\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": \"%s\",\n"
-      "  \"reshard_after_forward\": %s,\n  \"recompute\": \"%s\",\n",
+      "  \"reshard_after_forward\": %s,\n  \"recompute\": \"%s\",\n"
+      "  \"fp8\": %s,\n  \"fp8_gather\": %s,\n",
       world, shard, d.batch_size, d.seq_len, dtype_name(compute), dtype_name(o.engine.reduce_dtype),
-      o.engine.reshard_after_forward ? "true" : "false", format_value(o.compute.recompute).c_str());
+      o.engine.reshard_after_forward ? "true" : "false", format_value(o.compute.recompute).c_str(),
+      o.compute.fp8() ? "true" : "false", split ? "true" : "false");
   std::printf("  \"units\": [\n");
-  print_layout("embed", 1, make_layout(units.front(), shard), false);
-  print_layout("block", m.n_layer, make_layout(units[1], shard), false);
-  print_layout("head", 1, make_layout(units.back(), shard), true);
+  print_layout("embed", 1, make_layout(units.front(), shard, split), false);
+  print_layout("block", m.n_layer, make_layout(units[1], shard, split), false);
+  print_layout("head", 1, make_layout(units.back(), shard, split), true);
   std::printf("  ],\n");
   std::printf(
       "  \"memory\": {\"master\": %lld, \"grads\": %lld, \"moments\": %lld, "

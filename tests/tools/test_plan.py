@@ -71,6 +71,42 @@ def test_memory_is_the_programs():
           "full sharding over 4x the ranks holds 1/4 of the model state")
 
 
+def test_program_fp8():
+    # --precision fp8 on the tiny preset (d 64, 4 heads of 16, 2 KV heads, d_ff
+    # 192, 2 layers), 2 x 16 tokens on a shard group of 4.
+    base = ["--model", "tiny", "--batch-size", 2, "--seq-len", 16, "--shard-group-size", 4,
+            "--world-size", 4]
+    bf16 = program(*base, "--precision", "bf16")
+    kept = program(*base, "--precision", "fp8", "--fp8-gather", "false")
+    codes = program(*base, "--precision", "fp8")
+    check(not bf16["fp8"] and kept["fp8"] and not kept["fp8_gather"] and codes["fp8_gather"],
+          "fp8 and fp8_gather reported as asked")
+    # Activations gain the FP8 codes (model/activation_table.cpp): one byte a
+    # code for the largest input (32 rows x d_ff), weight (2 d_ff x d) and
+    # output gradient (32 x 2 d_ff), the last two with their transposes;
+    # 3 f32 scales of 64-element slots; 4 amaxes a layer and 2 for gradients.
+    n, d, ff, L = 32, 64, 192, 2
+    want = n * ff + 2 * (2 * ff * d + n * 2 * ff) + 4 * 3 * 64 + 4 * (4 * L + 2)
+    got = kept["memory"]["activations"] - bf16["memory"]["activations"]
+    check(got == want, f"fp8 activations add {got} bytes, counted {want}")
+    same = {k: v for k, v in kept["memory"].items() if k not in ("activations", "total")}
+    check(same == {k: bf16["memory"][k] for k in same},
+          f"without --fp8-gather the model state is bf16's: {kept['memory']} vs {bf16['memory']}")
+    # Gathered as codes: the block linears' shard is 1 byte an element, the
+    # rest 2, plus an f32 amax and a 64-slot inverse scale for each of the 4
+    # matrices of a block (q|k|v, wo, w1|w3, w2).
+    units = {u["name"]: u for u in codes["units"]}
+    b, e, h = units["block"], units["embed"], units["head"]
+    check(b["fp8_shard"] > 0 and e["fp8_shard"] == 0 and h["fp8_shard"] == 0,
+          f"only the blocks are gathered as codes: {codes['units']}")
+    send = (2 * (e["shard"] + h["shard"]) +
+            L * (b["fp8_shard"] + 2 * (b["shard"] - b["fp8_shard"]) + 4 * 4 * (1 + 64)))
+    check(codes["memory"]["send_copy"] == send,
+          f"send copy {codes['memory']['send_copy']}, counted {send}")
+    check(codes["memory"]["gather_buffers"] < bf16["memory"]["gather_buffers"],
+          "gather buffers shrink with codes")
+
+
 def layout(numel, n):
     """shard/layout.cpp: per-rank elements rounded up to 32, padded = shard x n."""
     per_rank = -(-numel // n)
