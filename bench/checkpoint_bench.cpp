@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "comm/mpi_io_choice.h"
 #include "comm/process_groups.h"
 #include "model/cpu/cpu_ops.h"
-#include "shard/checkpoint.h"
 
 namespace {
 
@@ -103,9 +103,10 @@ int run(int argc, char** argv) {
     meta.step = i;
     SaveOptions opt;
     opt.keep = 1;
-    const std::string path = save_checkpoint(dir, meta, cfg, engine, ops, MPI_COMM_WORLD, opt, &ws);
+    const CheckpointContext c{cfg, engine, ops, MPI_COMM_WORLD};
+    const std::string path = save_checkpoint(c, dir, meta, opt, &ws);
     save.push_back(ws.seconds);
-    load_checkpoint(path, cfg, engine, ops, MPI_COMM_WORLD, {}, &rs);
+    load_checkpoint(c, path, &rs);
     load.push_back(rs.seconds);
   }
   g.world->barrier()->wait();

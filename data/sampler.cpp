@@ -8,12 +8,34 @@
 
 namespace fsdp {
 
-std::array<int64_t, 3> SamplerState::to_array() const {
-  return {std::bit_cast<int64_t>(seed), step, consumed};
+SamplerState::Named SamplerState::named() const {
+  return {{kNames[0], std::bit_cast<int64_t>(seed)}, {kNames[1], step}, {kNames[2], consumed}};
 }
 
-SamplerState SamplerState::from_array(const std::array<int64_t, 3>& v) {
-  return SamplerState{std::bit_cast<uint64_t>(v[0]), v[1], v[2]};
+SamplerState SamplerState::from_named(const Named& named, int64_t step, const std::string& what) {
+  std::array<int64_t, kNames.size()> values{};
+  std::array<bool, kNames.size()> have{};
+  for (const auto& [name, v] : named) {
+    size_t i = 0;
+    while (i < kNames.size() && name != kNames[i]) ++i;
+    if (i == kNames.size() || have[i])
+      throw_error(what, " has an attribute '", name, "' this build does not write");
+    values[i] = v, have[i] = true;
+  }
+  for (size_t i = 0; i < have.size(); ++i)
+    if (!have[i])
+      throw_error(what, " lacks '", kNames[i], "', so it cannot continue the data order");
+  const SamplerState state{std::bit_cast<uint64_t>(values[0]), values[1], values[2]};
+  if (state.step != step)
+    throw_error(what, ": its 'step' is ", state.step, " but it was saved at step ", step);
+  // Each step consumes one global batch of positions (far below 2^31); the
+  // cap of 2^62 keeps the sampler's int64 arithmetic from overflowing.
+  constexpr int64_t kMaxPerStep = int64_t{1} << 31, kCap = int64_t{1} << 62;
+  const int64_t most = step > kCap / kMaxPerStep ? kCap : step * kMaxPerStep;
+  if (state.consumed < 0 || state.consumed > most)
+    throw_error(what, ": its 'consumed' is ", state.consumed, "; at step ", step,
+                " it must be between 0 and ", most);
+  return state;
 }
 
 Sampler::Sampler(int64_t num_tokens, int seq_len, uint64_t seed)

@@ -25,6 +25,9 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace fsdp {
 
@@ -36,10 +39,16 @@ struct SamplerState {
   int64_t consumed = 0;  // positions used by those steps: the next step's first
 
   // Stored as named int64 values (the seed's bits reinterpreted), e.g. one
-  // HDF5 attribute per name.
+  // HDF5 attribute per name (checkpoint/meta.h).
+  using Named = std::vector<std::pair<std::string, int64_t>>;
   static constexpr std::array<const char*, 3> kNames = {"seed", "step", "consumed"};
-  std::array<int64_t, 3> to_array() const;
-  static SamplerState from_array(const std::array<int64_t, 3>& values);
+  Named named() const;
+  // The state a run saved as named() after `step` optimizer steps. The batch
+  // loader would take any value, so this is where a stored state is judged:
+  // throws fsdp::Error "<what> ..." naming the value when a name is unknown,
+  // repeated or missing, the state is of another step, or its position is
+  // not a count that `step` steps can reach.
+  static SamplerState from_named(const Named& values, int64_t step, const std::string& what);
   bool operator==(const SamplerState&) const = default;
 };
 

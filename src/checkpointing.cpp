@@ -1,14 +1,13 @@
 #include "src/checkpointing.h"
 
-#include <array>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/dir.h"
 #include "comm/agree.h"
-#include "shard/checkpoint.h"
-#include "shard/checkpoint_dir.h"
 #include "src/option_table.h"
 #include "src/option_values.h"
 
@@ -22,38 +21,6 @@ void refuse_to_overwrite(const Options& o, const CheckpointDir& dir) {
   throw_error("--checkpoint-dir '", o.checkpoint.dir,
               "' already holds checkpoints; pass --resume auto to continue that run, or "
               "choose another directory (nothing there is overwritten)");
-}
-
-// The data order saved with the file: exactly the names this build writes,
-// at the file's own step, a position that is a count. Throws "checkpoint
-// 'path' is damaged: ..." otherwise (the batch loader would take any value).
-SamplerState checked_sampler(const CheckpointMeta& meta, const std::string& path) {
-  std::array<int64_t, SamplerState::kNames.size()> values{};
-  std::array<bool, SamplerState::kNames.size()> have{};
-  for (const auto& [name, v] : meta.sampler) {
-    size_t i = 0;
-    while (i < SamplerState::kNames.size() && name != SamplerState::kNames[i]) ++i;
-    if (i == SamplerState::kNames.size() || have[i])
-      throw_error("checkpoint '", path, "' is damaged: /sampler has an attribute '", name,
-                  "' this build does not write");
-    values[i] = v, have[i] = true;
-  }
-  for (size_t i = 0; i < have.size(); ++i)
-    if (!have[i])
-      throw_error("checkpoint '", path, "' is damaged: /sampler lacks '", SamplerState::kNames[i],
-                  "', so it cannot continue the data order");
-  const SamplerState state = SamplerState::from_array(values);
-  if (state.step != meta.step)
-    throw_error("checkpoint '", path, "' is damaged: attribute 'step' of /sampler is ", state.step,
-                " but the file is at step ", meta.step);
-  // Each step consumes one global batch of positions (far below 2^31); the
-  // cap of 2^62 keeps the sampler's int64 arithmetic from overflowing.
-  constexpr int64_t kMaxPerStep = int64_t{1} << 31, kCap = int64_t{1} << 62;
-  const int64_t most = state.step > kCap / kMaxPerStep ? kCap : state.step * kMaxPerStep;
-  if (state.consumed < 0 || state.consumed > most)
-    throw_error("checkpoint '", path, "' is damaged: attribute 'consumed' of /sampler is ",
-                state.consumed, "; at step ", state.step, " it must be between 0 and ", most);
-  return state;
 }
 
 // Says what differs between the checkpoint's run and this one, rank 0 only:
@@ -133,10 +100,14 @@ DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
   return lock;
 }
 
-RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader* loader,
-                            MPI_Comm world, bool lead) {
+RunCheckpoints::RunCheckpoints(const Options& o, const CheckpointContext& context,
+                               BatchLoader* loader, bool lead)
+    : o_(o), context_(context), loader_(loader), lead_(lead) {}
+
+RunPosition RunCheckpoints::resume() {
   RunPosition pos;
-  if (o.checkpoint.resume.empty()) return pos;
+  if (o_.checkpoint.resume.empty()) return pos;
+  const MPI_Comm world = context_.world;
   // Under auto, a damaged checkpoint (tensors failing their checksums, a
   // sampler state out of range) is skipped like one that fails to open; a
   // load rewrites all engine state, so trying the next one after a failed
@@ -147,61 +118,60 @@ RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, Batc
   CheckpointMeta meta;
   SamplerState sampler;
   while (true) {
-    choice = resolve_resume(o.checkpoint.resume, o.checkpoint.dir, world, damaged);
+    choice = resolve_resume(o_.checkpoint.resume, o_.checkpoint.dir, world, damaged);
     if (choice.path.empty()) break;
     try {
-      meta = load_checkpoint(choice.path, o.model, engine, ops, world);
-      sampler = checked_sampler(meta, choice.path);
+      meta = load_checkpoint(context_, choice.path);
+      sampler = SamplerState::from_named(meta.sampler, meta.step,
+                                         "checkpoint '" + choice.path + "' is damaged: /sampler");
       break;
     } catch (const Error& e) {
-      if (o.checkpoint.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
-      if (lead)
+      if (o_.checkpoint.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
+      if (lead_)
         std::fprintf(stderr, "fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
       damaged.push_back(choice.path);
     }
   }
-  if (lead && !choice.warning.empty())
+  if (lead_ && !choice.warning.empty())
     std::fprintf(stderr, "fsdptrain: warning: %s\n", choice.warning.c_str());
   if (choice.path.empty()) {
-    if (lead)
+    if (lead_)
       std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
-                  o.checkpoint.dir.c_str());
+                  o_.checkpoint.dir.c_str());
     return pos;
   }
-  if (loader) loader->restore(sampler);
+  if (loader_) loader_->restore(sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
   pos.resumed_from = choice.path;
-  if (loader && pos.step >= o.run.steps)
+  if (loader_ && pos.step >= o_.run.steps)
     throw_error("--resume: '", choice.path, "' is at step ", pos.step,
-                ", which already reaches --steps ", o.run.steps,
+                ", which already reaches --steps ", o_.run.steps,
                 "; raise --steps to train further");
-  if (lead)
+  if (lead_)
     std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
-                loader ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
+                loader_ ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
                 meta.world_size, meta.shard_group_size);
-  if (lead && loader) {
+  if (lead_ && loader_) {
     int world_size = 1;
     MPI_Comm_size(world, &world_size);
-    report_changes(o, meta, choice.path, world_size);
+    report_changes(o_, meta, choice.path, world_size);
   }
   return pos;
 }
 
-std::string save_run(const Options& o, const RunPosition& pos, FsdpEngine& engine, Ops& ops,
-                     const BatchLoader& loader, MPI_Comm world) {
+std::string RunCheckpoints::save(const RunPosition& pos) {
+  FSDP_CHECK(loader_, "saving needs the training data's order");
   CheckpointMeta meta;
   meta.step = pos.step;
   meta.tokens_seen = pos.tokens_seen;
-  meta.seed = o.run.seed;
-  meta.config_text = options_to_ini(o);
-  const auto values = loader.state().to_array();
-  for (size_t i = 0; i < values.size(); ++i)
-    meta.sampler.emplace_back(SamplerState::kNames[i], values[i]);
+  meta.seed = o_.run.seed;
+  meta.config_text = options_to_ini(o_);
+  meta.sampler = loader_->state().named();
   SaveOptions so;
-  so.keep = o.checkpoint.keep;
+  so.keep = o_.checkpoint.keep;
   so.protect = pos.resumed_from;
-  return save_checkpoint(o.checkpoint.dir, meta, o.model, engine, ops, world, so);
+  return save_checkpoint(context_, o_.checkpoint.dir, meta, so);
 }
 
 }  // namespace fsdp

@@ -1,15 +1,14 @@
 // The trainer's side of checkpoints: when to resume from what, what metadata
 // a save carries, and the guard that keeps a fresh run from overwriting an
-// earlier run's checkpoints. The file format lives in shard/checkpoint.h.
+// earlier run's checkpoints. The files themselves are checkpoint/'s.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/context.h"
+#include "checkpoint/dir_lock.h"
 #include "data/batch_loader.h"
-#include "model/ops.h"
-#include "shard/dir_lock.h"
-#include "shard/engine.h"
 #include "src/options.h"
 
 namespace fsdp {
@@ -28,14 +27,28 @@ struct RunPosition {
 // and what to do. Collective; without --checkpoint-dir it does nothing.
 DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world);
 
-// Applies --resume: loads engine state and the data order (into `loader`;
-// none under --eval-only, which needs only the weights), or returns step 0.
-// Prints (rank 0) what it resumed from and any damaged checkpoint it skipped.
-RunPosition resume_if_asked(const Options& o, FsdpEngine& engine, Ops& ops, BatchLoader* loader,
-                            MPI_Comm world, bool lead);
+// The trainer's checkpoints once the engine is built: one object made with
+// everything a save and a resume work on, so a save is one call with the
+// position. `loader` is the training data's order, saved and restored with
+// the weights; null under --eval-only, which needs only the weights.
+class RunCheckpoints {
+ public:
+  RunCheckpoints(const Options& o, const CheckpointContext& context, BatchLoader* loader,
+                 bool lead);
 
-// Saves after `pos.step` steps; returns the file written. Collective.
-std::string save_run(const Options& o, const RunPosition& pos, FsdpEngine& engine, Ops& ops,
-                     const BatchLoader& loader, MPI_Comm world);
+  // Applies --resume: loads engine state and the data order, or returns
+  // step 0. Prints (rank 0) what it resumed from and any damaged checkpoint
+  // it skipped. Collective.
+  RunPosition resume();
+
+  // Saves after `pos.step` steps; returns the file written. Collective.
+  std::string save(const RunPosition& pos);
+
+ private:
+  const Options& o_;
+  CheckpointContext context_;
+  BatchLoader* loader_;
+  bool lead_;  // rank 0 prints
+};
 
 }  // namespace fsdp

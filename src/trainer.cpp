@@ -104,10 +104,11 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // The plan against free memory before build() allocates anything it sizes.
   all_or_none(W, [&] { check_memory_fits(memory_plan(batch), *ops_, memory_settings(batch)); });
   all_or_none(W, [&] { build(*engine_groups); });
+  checkpoints_.emplace(o_, CheckpointContext{o_.model, *engine_, *ops_, W}, loader_.get(), lead_);
   {
     // Collective parallel-HDF5 reads: a rank stuck here holds up all of them.
     WatchScope watch("checkpoint load (--resume)");
-    pos_ = resume_if_asked(o_, *engine_, *ops_, loader_.get(), W, lead_);
+    pos_ = checkpoints_->resume();
   }
   // Lines of another run would read as this one's (plot_metrics: "replaced on resume").
   if (metrics_.begin(!pos_.resumed_from.empty() || o_.eval.only))
@@ -338,7 +339,7 @@ void Trainer::save() {
     // Collective parallel-HDF5 writes: the whole save is one wait on peers
     // and the file system, watched like a collective.
     WatchScope watch("checkpoint save of step " + std::to_string(pos_.step));
-    path = save_run(o_, pos_, *engine_, *ops_, *loader_, MPI_COMM_WORLD);
+    path = checkpoints_->save(pos_);
   }
   metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
   if (lead_)

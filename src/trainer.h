@@ -84,6 +84,7 @@ class Trainer {
   std::unique_ptr<FsdpEngine> engine_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<ValBatches> val_batches_;
+  std::optional<RunCheckpoints> checkpoints_;  // save and resume, once the engine is built
   MetricsLog metrics_;
   std::vector<int32_t> inputs_, targets_;
   std::optional<TokenDecoder> decoder_;  // rank 0, for --samples

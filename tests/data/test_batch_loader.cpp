@@ -49,7 +49,7 @@ std::vector<Rows> run(const TokenStream& data, Shape s, int steps, uint64_t seed
     const int first = static_cast<int>(loader->step());
     for (int step = first; step < first + steps; ++step) {
       if (step == restore_at) {
-        const auto saved = SamplerState::from_array(loader->state().to_array());
+        const auto saved = SamplerState::from_named(loader->state().named(), step, "saved state");
         loader = std::make_unique<BatchLoader>(data, kSeqLen, s.batch, s.accum, r, s.world,
                                                seed + 1, opt);
         loader->restore(saved);

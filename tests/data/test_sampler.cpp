@@ -192,7 +192,7 @@ TEST_F(LoaderTest, RestoreReproducesTheRest) {
     micro_batch(a, 0, 3);
     a.end_step();
   }
-  const SamplerState saved = SamplerState::from_array(a.state().to_array());
+  const SamplerState saved = SamplerState::from_named(a.state().named(), 4, "saved state");
   EXPECT_EQ(saved, a.state());
   EXPECT_EQ(saved.step, 4);
 
@@ -224,8 +224,48 @@ TEST_F(LoaderTest, RestoreOnAnotherWorldSizeContinuesThePositions) {
 
 TEST(SamplerState, RoundTripsEverySeedBit) {
   const SamplerState s{0xfedcba9876543210ull, 17, 1234};
-  EXPECT_EQ(SamplerState::from_array(s.to_array()), s);
-  EXPECT_EQ(SamplerState::kNames.size(), s.to_array().size());
+  EXPECT_EQ(SamplerState::from_named(s.named(), 17, "state"), s);
+  EXPECT_EQ(SamplerState::kNames.size(), s.named().size());
+}
+
+// The message from_named throws for `named` at `step`, or "" if none.
+std::string named_error(const SamplerState::Named& named, int64_t step) {
+  try {
+    SamplerState::from_named(named, step, "checkpoint 'c.h5' is damaged: /sampler");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A checkpoint's stored state is untrusted: every way it can be wrong is
+// refused by name, in any order of the names.
+TEST(SamplerState, FromNamedRefusesWhatNoRunSaves) {
+  const SamplerState::Named good = {{"consumed", 24}, {"seed", -5}, {"step", 3}};
+  EXPECT_EQ(named_error(good, 3), "");
+  EXPECT_EQ(SamplerState::from_named(good, 3, "x"), (SamplerState{uint64_t(int64_t{-5}), 3, 24}));
+
+  const std::string prefix = "checkpoint 'c.h5' is damaged: /sampler";
+  SamplerState::Named extra = good;
+  extra.emplace_back("epoch", 1);
+  EXPECT_EQ(named_error(extra, 3), prefix + " has an attribute 'epoch' this build does not write");
+  SamplerState::Named twice = good;
+  twice.emplace_back("seed", 1);
+  EXPECT_EQ(named_error(twice, 3), prefix + " has an attribute 'seed' this build does not write");
+  const SamplerState::Named missing = {{"seed", 1}, {"step", 3}};
+  EXPECT_EQ(named_error(missing, 3),
+            prefix + " lacks 'consumed', so it cannot continue the data order");
+  EXPECT_EQ(named_error(good, 4), prefix + ": its 'step' is 3 but it was saved at step 4");
+  EXPECT_EQ(named_error({{"seed", 1}, {"step", 3}, {"consumed", -1}}, 3),
+            prefix + ": its 'consumed' is -1; at step 3 it must be between 0 and 6442450944");
+  // The most 3 steps can consume (3 * 2^31) is accepted; one more is not.
+  EXPECT_EQ(named_error({{"seed", 1}, {"step", 3}, {"consumed", 6442450944}}, 3), "");
+  EXPECT_NE(named_error({{"seed", 1}, {"step", 3}, {"consumed", 6442450945}}, 3), "");
+  // Past 2^31 steps the bound is capped at 2^62, not overflowed.
+  const int64_t far = int64_t{1} << 40;
+  EXPECT_EQ(named_error({{"seed", 1}, {"step", far}, {"consumed", int64_t{1} << 62}}, far), "");
+  EXPECT_NE(named_error({{"seed", 1}, {"step", far}, {"consumed", (int64_t{1} << 62) + 1}}, far),
+            "");
 }
 
 TEST_F(LoaderTest, RejectsBadShapes) {

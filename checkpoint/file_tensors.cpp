@@ -4,15 +4,14 @@
 // at most 2N-1 hyperslab blocks (partial first row, whole rows, partial last
 // row, recursively), which HDF5 visits in row-major order, i.e. in the order
 // the elements sit in the shard.
-#include "shard/checkpoint_io.h"
-
 #include <algorithm>
 #include <cstring>
 
+#include "checkpoint/file_format.h"
+#include "checkpoint/h5.h"
 #include "common/error.h"
 #include "common/mix64.h"
 #include "model/params.h"
-#include "shard/checkpoint_h5.h"
 
 namespace fsdp::ckpt {
 
@@ -131,22 +130,23 @@ H5 make_dcpl(const std::string& path) {
   return dcpl;
 }
 
-int64_t max_elems(const Selection& sel) {
-  const int64_t n = sel.io.max_call_bytes / int64_t(sizeof(float));
-  FSDP_CHECK(n > 0 && sel.io.max_call_bytes < (int64_t{1} << 31), "max_call_bytes ",
-             sel.io.max_call_bytes);
+int64_t max_elems(const CheckpointIoOptions& io) {
+  const int64_t n = io.max_call_bytes / int64_t(sizeof(float));
+  FSDP_CHECK(n > 0 && io.max_call_bytes < (int64_t{1} << 31), "max_call_bytes ", io.max_call_bytes);
   return n;
 }
 
-void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-              const Selection& sel, const std::string& path, CheckpointIoStats* stats,
-              Checksums* sums) {
+// `active`: this rank moves its slices (false: a replica taking part in a
+// write with empty selections).
+void move_all(bool write, bool active, hid_t file, const CheckpointContext& c,
+              const std::string& path, CheckpointIoStats* stats, Checksums* sums) {
   *sums = {};
-  const std::vector<UnitSpec> units = model_units(model);
+  FsdpEngine& engine = c.engine;
+  const std::vector<UnitSpec> units = model_units(c.model);
   FSDP_CHECK(int(units.size()) == engine.num_units(), "model and engine disagree on units");
   H5 dxpl = make_dxpl(path);
   H5 dcpl = write ? make_dcpl(path) : H5();
-  const Transfer t{write, dxpl.get(), max_elems(sel), path, stats};
+  const Transfer t{write, dxpl.get(), max_elems(c.io), path, stats};
   std::vector<float> host;
   for (int u = 0; u < engine.num_units(); ++u) {
     const UnitLayout& l = engine.layout(u);
@@ -157,7 +157,7 @@ void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engi
       // Stage through the host: tensors may live on a GPU, and padding
       // elements past the last parameter must read as zero.
       if (write)
-        ops.to_host(host.data(), shard);
+        c.ops.to_host(host.data(), shard);
       else
         std::fill(host.begin(), host.end(), 0.0f);
       for (size_t p = 0; p < units[u].params.size(); ++p) {
@@ -176,27 +176,25 @@ void move_all(bool write, hid_t file, const ModelConfig& model, FsdpEngine& engi
         }
         sums->names.push_back(name);
         sums->sums.push_back(0);
-        transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), sel.write, host.data(),
+        transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), active, host.data(),
                  &sums->sums.back());
         h5_close(dset, path);
       }
-      if (!write) ops.to_device(shard, host.data());
+      if (!write) c.ops.to_device(shard, host.data());
     }
   }
 }
 
 }  // namespace
 
-void write_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                   const Selection& sel, const std::string& path, CheckpointIoStats* stats,
-                   Checksums* sums) {
-  move_all(true, file, model, engine, ops, sel, path, stats, sums);
+void write_tensors(hid_t file, const CheckpointContext& c, bool writer, const std::string& path,
+                   CheckpointIoStats* stats, Checksums* sums) {
+  move_all(true, writer, file, c, path, stats, sums);
 }
 
-void read_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                  const Selection& sel, const std::string& path, CheckpointIoStats* stats,
-                  Checksums* sums) {
-  move_all(false, file, model, engine, ops, sel, path, stats, sums);
+void read_tensors(hid_t file, const CheckpointContext& c, const std::string& path,
+                  CheckpointIoStats* stats, Checksums* sums) {
+  move_all(false, true, file, c, path, stats, sums);
 }
 
 }  // namespace fsdp::ckpt

@@ -1,4 +1,4 @@
-#include "shard/checkpoint_h5.h"
+#include "checkpoint/h5.h"
 
 #include <cfloat>
 #include <cmath>

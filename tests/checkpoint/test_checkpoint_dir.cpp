@@ -9,9 +9,9 @@
 #include <fstream>
 #include <string>
 
+#include "checkpoint/dir.h"
+#include "checkpoint/dir_lock.h"
 #include "common/error.h"
-#include "shard/checkpoint_dir.h"
-#include "shard/dir_lock.h"
 #include "tests/common/error_of.h"
 
 namespace fsdp {

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
+#include "checkpoint/checkpoint.h"
 #include "comm/process_groups.h"
-#include "shard/checkpoint.h"
-#include "tests/shard/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 
 namespace fsdp {
 namespace {
@@ -37,12 +37,12 @@ TEST(Checkpoint, SameRanksRoundTripIsBitwise) {
   const CheckpointMeta meta = example_meta(3);
   CheckpointIoStats st;
   const std::string path =
-      save_checkpoint(dir.path(), meta, a->cfg, a->engine, a->ops, MPI_COMM_WORLD, {}, &st);
+      save_checkpoint({a->cfg, a->engine, a->ops, MPI_COMM_WORLD}, dir.path(), meta, {}, &st);
   EXPECT_EQ(path, dir / "step_00000003.h5");
   EXPECT_GT(st.data_calls, 0);
 
   auto b = make_run(*g.shard, nullptr, *g.world, /*seed=*/99);  // other weights, no moments
-  const CheckpointMeta got = load_checkpoint(path, b->cfg, b->engine, b->ops, MPI_COMM_WORLD);
+  const CheckpointMeta got = load_checkpoint({b->cfg, b->engine, b->ops, MPI_COMM_WORLD}, path);
   expect_same_local(a->engine, b->engine);
   EXPECT_EQ(b->engine.optimizer_steps(), 3);
   EXPECT_EQ(got.step, 3);
@@ -68,12 +68,12 @@ TEST(Checkpoint, LoadsOnOneRankAsGatheredState) {
   auto a = make_run(*g.shard, nullptr, *g.world);
   for (int s = 0; s < 2; ++s) a->step(s, *g.world);
   const std::string path =
-      save_checkpoint(dir.path(), example_meta(2), a->cfg, a->engine, a->ops, MPI_COMM_WORLD);
+      save_checkpoint({a->cfg, a->engine, a->ops, MPI_COMM_WORLD}, dir.path(), example_meta(2));
   const FullState want = full_state(a->engine, *g.shard);
 
   auto self = make_communicator(Backend::mpi, MPI_COMM_SELF);
   auto b = make_run(*self, nullptr, *self, 5);
-  load_checkpoint(path, b->cfg, b->engine, b->ops, MPI_COMM_SELF);
+  load_checkpoint({b->cfg, b->engine, b->ops, MPI_COMM_SELF}, path);
   EXPECT_TRUE(full_state(b->engine, *self) == want);
 }
 
@@ -90,20 +90,20 @@ TEST(Checkpoint, ResumesAcrossFp8AndRankCounts) {
   ASSERT_TRUE(f8->engine.fp8_gather());
   for (int s = 0; s < 2; ++s) f8->step(s, *g.world);
   const std::string from_fp8 =
-      save_checkpoint(dir / "fp8", example_meta(2), cfg, f8->engine, f8->ops, MPI_COMM_WORLD);
+      save_checkpoint({cfg, f8->engine, f8->ops, MPI_COMM_WORLD}, dir / "fp8", example_meta(2));
   const FullState want = full_state(f8->engine, *g.shard);
 
   auto plain = make_run(*g.shard, nullptr, *g.world, 5, cfg);
-  load_checkpoint(from_fp8, cfg, plain->engine, plain->ops, MPI_COMM_WORLD);
+  load_checkpoint({cfg, plain->engine, plain->ops, MPI_COMM_WORLD}, from_fp8);
   EXPECT_TRUE(full_state(plain->engine, *g.shard) == want);
   plain->step(2, *g.world);
-  const std::string from_plain = save_checkpoint(dir / "plain", example_meta(3), cfg, plain->engine,
-                                                 plain->ops, MPI_COMM_WORLD);
+  const std::string from_plain = save_checkpoint({cfg, plain->engine, plain->ops, MPI_COMM_WORLD},
+                                                 dir / "plain", example_meta(3));
   const FullState want2 = full_state(plain->engine, *g.shard);
 
   auto self = make_communicator(Backend::mpi, MPI_COMM_SELF);
   auto one = make_run(*self, nullptr, *self, 7, cfg, true);
-  load_checkpoint(from_plain, cfg, one->engine, one->ops, MPI_COMM_SELF);
+  load_checkpoint({cfg, one->engine, one->ops, MPI_COMM_SELF}, from_plain);
   EXPECT_TRUE(full_state(one->engine, *self) == want2);
   EXPECT_FALSE(want2 == want);  // the step in between moved the weights
   // Its codes come from the loaded masters: its first loss is that of a run
@@ -113,7 +113,7 @@ TEST(Checkpoint, ResumesAcrossFp8AndRankCounts) {
   cast_each.seed = 9;
   cast_each.fp8_gather = false;
   EngineRun cast(cfg, *self, nullptr, 0, 1, kB, kT, kAccum, cast_each, true);
-  load_checkpoint(from_plain, cfg, cast.engine, cast.ops, MPI_COMM_SELF);
+  load_checkpoint({cfg, cast.engine, cast.ops, MPI_COMM_SELF}, from_plain);
   EXPECT_EQ(one->step(3, *self), cast.step(3, *self));
 }
 
@@ -142,7 +142,7 @@ TEST(Checkpoint, ReshardsAcrossRankCountsAndShardGroups) {
       ProcessGroups sg = make_process_groups(Backend::mpi, sv.group, sub);
       auto a = make_run(*sg.shard, sg.replicate.get(), *sg.world);
       for (int s = 0; s < 2; ++s) a->step(s, *sg.world);
-      write_checkpoint_file(path, example_meta(2), cfg, a->engine, a->ops, sub);
+      write_checkpoint_file({cfg, a->engine, a->ops, sub}, path, example_meta(2));
       want = full_state(a->engine, *sg.shard);
       MPI_Comm_free(&sub);
     }
@@ -151,7 +151,7 @@ TEST(Checkpoint, ReshardsAcrossRankCountsAndShardGroups) {
       if (W % d != 0) continue;
       ProcessGroups lg = make_process_groups(Backend::mpi, d);
       auto b = make_run(*lg.shard, lg.replicate.get(), *lg.world, 11);
-      const CheckpointMeta m = load_checkpoint(path, cfg, b->engine, b->ops, MPI_COMM_WORLD);
+      const CheckpointMeta m = load_checkpoint({cfg, b->engine, b->ops, MPI_COMM_WORLD}, path);
       EXPECT_EQ(m.world_size, sv.ranks);
       EXPECT_EQ(m.shard_group_size, sv.group);
       EXPECT_EQ(b->engine.optimizer_steps(), 2);
@@ -170,8 +170,8 @@ TEST(Checkpoint, HybridSaveWritesFromOneReplicaOnly) {
   auto a = make_run(*g.shard, g.replicate.get(), *g.world);
   for (int s = 0; s < 2; ++s) a->step(s, *g.world);
   CheckpointIoStats st;
-  const std::string path = save_checkpoint(dir.path(), example_meta(2), a->cfg, a->engine, a->ops,
-                                           MPI_COMM_WORLD, {}, &st);
+  const std::string path = save_checkpoint({a->cfg, a->engine, a->ops, MPI_COMM_WORLD}, dir.path(),
+                                           example_meta(2), {}, &st);
   // Ranks of replica 0 are world ranks [0, W/2).
   if (world_rank() < W / 2)
     EXPECT_GT(st.bytes, 0);
@@ -184,7 +184,7 @@ TEST(Checkpoint, HybridSaveWritesFromOneReplicaOnly) {
 
   const FullState want = full_state(a->engine, *g.shard);
   auto b = make_run(*g.shard, g.replicate.get(), *g.world, 3);
-  load_checkpoint(path, b->cfg, b->engine, b->ops, MPI_COMM_WORLD);
+  load_checkpoint({b->cfg, b->engine, b->ops, MPI_COMM_WORLD}, path);
   expect_same_local(a->engine, b->engine);
   EXPECT_TRUE(full_state(b->engine, *g.shard) == want);
 }
@@ -200,12 +200,12 @@ TEST(Checkpoint, ResumedTrainingIsBitwiseIdentical) {
   {
     auto first = make_run(*g.shard, nullptr, *g.world);
     for (int s = 0; s < 5; ++s) first->step(s, *g.world);
-    path = save_checkpoint(dir.path(), example_meta(5), first->cfg, first->engine, first->ops,
-                           MPI_COMM_WORLD);
+    path = save_checkpoint({first->cfg, first->engine, first->ops, MPI_COMM_WORLD}, dir.path(),
+                           example_meta(5));
   }
   auto second = make_run(*g.shard, nullptr, *g.world, 1234);
   const CheckpointMeta m =
-      load_checkpoint(path, second->cfg, second->engine, second->ops, MPI_COMM_WORLD);
+      load_checkpoint({second->cfg, second->engine, second->ops, MPI_COMM_WORLD}, path);
   for (int64_t s = m.step; s < 10; ++s) second->step(int(s), *g.world);
   ASSERT_EQ(second->losses.size(), 5u);
   for (int s = 0; s < 5; ++s) EXPECT_EQ(second->losses[size_t(s)], straight->losses[size_t(s + 5)]);
@@ -220,15 +220,15 @@ TEST(Checkpoint, SplitCallsStayCollectiveAndExact) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   auto a = make_run(*g.shard, nullptr, *g.world);
   for (int s = 0; s < 2; ++s) a->step(s, *g.world);
-  SaveOptions opt;
-  opt.io.max_call_bytes = 100 * 4;
+  CheckpointIoOptions small;
+  small.max_call_bytes = 100 * 4;
   CheckpointIoStats ws, rs, plain;
-  const std::string path = save_checkpoint(dir.path(), example_meta(2), a->cfg, a->engine, a->ops,
-                                           MPI_COMM_WORLD, opt, &ws);
+  const std::string path = save_checkpoint({a->cfg, a->engine, a->ops, MPI_COMM_WORLD, small},
+                                           dir.path(), example_meta(2), {}, &ws);
   auto b = make_run(*g.shard, nullptr, *g.world, 8);
-  load_checkpoint(path, b->cfg, b->engine, b->ops, MPI_COMM_WORLD, opt.io, &rs);
+  load_checkpoint({b->cfg, b->engine, b->ops, MPI_COMM_WORLD, small}, path, &rs);
   expect_same_local(a->engine, b->engine);
-  save_checkpoint(dir.path(), example_meta(3), a->cfg, a->engine, a->ops, MPI_COMM_WORLD, {},
+  save_checkpoint({a->cfg, a->engine, a->ops, MPI_COMM_WORLD}, dir.path(), example_meta(3), {},
                   &plain);
   EXPECT_GT(ws.data_calls, plain.data_calls);
   EXPECT_EQ(ws.data_calls, rs.data_calls);

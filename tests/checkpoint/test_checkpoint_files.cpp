@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/dir.h"
 #include "comm/process_groups.h"
 #include "common/hdf5_lock.h"
-#include "shard/checkpoint.h"
-#include "shard/checkpoint_dir.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/common/error_of.h"
-#include "tests/shard/checkpoint_test_util.h"
 
 namespace fsdp {
 namespace {
@@ -30,8 +30,8 @@ struct Saved {
   std::unique_ptr<EngineRun> run = make_run(*g.shard, nullptr, *g.world);
   Saved() { run->step(0, *g.world); }
   std::string save(const std::string& dir, int64_t step, SaveOptions opt = {}) {
-    return save_checkpoint(dir, example_meta(step), run->cfg, run->engine, run->ops, MPI_COMM_WORLD,
-                           opt);
+    return save_checkpoint({run->cfg, run->engine, run->ops, MPI_COMM_WORLD}, dir,
+                           example_meta(step), opt);
   }
 };
 
@@ -101,8 +101,9 @@ TEST(CheckpointFile, TruncatedNewestFallsBackToThePreviousOne) {
   const std::string e = error_of([&] { resolve_resume(two, dir.path(), MPI_COMM_WORLD); });
   EXPECT_NE(e.find("checkpoint '" + two + "' is damaged or truncated"), std::string::npos) << e;
   EXPECT_NE(e.find("--resume PATH"), std::string::npos) << e;
-  const std::string l = error_of(
-      [&] { load_checkpoint(two, s.run->cfg, s.run->engine, s.run->ops, MPI_COMM_WORLD); });
+  const std::string l = error_of([&] {
+    load_checkpoint({s.run->cfg, s.run->engine, s.run->ops, MPI_COMM_WORLD}, two);
+  });
   EXPECT_NE(l.find("is damaged or truncated"), std::string::npos) << l;
   if (world_rank() == 0) std::printf("[ message  ] %s\n", e.c_str());
 }
@@ -154,8 +155,9 @@ TEST(CheckpointFile, OtherModelShapeNamesTheDataset) {
   ModelConfig other = engine_test_config();
   other.d_ff = 48;
   auto b = make_run(*s.g.shard, nullptr, *s.g.world, 0, other);
-  const std::string e =
-      error_of([&] { load_checkpoint(path, other, b->engine, b->ops, MPI_COMM_WORLD); });
+  const std::string e = error_of([&] {
+    load_checkpoint({other, b->engine, b->ops, MPI_COMM_WORLD}, path);
+  });
   EXPECT_NE(e.find("checkpoint '" + path +
                    "' was saved by another model: --d-ff 40 (this run: "
                    "48); pass --d-ff 40"),
@@ -165,8 +167,9 @@ TEST(CheckpointFile, OtherModelShapeNamesTheDataset) {
   ModelConfig untied = engine_test_config();
   untied.tie_embeddings = false;
   auto c = make_run(*s.g.shard, nullptr, *s.g.world, 0, untied);
-  const std::string u =
-      error_of([&] { load_checkpoint(path, untied, c->engine, c->ops, MPI_COMM_WORLD); });
+  const std::string u = error_of([&] {
+    load_checkpoint({untied, c->engine, c->ops, MPI_COMM_WORLD}, path);
+  });
   EXPECT_NE(u.find("--tie-embeddings true (this run: false)"), std::string::npos) << u;
   if (world_rank() == 0) std::printf("[ message  ] %s\n", e.c_str());
 }
@@ -217,8 +220,9 @@ void set_f32(const std::string& path, const char* object, const char* name, floa
 
 // Why loading the file into the saving run's model fails ("" if it loads).
 std::string load_error(Saved& s, const std::string& path) {
-  return error_of(
-      [&] { load_checkpoint(path, s.run->cfg, s.run->engine, s.run->ops, MPI_COMM_WORLD); });
+  return error_of([&] {
+    load_checkpoint({s.run->cfg, s.run->engine, s.run->ops, MPI_COMM_WORLD}, path);
+  });
 }
 
 // `e` names the file and says it is damaged, and contains `what`.
@@ -388,7 +392,7 @@ TEST(CheckpointFile, FileIsItsDataWithoutHoles) {
   auto run = make_run(*g.shard, nullptr, *g.world, 0, cfg);
   const CheckpointMeta meta = example_meta(1);
   const std::string path =
-      save_checkpoint(dir.path(), meta, cfg, run->engine, run->ops, MPI_COMM_WORLD);
+      save_checkpoint({cfg, run->engine, run->ops, MPI_COMM_WORLD}, dir.path(), meta);
   if (world_rank() != 0) return;
   int64_t elems = 0, datasets = 0;
   for (const UnitSpec& u : model_units(cfg))
@@ -416,8 +420,8 @@ TEST(CheckpointFile, WritesToolFixture) {
     cfg.tie_embeddings = tied;
     auto run = make_run(*g.shard, nullptr, *g.world, 0, cfg);
     for (int st = 0; st < 2; ++st) run->step(st, *g.world);
-    save_checkpoint(std::string(out) + (tied ? "/tied" : "/untied"), example_meta(2), cfg,
-                    run->engine, run->ops, MPI_COMM_WORLD);
+    save_checkpoint({cfg, run->engine, run->ops, MPI_COMM_WORLD},
+                    std::string(out) + (tied ? "/tied" : "/untied"), example_meta(2));
   }
 }
 

@@ -1,4 +1,4 @@
-// HDF5 plumbing of the checkpoint code, internal to shard/: owning ids, call
+// HDF5 plumbing of the checkpoint code, internal to checkpoint/: owning ids, call
 // checking with HDF5's own reason in the message, file-access properties and
 // attributes. Callers hold fsdp::Hdf5Lock around every sequence of calls.
 #pragma once

@@ -1,4 +1,4 @@
-#include "shard/dir_lock.h"
+#include "checkpoint/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

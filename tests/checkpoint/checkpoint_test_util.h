@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "shard/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/shard/engine_harness.h"
 
 namespace fsdp::testing {

@@ -5,10 +5,10 @@
 #include <sstream>
 #include <type_traits>
 
+#include "checkpoint/file_format.h"
+#include "checkpoint/h5.h"
 #include "common/error.h"
 #include "model/params.h"
-#include "shard/checkpoint_h5.h"
-#include "shard/checkpoint_io.h"
 
 namespace fsdp::ckpt {
 

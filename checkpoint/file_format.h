@@ -1,6 +1,6 @@
-// The contents of a checkpoint file, internal to shard/: metadata attributes,
-// the expected datasets of a model, and moving each rank's tensor slices.
-// Callers hold fsdp::Hdf5Lock.
+// The contents of a checkpoint file, internal to checkpoint/: metadata
+// attributes (file_meta.cpp), the expected datasets of a model, and moving
+// each rank's tensor slices (file_tensors.cpp). Callers hold fsdp::Hdf5Lock.
 #pragma once
 
 #include <hdf5.h>
@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shard/checkpoint.h"
+#include "checkpoint/context.h"
+#include "checkpoint/meta.h"
 
 namespace fsdp::ckpt {
 
@@ -30,11 +31,6 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
 // unexpected or differently shaped dataset: damage), or "" when it can.
 std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path);
 
-struct Selection {
-  bool write = true;  // false: replicas that hold a copy take part, selecting nothing
-  CheckpointIoOptions io;
-};
-
 // Per-tensor checksums, in the order the tensors are moved: the wrapping sum
 // over a tensor's elements of a hash of (index, bits). A sum does not care
 // which rank moved which slice, so each rank hashes what it moved and one
@@ -45,13 +41,13 @@ struct Checksums {
 };
 constexpr const char* kChecksumAttr = "tensor_checksums";
 
-// Creates every dataset and writes this rank's slices (collective).
-void write_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                   const Selection& sel, const std::string& path, CheckpointIoStats* stats,
-                   Checksums* sums);
+// Creates every dataset and writes this rank's slices (collective). Replicas
+// that hold a copy of a writer's shard take part with `writer` false,
+// selecting nothing.
+void write_tensors(hid_t file, const CheckpointContext& c, bool writer, const std::string& path,
+                   CheckpointIoStats* stats, Checksums* sums);
 // Reads this rank's slices of every dataset into the engine (collective).
-void read_tensors(hid_t file, const ModelConfig& model, FsdpEngine& engine, Ops& ops,
-                  const Selection& sel, const std::string& path, CheckpointIoStats* stats,
-                  Checksums* sums);
+void read_tensors(hid_t file, const CheckpointContext& c, const std::string& path,
+                  CheckpointIoStats* stats, Checksums* sums);
 
 }  // namespace fsdp::ckpt

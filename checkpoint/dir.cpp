@@ -1,4 +1,4 @@
-#include "shard/checkpoint_dir.h"
+#include "checkpoint/dir.h"
 
 #include <fcntl.h>
 #include <sys/statvfs.h>

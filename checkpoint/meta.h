@@ -1,0 +1,51 @@
+// What a checkpoint file holds besides its tensors, and the file's layout.
+//
+// One parallel-HDF5 file per save, written collectively by every rank, holds
+// each parameter and AdamW moment as a dataset in its logical shape
+// (model/<name>, optim/exp_avg/<name>, optim/exp_avg_sq/<name>) plus the
+// run's metadata as attributes. Each rank writes and reads only the slices
+// its shard owns, so a file saved on one world and shard-group size loads on
+// any other.
+//
+// File layout (format_version 1):
+//   /            attrs format_version, step, tokens_seen, optimizer_steps, seed,
+//                world_size, shard_group_size, config (INI text),
+//                tensor_checksums (uint64, one per tensor)
+//   /model       attrs vocab_size, n_layer, d_model, n_head, n_kv_head, d_ff,
+//                max_seq_len, rope_theta, norm_eps, init_std, tie_embeddings, name;
+//                one f32 dataset per parameter, e.g. model/blocks.3.attn.wq
+//   /optim/exp_avg, /optim/exp_avg_sq   the same names and shapes
+//   /sampler     one int64 attr per SamplerState::kNames entry (data/sampler.h)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+
+namespace fsdp {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointMeta {
+  // Filled by the caller before saving (identical on every rank).
+  int64_t step = 0;  // optimizer steps completed; names the file
+  int64_t tokens_seen = 0;
+  uint64_t seed = 0;        // the run's --seed (parameter init)
+  std::string config_text;  // the full configuration, INI
+  // The data order as named int64 values (SamplerState::named()). The names
+  // are free-form here, so checkpoint/ need not know data/; data/ checks
+  // them on resume (SamplerState::from_named).
+  std::vector<std::pair<std::string, int64_t>> sampler;
+
+  // Filled by save from the engine and communicator, and by load from the file.
+  int format_version = kCheckpointFormatVersion;
+  int optimizer_steps = 0;
+  int world_size = 0;
+  int shard_group_size = 0;
+  ModelConfig model;
+};
+
+}  // namespace fsdp
