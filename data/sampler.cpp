@@ -18,8 +18,9 @@ SamplerState SamplerState::from_named(const Named& named, int64_t step, const st
   for (const auto& [name, v] : named) {
     size_t i = 0;
     while (i < kNames.size() && name != kNames[i]) ++i;
-    if (i == kNames.size() || have[i])
+    if (i == kNames.size())
       throw_error(what, " has an attribute '", name, "' this build does not write");
+    if (have[i]) throw_error(what, " has '", name, "' twice");
     values[i] = v, have[i] = true;
   }
   for (size_t i = 0; i < have.size(); ++i)

@@ -251,7 +251,7 @@ TEST(SamplerState, FromNamedRefusesWhatNoRunSaves) {
   EXPECT_EQ(named_error(extra, 3), prefix + " has an attribute 'epoch' this build does not write");
   SamplerState::Named twice = good;
   twice.emplace_back("seed", 1);
-  EXPECT_EQ(named_error(twice, 3), prefix + " has an attribute 'seed' this build does not write");
+  EXPECT_EQ(named_error(twice, 3), prefix + " has 'seed' twice");
   const SamplerState::Named missing = {{"seed", 1}, {"step", 3}};
   EXPECT_EQ(named_error(missing, 3),
             prefix + " lacks 'consumed', so it cannot continue the data order");
