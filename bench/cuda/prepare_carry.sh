@@ -36,7 +36,7 @@ BUILD_DIR=$build bash tools/build.sh test
 bins=(
   "$build/tests/model/cuda/test_cuda_ops"
   "$build/tests/model/cuda/test_cuda_model"
-  "$build/tests/comm/comm_nccl_communicator_test"
+  "$build/tests/comm/test_comm_nccl_communicator"
   "$build/bench/cuda/bench_cuda_ops"
 )
 for b in "$build/src/fsdptrain" "${bins[@]}"; do

@@ -148,7 +148,7 @@ gtest_run() {  # a GoogleTest program: PASS, SKIP when it skipped everything, el
 #    NCCL on one rank; two ranks of NCCL need two GPUs, so no mpirun here)
 chk_a1() { gtest_run test_cuda_ops; }
 chk_a2() { gtest_run test_cuda_model; }
-chk_a3() { gtest_run comm_nccl_communicator_test; }
+chk_a3() { gtest_run test_comm_nccl_communicator; }
 
 # b: the demo run on the GPU: the loss must fall, and follow the CPU's curve
 train_demo() {  # DEVICE NAME
@@ -448,7 +448,7 @@ chk_i3() {  # the profile of an fp8 step, into the logs
 CHECKS=(
   "a1|20|120|chk_a1|test_cuda_ops: every CUDA op vs the CPU reference"
   "a2|20|150|chk_a2|test_cuda_model: whole model (tiny, gpt-350m-shaped) vs the CPU reference"
-  "a3|10|60|chk_a3|comm_nccl_communicator_test on one rank"
+  "a3|10|60|chk_a3|test_comm_nccl_communicator on one rank"
   "b1|15|90|chk_b1|fsdptrain --device $DEV tiny, 300 steps: the loss falls"
   "b2|25|120|chk_b2|the same run on the CPU: the curves agree (windows of 25, 5%)"
   "c1|6|60|chk_c1|tiny 20 steps on the GPU (--debug), reference for c"
