@@ -54,6 +54,7 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   put_i64(file, "world_size", m.world_size, path);
   put_i64(file, "shard_group_size", m.shard_group_size, path);
   put_str(file, "config", m.config_text, path);
+  put_str(file, "optimizer", m.optimizer == OptimizerKind::muon ? "muon" : "adamw", path);
 
   H5 model = create_group(file, "model", path);
   const ModelConfig& c = m.model;
@@ -87,7 +88,14 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
   CheckpointMeta m;
   m.format_version = int(
-      get_i64_in(file, "format_version", kCheckpointFormatVersion, kCheckpointFormatVersion, path));
+      get_i64_in(file, "format_version", kOldestCheckpointFormat, kCheckpointFormatVersion, path));
+  if (m.format_version >= 2) {
+    const std::string opt = get_str(file, "optimizer", path);
+    if (opt != "adamw" && opt != "muon")
+      throw_error("checkpoint '", path, "' is damaged: attribute 'optimizer' is '", opt,
+                  "'; it must be adamw or muon");
+    m.optimizer = opt == "muon" ? OptimizerKind::muon : OptimizerKind::adamw;
+  }
   m.step = get_i64_in(file, "step", 0, kMaxI64, path);
   m.tokens_seen = get_i64_in(file, "tokens_seen", 0, kMaxI64, path);
   m.optimizer_steps = int(get_i64_in(file, "optimizer_steps", 0, std::min(m.step, kMaxInt), path));

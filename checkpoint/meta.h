@@ -7,14 +7,19 @@
 // its shard owns, so a file saved on one world and shard-group size loads on
 // any other.
 //
-// File layout (format_version 1):
+// File layout (format_version 2):
 //   /            attrs format_version, step, tokens_seen, optimizer_steps, seed,
 //                world_size, shard_group_size, config (INI text),
-//                tensor_checksums (uint64, one per tensor)
+//                tensor_checksums (uint64, one per tensor),
+//                optimizer ("adamw" or "muon"; new in version 2, whose
+//                files a version-1 build refuses: under muon the block
+//                matrices' optim/exp_avg holds Muon's momentum and their
+//                exp_avg_sq is zero, which AdamW must not read as moments)
 //   /model       attrs vocab_size, n_layer, d_model, n_head, n_kv_head, d_ff,
 //                max_seq_len, rope_theta, norm_eps, init_std, tie_embeddings, name;
 //                one f32 dataset per parameter, e.g. model/blocks.3.attn.wq
 //   /optim/exp_avg, /optim/exp_avg_sq   the same names and shapes
+// Version 1 (no optimizer attribute, AdamW only) still loads, as adamw.
 //   /sampler     one int64 attr per SamplerState::kNames entry (data/sampler.h)
 #pragma once
 
@@ -24,10 +29,12 @@
 #include <vector>
 
 #include "model/config.h"
+#include "shard/optimizer_config.h"
 
 namespace fsdp {
 
-constexpr int kCheckpointFormatVersion = 1;
+constexpr int kCheckpointFormatVersion = 2;
+constexpr int kOldestCheckpointFormat = 1;  // still loaded
 
 struct CheckpointMeta {
   // Filled by the caller before saving (identical on every rank).
@@ -39,6 +46,8 @@ struct CheckpointMeta {
   // are free-form here, so checkpoint/ need not know data/; data/ checks
   // them on resume (SamplerState::from_named).
   std::vector<std::pair<std::string, int64_t>> sampler;
+  // What optim/ holds (see the layout above).
+  OptimizerKind optimizer = OptimizerKind::adamw;
 
   // Filled by save from the engine and communicator, and by load from the file.
   int format_version = kCheckpointFormatVersion;

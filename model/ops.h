@@ -47,6 +47,19 @@ struct AdamWSpan {
   int64_t begin = 0, count = 0;
   float weight_decay = 0;
 };
+// A run of one shard that Muon updates (one matrix's slice there) and the
+// factor its learning rate is scaled by (MuonLrAdjust, shard/optimizer_config.h).
+struct MuonSpan {
+  int64_t begin = 0, count = 0;
+  float lr_scale = 1;
+};
+// The Newton-Schulz iteration Muon orthogonalises with: every value given by
+// the caller (shard/muon.h holds the published ones).
+struct NewtonSchulz {
+  float a = 0, b = 0, c = 0;  // X <- a X + (b A + c A A) X, A = X X^T
+  int steps = 0;
+  float eps = 0;  // the Frobenius norm it divides by is at least this
+};
 // One step's values, every one given by the caller: the defaults of the
 // hyperparameters are AdamWConfig's (shard/optimizer_config.h), not repeated here.
 struct AdamWHyper {
@@ -81,6 +94,8 @@ struct OpsCapabilities {
   // FP8 GEMMs run on FP8 tensor cores; false where they are emulated on
   // dequantized values (the CPU reference).
   bool native_fp8 = false;
+  // The Muon optimizer's ops (muon_momentum, newton_schulz, muon_update).
+  bool muon = false;
   // Dense bf16 peak FLOP/s of one device, the denominator of MFU; 0 where
   // MFU means nothing (the CPU).
   double peak_flops = 0;
@@ -255,6 +270,22 @@ class Ops {
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
              const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad);
 
+  // Muon's momentum over `spans` of one f32 shard (lr_scale unused; elements
+  // outside the spans keep their values): g = grad * grad_scale, buf = buf +
+  // (1 - momentum) (g - buf), then grad = g + momentum (buf - g) with
+  // nesterov, else buf: the direction Newton-Schulz takes, in place of the
+  // gradient.
+  void muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
+                     bool nesterov, float grad_scale);
+  // out[rows, cols] = Newton-Schulz of x[rows, cols] (f32, row-major, may not
+  // alias): X = x / max(|x|_F, eps), as its transpose when rows > cols; then
+  // ns.steps times A = X X^T, X = a X + (b A + c A A) X; transposed back.
+  void newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns);
+  // Over `spans`: param = param (1 - lr weight_decay) - lr span.lr_scale update
+  // (decoupled weight decay on the unscaled rate, as torch.optim.Muon).
+  void muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
+                   float weight_decay);
+
   // ---- FP8, per-tensor current scaling --------------------------------------
   // q = fp8(src * s) with s = max(format) / amax, amax the largest |src|
   // (NaN elements do not count; s = 1 when amax is 0 or not finite), rounded
@@ -356,6 +387,14 @@ class Ops {
   virtual void do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
                         const std::vector<AdamWSpan>& spans, const AdamWHyper& h,
                         bool clear_grad) = 0;
+  // Muon's ops: a backend without them (capabilities().muon false) keeps
+  // these, which refuse by name.
+  virtual void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans,
+                                float momentum, bool nesterov, float grad_scale);
+  virtual void do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
+                                const NewtonSchulz& ns);
+  virtual void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans,
+                              float lr, float weight_decay);
   virtual void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
   virtual void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows,
                                  int cols, Fp8 format) = 0;

@@ -489,7 +489,8 @@ GradientNorms FsdpEngine::measure_gradients() {
   return n;
 }
 
-void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorms& norms) {
+void FsdpEngine::apply_update(const OptimizerConfig& oc, float lr, const GradientNorms& norms) {
+  const AdamWConfig& c = oc.adamw;
   const double norm = norms.total;
   FSDP_CHECK(std::isfinite(norm), "apply_update with a non-finite gradient norm ", norm);
   const float scale =
@@ -500,11 +501,23 @@ void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorm
   const int rank = shard_.rank();
   const auto& specs = model_.units();
   const AdamWHyper h{lr, c.beta1, c.beta2, c.eps, scale, steps_};
+  const bool muon = oc.kind == OptimizerKind::muon;
+  if (muon && !muon_) {
+    std::vector<UnitLayout> layouts;
+    for (const Unit& u : units_) layouts.push_back(u.layout);
+    muon_ = std::make_unique<MuonStep>(ops_, shard_, specs, layouts, oc.muon);
+    buffer_bytes_ += muon_->buffer_bytes();
+  }
   std::vector<AdamWSpan> spans;
   for (int ui = 0; ui < num_units(); ++ui) {
     Unit& u = units_[ui];
+    // Muon's matrices first: their gradients become its updates, which
+    // AdamW's pass below leaves alone and then clears with the rest.
+    if (muon)
+      muon_->update_unit(ui, u.layout, u.master, u.grad, u.exp_avg, lr, c.weight_decay, scale);
     spans.clear();
     for (int p = 0; p < int(specs[ui].params.size()); ++p) {
+      if (muon && muon_->is_muon(ui, p)) continue;
       Overlap o = shard_overlap(u.layout, p, rank);
       if (o.count == 0) continue;
       const float wd = specs[ui].params[p].decay() ? c.weight_decay : 0.0f;
@@ -527,7 +540,7 @@ void FsdpEngine::apply_update(const AdamWConfig& c, float lr, const GradientNorm
   if (amax_.numel > 0) refresh_fp8_codes();
 }
 
-double FsdpEngine::step(const AdamWConfig& c, float lr) {
+double FsdpEngine::step(const OptimizerConfig& c, float lr) {
   const GradientNorms n = measure_gradients();
   if (!n.finite())
     throw_error("the gradient norm is ", n.total, " at step ", steps_ + 1,

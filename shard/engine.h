@@ -16,6 +16,7 @@
 #include "model/transformer.h"
 #include "shard/engine_options.h"
 #include "shard/layout.h"
+#include "shard/muon.h"
 #include "shard/optimizer_config.h"
 
 namespace fsdp {
@@ -56,12 +57,13 @@ class FsdpEngine final : public UnitAccess {
   // outlier step is then refused or skipped, never applied):
   // measure_gradients() all-reduces across replicas and returns the global
   // L2 norm of the gradients (collective; NaN/Inf when any element is);
-  // apply_update() clips by that norm, runs AdamW and zeroes the gradients.
+  // apply_update() clips by that norm, runs the optimizer (AdamW, or Muon
+  // for the block matrices: shard/muon.h) and zeroes the gradients.
   // Skipping a step instead is discard_gradients().
   GradientNorms measure_gradients();
-  void apply_update(const AdamWConfig& config, float lr, const GradientNorms& norms);
+  void apply_update(const OptimizerConfig& config, float lr, const GradientNorms& norms);
   // Both halves in one call; returns the norm before clipping.
-  double step(const AdamWConfig& config, float lr);
+  double step(const OptimizerConfig& config, float lr);
   // Whether every rank's master weights are finite (collective over the
   // shard group): checked before a checkpoint is written or trained from.
   bool masters_finite();
@@ -85,6 +87,7 @@ class FsdpEngine final : public UnitAccess {
   int shard_rank() const { return shard_.rank(); }
   // This rank's fp32 slices (for checkpoints and tests).
   Tensor master(int unit) const { return units_[unit].master; }
+  // AdamW's first moment; for Muon's matrices, Muon's momentum buffer.
   Tensor exp_avg(int unit) const { return units_[unit].exp_avg; }
   Tensor exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
   Tensor grad_shard(int unit) const { return units_[unit].grad; }
@@ -97,7 +100,8 @@ class FsdpEngine final : public UnitAccess {
   // Bytes this rank holds for the whole run: masters, moments, gradients,
   // low-precision send copies (and FP8 scales).
   int64_t persistent_bytes() const { return persistent_bytes_; }
-  // Bytes of gather, gradient and reduce-scatter buffers.
+  // Bytes of gather, gradient and reduce-scatter buffers (and Muon's, from
+  // its first step on).
   int64_t buffer_bytes() const { return buffer_bytes_; }
   const std::vector<std::string>& trace() const { return trace_; }
   // Whether this engine runs unsharded in place (direct_when_unsharded).
@@ -164,7 +168,8 @@ class FsdpEngine final : public UnitAccess {
   Tensor amax_, scale_inv_;
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
-  Tensor norm_sums_;  // f32 per unit: each one's share of the gradient norm
+  Tensor norm_sums_;                // f32 per unit: each one's share of the gradient norm
+  std::unique_ptr<MuonStep> muon_;  // made by the first Muon step
   int steps_ = 0;
   int micro_batch_ = 0;                          // within the current step, for --debug's messages
   int in_flight_ = 0;                            // collectives posted and not yet waited

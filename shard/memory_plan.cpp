@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "model/transformer.h"
+#include "shard/muon.h"
 
 namespace fsdp {
 
@@ -76,6 +77,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
     // full gradients + reduce-scatter output, in the reduce dtype
     m.grad_buffers += slots[u] * rs * (n + n / shard_size);
   }
+  if (s.optimizer == OptimizerKind::muon)
+    m.optimizer_buffers = 4 * muon_buffer_elems({layouts.begin(), layouts.end()}, shard_size);
   // Activations are at most linear in the tokens of a micro-batch (the
   // logits hold one head chunk); an absurd --batch-size x --seq-len
   // saturates instead of overflowing, so the memory check still refuses it

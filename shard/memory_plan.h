@@ -11,6 +11,7 @@
 #include "model/transformer.h"
 #include "shard/engine_options.h"
 #include "shard/layout.h"
+#include "shard/optimizer_config.h"
 
 namespace fsdp {
 
@@ -29,9 +30,10 @@ SlotPlan plan_slots(const std::vector<UnitLayout>& layouts, bool reshard_after_f
 struct MemoryPlan {
   int64_t master = 0, grads = 0, moments = 0, send_copy = 0;  // persistent, sharded
   int64_t gather_buffers = 0, grad_buffers = 0;               // transient, full units
+  int64_t optimizer_buffers = 0;  // Muon's exchange of whole matrices (shard/muon.h)
   int64_t activations = 0;
   int64_t persistent() const { return master + grads + moments + send_copy; }
-  int64_t buffers() const { return gather_buffers + grad_buffers; }
+  int64_t buffers() const { return gather_buffers + grad_buffers + optimizer_buffers; }
   int64_t total() const { return persistent() + buffers() + activations; }
 };
 
@@ -52,6 +54,7 @@ struct PlanSettings {
   // the block linears are gathered as their codes). "= {}" lets a designated
   // initialiser leave it out without GCC's -Wmissing-field-initializers.
   EngineOptions engine = {};
+  OptimizerKind optimizer = OptimizerKind::adamw;
 };
 
 // Per-rank bytes of the model `c` under `s`. Costs the same for any n_layer.

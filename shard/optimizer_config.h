@@ -7,10 +7,48 @@ namespace fsdp {
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-  float weight_decay = 0.1f;  // matrices only
-  float grad_clip = 1.0f;     // global L2 norm; 0 disables
+  float weight_decay = 0.1f;  // matrices only; Muon's matrices take it too
+  float grad_clip = 1.0f;     // global L2 norm over every parameter; 0 disables
 
   bool operator==(const AdamWConfig&) const = default;
+};
+
+enum class OptimizerKind { adamw, muon };
+
+// How Muon scales its orthogonalised update U (rows x cols) before the
+// learning rate, as torch.optim.Muon's adjust_lr_fn names them:
+// match_rms_adamw: 0.2 * sqrt(max(rows, cols)), which gives the update the
+//   RMS of a typical AdamW update (Moonshot, "Muon is Scalable for LLM
+//   Training"), so AdamW's learning rate and weight decay carry over;
+// original: sqrt(max(1, rows / cols)) (Keller Jordan's Muon).
+enum class MuonLrAdjust { match_rms_adamw, original };
+
+// Muon (Keller Jordan, 2024; torch.optim.Muon in PyTorch >= 2.9), for the
+// 2-D block matrices: momentum buffer B = m B + (1 - m) g; the direction is
+// g + m (B - g) with Nesterov, else B; Newton-Schulz makes it (nearly)
+// orthogonal; then W = W (1 - lr wd) - lr adjust U. The Newton-Schulz
+// iteration is fixed as published: the quintic (3.4445, -4.7750, 2.0315)
+// on the direction divided by max(its Frobenius norm, 1e-7), transposed
+// first when it has more rows than columns (shard/muon.h).
+struct MuonConfig {
+  float momentum = 0.95f;
+  bool nesterov = true;
+  int ns_steps = 5;
+  MuonLrAdjust lr_adjust = MuonLrAdjust::match_rms_adamw;
+
+  bool operator==(const MuonConfig&) const = default;
+};
+
+// Under adamw every parameter takes AdamW; under muon the block matrices
+// (Wq, Wk, Wv, Wo, W1, W3, W2, each on its own) take Muon and the rest
+// (embeddings, the untied head, the norm gains) AdamW, with the same
+// learning rate, weight decay and clipping.
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  AdamWConfig adamw;
+  MuonConfig muon;
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 }  // namespace fsdp

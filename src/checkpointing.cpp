@@ -140,6 +140,16 @@ RunPosition RunCheckpoints::resume() {
                   o_.checkpoint.dir.c_str());
     return pos;
   }
+  // What optim/ holds must be what this run's optimizer reads: AdamW's
+  // moments are not Muon's momentum (or the reverse). Every rank read the
+  // same file, so every rank decides the same.
+  if (meta.optimizer != o_.optimizer.kind && !o_.checkpoint.reset_optimizer)
+    throw_error("--optimizer ", choice_name(o_.optimizer.kind), ": checkpoint '", choice.path,
+                "' was trained with --optimizer ", choice_name(meta.optimizer),
+                ", whose state does not carry over; pass --optimizer ", choice_name(meta.optimizer),
+                " to continue it, or --reset-optimizer to keep its "
+                "weights and start the optimizer state afresh");
+  if (o_.checkpoint.reset_optimizer) reset_optimizer_state();
   if (loader_) loader_->restore(sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
@@ -160,6 +170,18 @@ RunPosition RunCheckpoints::resume() {
   return pos;
 }
 
+void RunCheckpoints::reset_optimizer_state() {
+  FsdpEngine& e = context_.engine;
+  for (int u = 0; u < e.num_units(); ++u) {
+    context_.ops.zero(e.exp_avg(u));
+    context_.ops.zero(e.exp_avg_sq(u));
+  }
+  e.set_optimizer_steps(0);
+  if (lead_)
+    std::printf("fsdptrain: --reset-optimizer: the optimizer state starts afresh (%s)\n",
+                choice_name(o_.optimizer.kind).c_str());
+}
+
 std::string RunCheckpoints::save(const RunPosition& pos) {
   FSDP_CHECK(loader_, "saving needs the training data's order");
   CheckpointMeta meta;
@@ -168,6 +190,7 @@ std::string RunCheckpoints::save(const RunPosition& pos) {
   meta.seed = o_.run.seed;
   meta.config_text = options_to_ini(o_);
   meta.sampler = loader_->state().named();
+  meta.optimizer = o_.optimizer.kind;
   SaveOptions so;
   so.keep = o_.checkpoint.keep;
   so.protect = pos.resumed_from;

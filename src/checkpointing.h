@@ -45,6 +45,7 @@ class RunCheckpoints {
   std::string save(const RunPosition& pos);
 
  private:
+  void reset_optimizer_state();  // --reset-optimizer: zero moments and momentum, step 0
   const Options& o_;
   CheckpointContext context_;
   BatchLoader* loader_;

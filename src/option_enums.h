@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "model/transformer.h"
+#include "shard/optimizer_config.h"
 
 namespace fsdp {
 
@@ -44,6 +45,16 @@ template <>
 struct Choices<DeviceComm> {
   static constexpr std::array<Choice<DeviceComm>, 2> all{
       {{DeviceComm::automatic, "auto"}, {DeviceComm::staged, "staged"}}};
+};
+template <>
+struct Choices<OptimizerKind> {
+  static constexpr std::array<Choice<OptimizerKind>, 2> all{
+      {{OptimizerKind::adamw, "adamw"}, {OptimizerKind::muon, "muon"}}};
+};
+template <>
+struct Choices<MuonLrAdjust> {
+  static constexpr std::array<Choice<MuonLrAdjust>, 2> all{
+      {{MuonLrAdjust::match_rms_adamw, "match_rms_adamw"}, {MuonLrAdjust::original, "original"}}};
 };
 template <>
 struct Choices<Recompute> {

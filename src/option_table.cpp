@@ -71,17 +71,32 @@ OptionRow typed(const char* name, Access at, const char* help, const char* examp
 // once in Options, so a row names its field alone (&LrSchedule::lr).
 template <typename Part, typename O>
 auto& part_of(O& o) {
-  if constexpr (std::is_same_v<Part, ModelConfig>) return o.model;
-  else if constexpr (std::is_same_v<Part, DataOptions>) return o.data;
-  else if constexpr (std::is_same_v<Part, LrSchedule>) return o.schedule;
-  else if constexpr (std::is_same_v<Part, AdamWConfig>) return o.adamw;
-  else if constexpr (std::is_same_v<Part, ComputeOptions>) return o.compute;
-  else if constexpr (std::is_same_v<Part, EngineOptions>) return o.engine;
-  else if constexpr (std::is_same_v<Part, EvalOptions>) return o.eval;
-  else if constexpr (std::is_same_v<Part, SampleOptions>) return o.sample;
-  else if constexpr (std::is_same_v<Part, CheckpointOptions>) return o.checkpoint;
-  else if constexpr (std::is_same_v<Part, RunOptions>) return o.run;
-  else static_assert(sizeof(Part) == 0, "not a part of Options");
+  if constexpr (std::is_same_v<Part, ModelConfig>)
+    return o.model;
+  else if constexpr (std::is_same_v<Part, DataOptions>)
+    return o.data;
+  else if constexpr (std::is_same_v<Part, LrSchedule>)
+    return o.schedule;
+  else if constexpr (std::is_same_v<Part, OptimizerConfig>)
+    return o.optimizer;
+  else if constexpr (std::is_same_v<Part, AdamWConfig>)
+    return o.optimizer.adamw;
+  else if constexpr (std::is_same_v<Part, MuonConfig>)
+    return o.optimizer.muon;
+  else if constexpr (std::is_same_v<Part, ComputeOptions>)
+    return o.compute;
+  else if constexpr (std::is_same_v<Part, EngineOptions>)
+    return o.engine;
+  else if constexpr (std::is_same_v<Part, EvalOptions>)
+    return o.eval;
+  else if constexpr (std::is_same_v<Part, SampleOptions>)
+    return o.sample;
+  else if constexpr (std::is_same_v<Part, CheckpointOptions>)
+    return o.checkpoint;
+  else if constexpr (std::is_same_v<Part, RunOptions>)
+    return o.run;
+  else
+    static_assert(sizeof(Part) == 0, "not a part of Options");
 }
 
 template <typename Part, typename T>
@@ -176,13 +191,28 @@ std::vector<OptionRow> make_table() {
         {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
          "must be in [0, --lr]"}),
     row("warmup-steps", &LrSchedule::warmup_steps, "linear warmup steps", "5", at_least(0)),
-    row("weight-decay", &AdamWConfig::weight_decay, "AdamW decay, matrices only", "0.05",
-        at_least(0.0f)),
+    row("optimizer", &OptimizerConfig::kind,
+        "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
+        "W1, W3, W2, each whole, orthogonalised on one rank of the shard group), AdamW for "
+        "embeddings, head and norm gains, with the same --lr, --weight-decay and --grad-clip "
+        "(CPU only so far)", "muon"),
+    row("weight-decay", &AdamWConfig::weight_decay,
+        "decoupled weight decay of the matrices (AdamW's and Muon's)", "0.05", at_least(0.0f)),
     row("beta1", &AdamWConfig::beta1, "AdamW beta1", "0.8", fraction()),
     row("beta2", &AdamWConfig::beta2, "AdamW beta2", "0.99", fraction()),
     row("adam-eps", &AdamWConfig::eps, "AdamW epsilon", "1e-06", positive()),
     row("grad-clip", &AdamWConfig::grad_clip, "clip the global gradient norm (0: off)", "0.5",
         {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0 turns clipping off)"}),
+    row("muon-momentum", &MuonConfig::momentum, "Muon's momentum", "0.9", fraction()),
+    row("muon-nesterov", &MuonConfig::nesterov,
+        "Muon steps along g + momentum (buffer - g) (false: along the buffer)", "false"),
+    row("muon-ns-steps", &MuonConfig::ns_steps,
+        "Newton-Schulz steps (the quintic 3.4445, -4.7750, 2.0315 on the update over its "
+        "Frobenius norm)", "6", at_least(1)),
+    named(row("muon-lr-adjust", &MuonConfig::lr_adjust,
+              "scale of Muon's update for a rows x cols matrix: match_rms_adamw 0.2 "
+              "sqrt(max(rows, cols)), AdamW's update RMS, so --lr carries over; original "
+              "sqrt(max(1, rows/cols))", "original"), "RULE"),
     row("seed", &RunOptions::seed, "seed for initialisation and data order", "42"),
     row("device", &ComputeOptions::device, "auto uses the GPU when one is visible, else the CPU",
         "cpu"),
@@ -260,6 +290,10 @@ std::vector<OptionRow> make_table() {
                           "auto: the newest valid checkpoint in --checkpoint-dir, or a fresh start; "
                           "or a checkpoint file",
                           "auto"), "auto|PATH")),
+    run_control(bare_switch(row("reset-optimizer", &CheckpointOptions::reset_optimizer,
+                    "with --resume: take the checkpoint's weights and data position but start "
+                    "the optimizer state afresh (moments and momentum zero, step count 0); "
+                    "needed to switch --optimizer between adamw and muon", "true"))),
     run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
                     "still follows --steps (0: off)", "20",

@@ -57,8 +57,9 @@ struct SampleOptions {
 struct CheckpointOptions {
   std::string dir;
   int every = 0;
-  int keep = 0;        // 0: keep all
-  std::string resume;  // "", "auto" or a file
+  int keep = 0;                  // 0: keep all
+  std::string resume;            // "", "auto" or a file
+  bool reset_optimizer = false;  // resume the weights with fresh optimizer state
 
   bool operator==(const CheckpointOptions&) const = default;
 };
@@ -77,10 +78,10 @@ struct RunOptions {
 };
 
 struct Options {
-  ModelConfig model;    // model/config.h
-  DataOptions data;     // data/data_options.h
-  LrSchedule schedule;  // src/lr_schedule.h
-  AdamWConfig adamw;    // shard/optimizer_config.h
+  ModelConfig model;          // model/config.h
+  DataOptions data;           // data/data_options.h
+  LrSchedule schedule;        // src/lr_schedule.h
+  OptimizerConfig optimizer;  // shard/optimizer_config.h: the kind, AdamW's and Muon's settings
   ComputeOptions compute;
   EngineOptions engine;  // shard/engine_options.h; check_finite and seed come from run
   EvalOptions eval;

@@ -47,6 +47,11 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
 double mib(int64_t bytes) {
   return double(bytes) / (1 << 20);
 }
+std::string fixed1(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
 
 // Whether `done` steps end a period of `n` steps (0: no period).
 bool every(int n, int done) {
@@ -173,7 +178,8 @@ MemoryPlan Trainer::memory_plan(int batch) const {
                                 .seq_len = o_.data.seq_len,
                                 .recompute = o_.compute.recompute,
                                 .fp8 = o_.compute.fp8(),
-                                .engine = o_.engine});
+                                .engine = o_.engine,
+                                .optimizer = o_.optimizer.kind});
 }
 
 MemorySettings Trainer::memory_settings(int batch) const {
@@ -203,10 +209,12 @@ void Trainer::print_memory_plan() const {
       device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
   std::printf(
       "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
-      "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f | "
+      "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f%s | "
       "activations %.1f | total %.1f\n",
       mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
-      mib(p.grad_buffers), mib(p.activations), mib(p.total()));
+      mib(p.grad_buffers),
+      p.optimizer_buffers ? (" + Muon buffers " + fixed1(mib(p.optimizer_buffers))).c_str() : "",
+      mib(p.activations), mib(p.total()));
   if (loader_)
     std::printf(
         "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
@@ -526,7 +534,7 @@ TrainSummary Trainer::run() {
     // finite: a diverged step changes no weight and reaches no checkpoint.
     const GradientNorms norms = engine_->measure_gradients();
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
-    engine_->apply_update(o_.adamw, lr, norms);
+    engine_->apply_update(o_.optimizer, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
     train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps

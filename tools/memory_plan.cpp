@@ -92,7 +92,8 @@ void print_json(const Options& o, int world) {
                                        .seq_len = d.seq_len,
                                        .recompute = o.compute.recompute,
                                        .fp8 = o.compute.fp8(),
-                                       .engine = o.engine});
+                                       .engine = o.engine,
+                                       .optimizer = o.optimizer.kind});
   // Units come as embedding, n_layer blocks of one layout, head (model_units).
   const std::vector<UnitSpec> units = model_units(m);
   std::printf(
@@ -121,10 +122,12 @@ void print_json(const Options& o, int world) {
   std::printf(
       "  \"memory\": {\"master\": %lld, \"grads\": %lld, \"moments\": %lld, "
       "\"send_copy\": %lld, \"gather_buffers\": %lld, \"grad_buffers\": %lld, "
+      "\"optimizer_buffers\": %lld, "
       "\"activations\": %lld, \"persistent\": %lld, \"buffers\": %lld, \"total\": %lld}\n}\n",
       (long long)p.master, (long long)p.grads, (long long)p.moments, (long long)p.send_copy,
-      (long long)p.gather_buffers, (long long)p.grad_buffers, (long long)p.activations,
-      (long long)p.persistent(), (long long)p.buffers(), (long long)p.total());
+      (long long)p.gather_buffers, (long long)p.grad_buffers, (long long)p.optimizer_buffers,
+      (long long)p.activations, (long long)p.persistent(), (long long)p.buffers(),
+      (long long)p.total());
 }
 
 }  // namespace

@@ -34,11 +34,19 @@ What it mirrors, and where (keep in step with the C++):
   per epoch keyed by seed and epoch; step s uses global positions
   s*G .. s*G+G-1, G = global batch); single-file datasets only;
 - optimizer: shard/engine.cpp (clip to --grad-clip with norm+1e-6, AdamW with
-  decay on matrices only) and src/lr_schedule.h.
+  decay on matrices only) and src/lr_schedule.h; with --optimizer muon in the
+  checkpoint's configuration, torch.optim.Muon (PyTorch >= 2.9) for the block
+  matrices (shard/muon.h), continuing from the momentum fsdptrain keeps in
+  optim/exp_avg, and AdamW for the rest. torch.optim.Muon runs its
+  Newton-Schulz iteration in bf16; with --dtype fp32 this script swaps that
+  one function for the same iteration in fp32 (newton_schulz_fp32 below), so
+  the CPU reference's fp32 can be compared; momentum, Nesterov, the
+  learning-rate adjustment, weight decay and the update stay torch's own.
 """
 import argparse
 import json
 import math
+import re
 import sys
 import time
 
@@ -163,6 +171,25 @@ class Model(torch.nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+BLOCK_MATRIX = re.compile(r"blocks\.\d+\.(attn\.w[qkvo]|mlp\.w[123])$")
+
+
+def newton_schulz_fp32(g, coefficients, steps, eps):
+    """Muon's quintic Newton-Schulz iteration kept in the input's dtype
+    (written here from its definition: X = G/max(|G|_F, eps) on the wide
+    orientation, then X <- aX + (bA + cA^2)X with A = XX^T)."""
+    a, b, c = coefficients
+    x = g.clone()
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.t()
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.t()
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.t() if tall else x
+
+
 def read_checkpoint(path):
     with h5py.File(path, "r") as f:
         m = f["model"]
@@ -251,12 +278,29 @@ def main():
         g = np.random.default_rng(0)
         weights = {k: (v * (1 + a.perturb * g.standard_normal(v.shape))).astype(v.dtype) for k, v in weights.items()}
     model = Model(cfg, weights).to(dev)
-    decay = [p for n, p in model.p.items() if p.ndim >= 2]
+    muon = opts.get("optimizer", "adamw") == "muon"
+    is_muon = lambda n: muon and BLOCK_MATRIX.match(n.replace("__", ".")) is not None
+    decay = [p for n, p in model.p.items() if p.ndim >= 2 and not is_muon(n)]
     no_decay = [p for n, p in model.p.items() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=betas, eps=eps, foreach=False)
+    opts_all = [opt]
+    if muon:
+        if not hasattr(torch.optim, "Muon"):
+            missing("torch.optim.Muon (PyTorch 2.9 or newer) for a checkpoint of --optimizer muon")
+        if a.dtype == "fp32":
+            import torch.optim._muon as muon_module
+            muon_module._zeropower_via_newtonschulz = newton_schulz_fp32
+        opt_muon = torch.optim.Muon([p for n, p in model.p.items() if is_muon(n)], lr=lr, weight_decay=wd,
+                                    momentum=float(opts["muon-momentum"]),
+                                    nesterov=opts["muon-nesterov"] == "true",
+                                    ns_steps=int(opts["muon-ns-steps"]), adjust_lr_fn=opts["muon-lr-adjust"])
+        opts_all.append(opt_muon)
     for n, p in model.p.items():  # continue with fsdptrain's moments and step count
         name = n.replace("__", ".")
+        if is_muon(n):  # fsdptrain keeps Muon's momentum where AdamW's first moment would be
+            opt_muon.state[p] = {"momentum_buffer": torch.from_numpy(avg[name].copy()).to(dev)}
+            continue
         opt.state[p] = {"step": torch.tensor(float(root["optimizer_steps"])),
                         "exp_avg": torch.from_numpy(avg[name].copy()).to(dev),
                         "exp_avg_sq": torch.from_numpy(avg_sq[name].copy()).to(dev)}
@@ -275,13 +319,15 @@ def main():
         batch = torch.from_numpy(np.stack(rows)).to(dev)
         with autocast():
             loss = model(batch[:, :-1], batch[:, 1:])
-        opt.zero_grad(set_to_none=True)
+        for o in opts_all:
+            o.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
         step_lr = float(lr_at(s, total, warmup, lr, min_lr))
-        for g in opt.param_groups:
-            g["lr"] = step_lr
-        opt.step()
+        for o in opts_all:
+            for g in o.param_groups:
+                g["lr"] = step_lr
+            o.step()
         ours = loss.item()
         if out:
             dt = time.perf_counter() - t0

@@ -16,7 +16,7 @@ namespace fsdp {
 class CpuOps : public Ops {
  public:
   const char* name() const override { return "cpu"; }
-  OpsCapabilities capabilities() const override { return {.host_memory = true}; }
+  OpsCapabilities capabilities() const override { return {.host_memory = true, .muon = true}; }
   DType compute_dtype() const override { return DType::f32; }
   // Host memory: MemAvailable, or less under a cgroup limit (host_memory.h).
   int64_t free_memory_bytes() const override;
@@ -89,6 +89,13 @@ class CpuOps : public Ops {
   void do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy, const Fp8Tensor& dyt,
                               const Fp8Tensor& xt, const Fp8Tensor& wt, int M, int N, int K,
                               bool accumulate_dx) override;
+  // cpu_muon.cpp
+  void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
+                        bool nesterov, float grad_scale) override;
+  void do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
+                        const NewtonSchulz& ns) override;
+  void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
+                      float weight_decay) override;
 };
 
 }  // namespace fsdp

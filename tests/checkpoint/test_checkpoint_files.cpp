@@ -282,7 +282,7 @@ TEST(CheckpointUntrusted, NumbersOutOfRangeOrInconsistent) {
       {"/", "optimizer_steps", 1000,
        "attribute 'optimizer_steps' is 1000; it must be between 0 "
        "and 4"},  // the file of step 4
-      {"/", "format_version", 2, "attribute 'format_version' is 2; it must be 1"},
+      {"/", "format_version", 3, "attribute 'format_version' is 3; it must be between 1 and 2"},
       {"/", "world_size", 0, "attribute 'world_size' is 0"},
       {"/", "shard_group_size", 99, "attribute 'shard_group_size' is 99"},
       {"/model", "n_layer", -818412, "attribute 'n_layer' of /model is -818412"},

@@ -3,6 +3,8 @@
 // (s, j), and the set of sequences in a step does not depend on the split.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -23,6 +25,16 @@ inline ModelConfig engine_test_config() {
   c.n_layer = 3;
   c.max_seq_len = 16;
   return c;
+}
+
+// The relative L2 difference of a from b (the equivalence tests' measure).
+inline double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
 }
 
 inline int32_t synthetic_token(int step, int64_t seq, int t, int vocab) {
@@ -60,12 +72,14 @@ struct EngineRun {
 
   // The optimizer settings of every engine test: clipping low enough that it
   // really happens.
-  static AdamWConfig adam() {
-    AdamWConfig a;
-    a.weight_decay = 0.1f;
-    a.grad_clip = 0.5f;
-    return a;
+  static OptimizerConfig adam() {
+    OptimizerConfig o;
+    o.adamw.weight_decay = 0.1f;
+    o.adamw.grad_clip = 0.5f;
+    return o;
   }
+  // What step() runs: adam(), or the same with kind = muon.
+  OptimizerConfig optimizer = adam();
 
   // Step s's micro-batches, forward and backward, gradients left in the
   // engine; returns the global mean loss (also appended to `losses`).
@@ -97,7 +111,7 @@ struct EngineRun {
   // it stays ~1e-7, so a 1e-5 bar separates rounding from any sharding bug.
   double step(int s, Communicator& world_comm, float lr = 1e-3f) {
     const double loss = forward_backward(s, world_comm);
-    engine.step(adam(), lr);
+    engine.step(optimizer, lr);
     return loss;
   }
 

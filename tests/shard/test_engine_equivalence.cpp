@@ -15,20 +15,12 @@ namespace fsdp {
 namespace {
 
 using testing::EngineRun;
+using testing::rel_diff;
 
 constexpr int kSteps = 20, kB = 2, kT = 12, kAccum = 2;
 // fp32 with a different summation order (reduce-scatter, accumulation): the
 // issue's bar. Measured worst cases are printed by each test.
 constexpr double kTol = 1e-5;
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 struct Reference {
   std::unique_ptr<Communicator> self;

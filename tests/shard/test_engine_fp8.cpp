@@ -41,8 +41,8 @@ TEST(FsdpFp8Gather, TrainsBitForBitAsCastingTheGatheredWeight) {
   // No clipping: the gradient norm sums each rank's shard in layout order,
   // and the segmented layout's order differs, so a clipped step would differ
   // in the last bit (and then everywhere).
-  AdamWConfig adam = EngineRun::adam();
-  adam.grad_clip = 0;
+  OptimizerConfig adam = EngineRun::adam();
+  adam.adamw.grad_clip = 0;
   for (int s = 0; s < 8; ++s) {
     for (EngineRun* r : {&cast, &gathered, &fp32}) {
       r->forward_backward(s, *g.world);

@@ -351,6 +351,10 @@ TARGETED_CHECKPOINT = [
     ("/sampler consumed = -1", lambda f: f["sampler"].attrs.modify("consumed", -1)),
     ("/config as a variable-length string", lambda f: f.attrs.create(
         "config", np.asarray(f.attrs["config"]).item().decode(), dtype=h5py.string_dtype())),
+    ("/optimizer = muon (another optimizer's state)",
+     lambda f: f.attrs.create("optimizer", fixed_string("muon"))),
+    ("/optimizer = garbage", lambda f: f.attrs.create("optimizer", fixed_string("sgd+x"))),
+    ("/optimizer deleted", lambda f: f.attrs.__delitem__("optimizer")),
 ]
 
 
@@ -408,8 +412,13 @@ def checkpoint_violations(path, base, base_tensors, base_sums, resumed_step):
                 if ints[k] is None:
                     bad.append(f"/{k} is {a.get(k)!r}, not one integer")
                     del ints[k]
-            if ints.get("format_version", 1) != 1:
+            if ints.get("format_version", 1) not in (1, 2):
                 bad.append(f"format_version {ints['format_version']}")
+            # Version 2 names what optim/ holds; this AdamW run must load only AdamW's.
+            opt = a.get("optimizer")
+            opt = opt.decode() if isinstance(opt, bytes) else opt
+            if ints.get("format_version") == 2 and opt != "adamw":
+                bad.append(f"optimizer {opt!r} loaded into an AdamW run")
             step = ints.get("step")
             if step is not None and step != resumed_step:
                 bad.append(f"resumed at step {resumed_step} but the file says {step}")

@@ -7,7 +7,9 @@
 - SIGUSR1 (through mpirun, 2 ranks) and SIGTERM end a run at a step boundary
   with a checkpoint and exit 0; --resume auto continues from it;
 - a damaged newest checkpoint is skipped with a warning, falling back to the
-  previous one; --resume naming it fails with one line naming it."""
+  previous one; --resume naming it fails with one line naming it;
+- --optimizer muon resumes the same ways; a checkpoint of the other optimizer
+  is refused unless --reset-optimizer; a format-1 file loads as AdamW's."""
 import json
 import os
 import shutil
@@ -81,6 +83,48 @@ for saved, resumed in [(4, 3), (2, 4)]:
     worst = max(abs(a - b) / b for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
     check(len(got) == 10 and worst <= 1e-5,
           f"saved on {saved} ranks, resumed on {resumed}: worst loss rel. error {worst:.1e}")
+
+# Muon (--optimizer muon): its momentum rides in optim/exp_avg, so a resume
+# is exact on the same ranks and within the FSDP tolerance on others.
+MUON = ("--optimizer", "muon")
+run(1, "ma", "ma.jsonl", extra=MUON)
+run(1, "mb", "mb.jsonl", extra=MUON + ("--stop-at-step", "5"))
+run(1, "mb", "mb.jsonl", extra=MUON + ("--resume", "auto"))
+check(losses("ma.jsonl") == losses("mb.jsonl") and losses("ma.jsonl") != losses("a.jsonl"),
+      "muon, 1 rank: 10 straight == 5 + resume + 5 (losses, bitwise), and not AdamW's curve")
+with h5py.File(os.path.join(work, "mb", "step_00000010.h5"), "r") as f:
+    attrs = dict(f.attrs)
+check(attrs.get("format_version") == 2 and attrs.get("optimizer") in (b"muon", "muon"),
+      f"muon checkpoint: format_version {attrs.get('format_version')}, optimizer {attrs.get('optimizer')}")
+run(4, "mc", "mc.jsonl", extra=MUON)
+run(2, "m24", "m24.jsonl", extra=MUON + ("--stop-at-step", "5"))
+run(4, "m24", "m24.jsonl", extra=MUON + ("--resume", "auto"))
+ref, got = losses("mc.jsonl"), losses("m24.jsonl")
+worst = max(abs(a - b) / b for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
+check(len(got) == 10 and worst <= 1e-5, f"muon saved on 2 ranks, resumed on 4: worst loss rel. error {worst:.1e}")
+
+# Another optimizer's state does not carry over: refused by name, nothing
+# written; --reset-optimizer keeps the weights and starts the state afresh.
+before = sorted(os.listdir(os.path.join(work, "mb")))
+r = run(1, "mb", "mb2.jsonl", steps=12, extra=("--resume", "auto"), expect_rc=1)
+errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(len(errs) == 1 and "--optimizer muon" in errs[0] and "--reset-optimizer" in errs[0]
+      and sorted(os.listdir(os.path.join(work, "mb"))) == before,
+      "adamw resuming a muon checkpoint: one error line, nothing written")
+r = run(1, "mb", "mb2.jsonl", steps=12, extra=("--resume", "auto", "--reset-optimizer"))
+check(r.returncode == 0 and "starts afresh" in r.stdout and "at step 10" in r.stdout,
+      "--reset-optimizer: adamw continues the muon run's weights")
+
+# A version-1 file (before the optimizer attribute) still loads, as AdamW's.
+old = os.path.join(work, "v1")
+shutil.copytree(os.path.join(work, "a"), old)
+for n in os.listdir(old):
+    if n.endswith(".h5"):
+        with h5py.File(os.path.join(old, n), "r+") as f:
+            f.attrs["format_version"] = np.int64(1)
+            del f.attrs["optimizer"]
+r = run(1, "v1", "v1.jsonl", steps=12, extra=("--resume", "auto"))
+check(r.returncode == 0 and "at step 10" in r.stdout, "a format-1 checkpoint resumes (as adamw)")
 
 # Signals: the run stops at a step boundary, checkpoints, exits 0.
 for sig, ranks in [(signal.SIGUSR1, 2), (signal.SIGTERM, 1)]:

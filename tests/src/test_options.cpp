@@ -44,7 +44,7 @@ TEST(Options, DefaultsAndPreset) {
   EXPECT_EQ(o->compute.device_comm, DeviceComm::automatic);
   // Parts no flag touches come out as their components build them: parsing
   // fills only what was given (the defaults live in those structs alone).
-  EXPECT_EQ(o->adamw, AdamWConfig{});
+  EXPECT_EQ(o->optimizer, OptimizerConfig{});
   EXPECT_EQ(o->schedule, LrSchedule{});
   EXPECT_EQ(o->engine, EngineOptions{});
 }
@@ -52,13 +52,42 @@ TEST(Options, DefaultsAndPreset) {
 // The parts are what the components take, as they are: the flags land in the
 // engine's, the optimizer's and the schedule's own structs.
 TEST(Options, FlagsFillTheComponentsParts) {
-  auto o = parse({"--train-data", "x.h5", "--beta2", "0.99", "--adam-eps", "1e-06", "--grad-clip",
-                  "0", "--weight-decay", "0", "--single-rank-direct", "false", "--fp8-gather",
-                  "false", "--warmup-steps", "0", "--min-lr", "0"});
+  auto o = parse({"--train-data",
+                  "x.h5",
+                  "--beta2",
+                  "0.99",
+                  "--adam-eps",
+                  "1e-06",
+                  "--grad-clip",
+                  "0",
+                  "--weight-decay",
+                  "0",
+                  "--single-rank-direct",
+                  "false",
+                  "--fp8-gather",
+                  "false",
+                  "--warmup-steps",
+                  "0",
+                  "--min-lr",
+                  "0",
+                  "--optimizer",
+                  "muon",
+                  "--muon-momentum",
+                  "0.9",
+                  "--muon-nesterov",
+                  "false",
+                  "--muon-ns-steps",
+                  "6",
+                  "--muon-lr-adjust",
+                  "original"});
   ASSERT_TRUE(o);
-  AdamWConfig adamw;
-  adamw.beta2 = 0.99f, adamw.eps = 1e-6f, adamw.grad_clip = 0, adamw.weight_decay = 0;
-  EXPECT_EQ(o->adamw, adamw);
+  OptimizerConfig opt;
+  opt.kind = OptimizerKind::muon;
+  opt.adamw.beta2 = 0.99f, opt.adamw.eps = 1e-6f, opt.adamw.grad_clip = 0;
+  opt.adamw.weight_decay = 0;
+  opt.muon = {
+      .momentum = 0.9f, .nesterov = false, .ns_steps = 6, .lr_adjust = MuonLrAdjust::original};
+  EXPECT_EQ(o->optimizer, opt);
   EngineOptions engine;
   engine.direct_when_unsharded = false, engine.fp8_gather = false;
   EXPECT_EQ(o->engine, engine);

@@ -37,7 +37,7 @@ def run(tools, *args):
 
 def test_one(ckpt, tools, tied):
     out = run(tools, "inspect_checkpoint.py", ckpt, "--stats", "--config")
-    for needle in ("step: 2", "tokens_seen: 2007", "format_version: 1", "model/embed.weight",
+    for needle in ("step: 2", "tokens_seen: 2007", "format_version: 2", "optimizer: adamw", "model/embed.weight",
                    "optim/exp_avg_sq/blocks.2.mlp.w2", "[40, 24]", "norm ", "consumed=16",
                    "lr = 0.001", f"tie_embeddings={tied}"):
         check(needle in out, f"inspect output of {ckpt} lacks '{needle}'")

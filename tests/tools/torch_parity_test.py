@@ -3,7 +3,9 @@
 steps continued from an fsdptrain checkpoint must match fsdptrain's own
 losses to 1e-4 relative in fp32 (measured ~3e-6). Runs 1 rank and 4 ranks
 with hybrid sharding, an untied head, block recomputation and a vocabulary of
-300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300).
+300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300); and
+--optimizer muon against torch.optim.Muon on 3 ranks and, with its other
+settings, on 1.
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -24,6 +26,13 @@ runs = {
             ["--batch-size", "2", "--grad-accum", "1", "--shard-group-size", "2", "--tie-embeddings", "false",
              "--recompute", "block", "--n-layer", "3", "--d-model", "96", "--n-head", "6", "--n-kv-head", "3",
              "--d-ff", "160", "--grad-clip", "0.5", "--vocab-size", "300"]),
+    # Muon for the block matrices (torch.optim.Muon, its Newton-Schulz in fp32),
+    # on 3 ranks: matrices split over ranks, each orthogonalised by its owner.
+    "muon_np3": ([mpiexec, "--oversubscribe", "-np", "3"],
+                 ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
+                  "--muon-lr-adjust", "match_rms_adamw"]),
+    "muon_original_np1": ([], ["--batch-size", "4", "--grad-accum", "1", "--optimizer", "muon",
+                               "--muon-lr-adjust", "original", "--muon-nesterov", "false"]),
 }
 failed = 0
 for name, (launcher, extra) in runs.items():

@@ -1,0 +1,79 @@
+// Ops' front door for the Muon optimizer's three ops (shard/muon.h runs them):
+// the momentum and the update are elementwise over a shard's spans, the
+// Newton-Schulz iteration is a few GEMMs on one whole matrix.
+#include "model/op_checks.h"
+
+namespace fsdp {
+
+using namespace op_checks;
+
+namespace {
+// Sorted, disjoint and inside a shard of n: each element is updated once.
+void check_spans(const std::vector<MuonSpan>& spans, int64_t n, const char* op) {
+  int64_t done = 0;
+  for (const MuonSpan& sp : spans) {
+    FSDP_CHECK(sp.begin >= done && sp.count >= 0 && sp.begin + sp.count <= n, op,
+               " spans must be sorted, disjoint and inside the shard of ", n);
+    done = sp.begin + sp.count;
+  }
+}
+int64_t span_elems(const std::vector<MuonSpan>& spans) {
+  int64_t n = 0;
+  for (const MuonSpan& sp : spans) n += sp.count;
+  return n;
+}
+}  // namespace
+
+void Ops::muon_momentum(Tensor grad_t, Tensor buf, const std::vector<MuonSpan>& spans,
+                        float momentum, bool nesterov, float grad_scale) {
+  const int64_t n = grad_t.numel;
+  f32(grad_t, n, "muon_momentum grad");
+  f32(buf, n, "muon_momentum buf");
+  FSDP_CHECK(momentum >= 0 && momentum < 1, "muon_momentum: momentum ", momentum,
+             " is outside [0, 1)");
+  check_spans(spans, n, "muon_momentum");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("muon_momentum", {n}), 0, 16.0 * double(span_elems(spans))};
+  });
+  do_muon_momentum(grad_t, buf, spans, momentum, nesterov, grad_scale);
+}
+
+void Ops::newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+  FSDP_CHECK(rows > 0 && cols > 0, "newton_schulz of a ", rows, " x ", cols, " matrix");
+  FSDP_CHECK(ns.steps >= 0 && ns.eps > 0, "newton_schulz: steps ", ns.steps, ", eps ", ns.eps);
+  f32(out, rows * cols, "newton_schulz out");
+  f32(x, rows * cols, "newton_schulz x");
+  FSDP_CHECK(out.data != x.data, "newton_schulz: out may not alias x");
+  const OpScope scope(hook_, [&] {
+    // per step, on the wide orientation (m <= n): X X^T 2m^2n, A A 2m^3, B X 2m^2n
+    const double m = double(std::min(rows, cols)), w = double(std::max(rows, cols));
+    return OpCall{key("newton_schulz", {rows, cols}), ns.steps * (4 * m * m * w + 2 * m * m * m),
+                  0};
+  });
+  do_newton_schulz(out, x, rows, cols, ns);
+}
+
+void Ops::muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
+                      float weight_decay) {
+  const int64_t n = param.numel;
+  f32(param, n, "muon_update param");
+  f32(update, n, "muon_update update");
+  check_spans(spans, n, "muon_update");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("muon_update", {n}), 0, 12.0 * double(span_elems(spans))};
+  });
+  do_muon_update(param, update, spans, lr, weight_decay);
+}
+
+// A backend that does not declare capabilities().muon keeps these.
+void Ops::do_muon_momentum(Tensor, Tensor, const std::vector<MuonSpan>&, float, bool, float) {
+  throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
+}
+void Ops::do_newton_schulz(Tensor, Tensor, int64_t, int64_t, const NewtonSchulz&) {
+  throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
+}
+void Ops::do_muon_update(Tensor, Tensor, const std::vector<MuonSpan>&, float, float) {
+  throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
+}
+
+}  // namespace fsdp

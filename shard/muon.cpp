@@ -1,0 +1,135 @@
+#include "shard/muon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/error.h"
+
+namespace fsdp {
+
+float muon_lr_scale(MuonLrAdjust adjust, int64_t rows, int64_t cols) {
+  switch (adjust) {
+    case MuonLrAdjust::match_rms_adamw:
+      return float(0.2 * std::sqrt(double(std::max(rows, cols))));
+    case MuonLrAdjust::original:
+      return float(std::sqrt(std::max(1.0, double(rows) / double(cols))));
+  }
+  throw_error("internal: a MuonLrAdjust without a rule (shard/muon.cpp)");
+}
+
+std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_ranks,
+                                  const MuonConfig& c) {
+  FSDP_CHECK(shard_ranks >= 1, "plan_muon over ", shard_ranks, " ranks");
+  std::vector<MuonMatrix> all;
+  std::vector<double> cost;
+  for (int u = 0; u < int(units.size()); ++u)
+    for (int p = 0; p < int(units[u].params.size()); ++p) {
+      const ParamSpec& s = units[u].params[p];
+      if (!takes_muon(s)) continue;
+      const int64_t rows = s.shape[0], cols = s.shape[1];
+      all.push_back({u, p, rows, cols, 0, muon_lr_scale(c.lr_adjust, rows, cols)});
+      // per Newton-Schulz step on the wide orientation: X X^T, A A, B X
+      const double m = double(std::min(rows, cols)), n = double(std::max(rows, cols));
+      cost.push_back(4 * m * m * n + 2 * m * m * m);
+    }
+  std::vector<size_t> order(all.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(size_t(shard_ranks), 0.0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equals
+    all[i].owner = int(least - load.begin());
+    *least += cost[i];
+  }
+  return all;
+}
+
+int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks) {
+  int64_t largest = 0;
+  for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
+  // One rank orthogonalises straight from its shard: only the results' buffer.
+  return shard_ranks > 1 ? 2 * largest : largest;
+}
+
+MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& units,
+                   const std::vector<UnitLayout>& layouts, const MuonConfig& c)
+    : ops_(ops), shard_(shard), c_(c), by_unit_(units.size()) {
+  FSDP_CHECK(ops.capabilities().muon, "the ", ops.name(),
+             " backend has no Muon optimizer yet (--optimizer muon)");
+  for (const MuonMatrix& m : plan_muon(units, shard.size(), c))
+    by_unit_[size_t(m.unit)].push_back(m);
+  int64_t largest = 0;
+  for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
+  out_ = ops_.alloc(DType::f32, largest);
+  if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest);
+}
+
+MuonStep::~MuonStep() {
+  if (out_.data) ops_.free(out_);
+  if (full_.data) ops_.free(full_);
+}
+
+int64_t MuonStep::buffer_bytes() const {
+  return int64_t(out_.bytes() + full_.bytes());
+}
+
+bool MuonStep::is_muon(int unit, int param) const {
+  for (const MuonMatrix& m : by_unit_.at(size_t(unit)))
+    if (m.param == param) return true;
+  return false;
+}
+
+void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor grad,
+                           Tensor momentum, float lr, float weight_decay, float grad_scale) {
+  const std::vector<MuonMatrix>& mats = by_unit_.at(size_t(unit));
+  if (mats.empty()) return;
+  const int rank = shard_.rank();
+  std::vector<MuonSpan> spans;
+  for (const MuonMatrix& m : mats) {
+    const Overlap o = shard_overlap(l, m.param, rank);
+    if (o.count > 0) spans.push_back({o.local, o.count, m.lr_scale});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const MuonSpan& a, const MuonSpan& b) { return a.begin < b.begin; });
+  ops_.muon_momentum(grad, momentum, spans, c_.momentum, c_.nesterov, grad_scale);
+
+  const NewtonSchulz ns = muon_newton_schulz(c_.ns_steps);
+  Tensor update;
+  if (shard_.size() == 1) {
+    // The shard is the whole unit: orthogonalise in place of the gather.
+    for (const MuonMatrix& m : mats) {
+      const int64_t at = shard_overlap(l, m.param, 0).local, n = m.rows * m.cols;
+      ops_.newton_schulz(out_.slice(at, n), grad.slice(at, n), m.rows, m.cols, ns);
+    }
+    update = out_.slice(0, master.numel);
+  } else {
+    shard_.wait_stream(ops_.stream());  // the directions were just computed there
+    std::vector<WorkHandle> parts;
+    for (const Segment& g : l.segments)
+      parts.push_back(shard_.all_gather(grad.slice(g.local, g.shard).data,
+                                        full_.slice(g.begin, g.padded).data, size_t(g.shard),
+                                        DType::f32));
+    join_work(std::move(parts))->wait();
+    ops_.zero(out_.slice(0, l.padded));
+    for (const MuonMatrix& m : mats) {
+      if (m.owner != rank) continue;
+      const int64_t at = l.offsets[size_t(m.param)], n = m.rows * m.cols;
+      ops_.newton_schulz(out_.slice(at, n), full_.slice(at, n), m.rows, m.cols, ns);
+    }
+    // Every rank's slice of the owners' results: a sum with zeros, which is
+    // exact. The gathered directions are spent, so full_ takes the slices.
+    shard_.wait_stream(ops_.stream());
+    parts.clear();
+    for (const Segment& g : l.segments)
+      parts.push_back(shard_.reduce_scatter(out_.slice(g.begin, g.padded).data,
+                                            full_.slice(g.local, g.shard).data, size_t(g.shard),
+                                            DType::f32, ReduceOp::sum));
+    join_work(std::move(parts))->wait();
+    update = full_.slice(0, master.numel);
+  }
+  ops_.muon_update(master, update, spans, lr, weight_decay);
+}
+
+}  // namespace fsdp

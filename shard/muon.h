@@ -1,0 +1,85 @@
+// Muon under ZeRO-3: each block matrix is orthogonalised whole, by one rank.
+//
+// A matrix's gradient lies in slices on the shard group's ranks. Each matrix
+// gets an owner (balanced by Newton-Schulz FLOPs); per unit the momentum
+// direction is all-gathered in f32, every owner runs Newton-Schulz on its
+// matrices into an otherwise zero buffer, and a reduce-scatter (sum) hands
+// each rank its slice of every result: adding zeros is exact, so the result
+// is bitwise what one rank holding the whole model computes, on any rank
+// count and split. Per step that is one more f32 all-gather and
+// reduce-scatter of the unit's shard, and two f32 buffers of the largest
+// unit (counted by the memory plan). Hybrid sharding: every replica group
+// does the same on the same all-reduced gradients.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/ops.h"
+#include "model/params.h"
+#include "shard/layout.h"
+#include "shard/optimizer_config.h"
+
+namespace fsdp {
+
+// The published iteration (Keller Jordan's Muon, as torch.optim.Muon): the
+// quintic coefficients that maximise the slope at zero, and the Frobenius
+// norm clamped at 1e-7.
+inline NewtonSchulz muon_newton_schulz(int steps) {
+  return {3.4445f, -4.7750f, 2.0315f, steps, 1e-7f};
+}
+
+// The parameters Muon updates: the block linears (ParamSpec::fp8 marks
+// exactly those), each logical matrix on its own, packed or not.
+inline bool takes_muon(const ParamSpec& p) {
+  return p.fp8 && p.shape.size() == 2;
+}
+
+// Muon's learning-rate factor for a [rows, cols] matrix (MuonLrAdjust).
+float muon_lr_scale(MuonLrAdjust adjust, int64_t rows, int64_t cols);
+
+struct MuonMatrix {
+  int unit = 0, param = 0;
+  int64_t rows = 0, cols = 0;
+  int owner = 0;  // the shard rank that orthogonalises it
+  float lr_scale = 1;
+};
+
+// Every Muon matrix of the model, in unit and parameter order, with its
+// owner: the largest Newton-Schulz cost first, each to the rank with the
+// least so far (ties to the lower rank), so all ranks agree without talking.
+std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_ranks,
+                                  const MuonConfig& c);
+
+// The f32 elements of the two buffers (per rank).
+int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks);
+
+class MuonStep {
+ public:
+  MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& units,
+           const std::vector<UnitLayout>& layouts, const MuonConfig& c);
+  ~MuonStep();
+  MuonStep(const MuonStep&) = delete;
+  MuonStep& operator=(const MuonStep&) = delete;
+
+  // One unit's Muon matrices, on this rank's f32 shard: the momentum
+  // (momentum: its buffer; grad scaled by grad_scale, then replaced by the
+  // direction and, after the exchange, by the orthogonalised update), then
+  // master = master (1 - lr wd) - lr scale U. Elements of other parameters
+  // are left to AdamW. Collective over the shard group.
+  void update_unit(int unit, const UnitLayout& layout, Tensor master, Tensor grad, Tensor momentum,
+                   float lr, float weight_decay, float grad_scale);
+  // Whether parameter p of unit u is a Muon matrix.
+  bool is_muon(int unit, int param) const;
+  int64_t buffer_bytes() const;
+
+ private:
+  Ops& ops_;
+  Communicator& shard_;
+  MuonConfig c_;
+  std::vector<std::vector<MuonMatrix>> by_unit_;
+  Tensor full_, out_;  // f32: the gathered directions, the owners' results
+};
+
+}  // namespace fsdp
