@@ -43,6 +43,22 @@ herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   return 0;
 }
 
+// A dataset whose data lies in one block (contiguous, or compact: inside its
+// header) must say it stores exactly its values' bytes. HDF5 1.10 trusts a
+// compact dataset's stated size when reading, so a damaged header would
+// crash the read instead of failing it (found by tests/src/fuzz_test.py).
+// Chunked data (possibly compressed) is read chunk by chunk and checked there.
+std::string storage_problem(hid_t dset, hsize_t values) {
+  H5 dcpl(H5Dget_create_plist(dset), H5Pclose);
+  if (dcpl.get() < 0) return "has no readable creation properties";
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT) return "";
+  const hsize_t bytes = H5Dget_storage_size(dset);
+  if (bytes == values * sizeof(float)) return "";
+  return "stores " + std::to_string(bytes) + " bytes for its " + std::to_string(values) +
+         " float32 values";
+}
+
 }  // namespace
 
 void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
@@ -222,6 +238,8 @@ std::string check_datasets(hid_t file, const ModelConfig& model, const std::stri
         if (found != want)
           return damaged + "dataset " + name + " has shape " + shape_text(found) +
                  " but its /model attributes make it " + shape_text(want);
+        if (std::string why = storage_problem(d.get(), hsize_t(p.numel())); !why.empty())
+          return damaged + "dataset " + name + " " + why;
       }
     }
     // A dataset the model lacks (say head.weight of an untied model loaded

@@ -126,6 +126,36 @@ for n in os.listdir(old):
 r = run(1, "v1", "v1.jsonl", steps=12, extra=("--resume", "auto"))
 check(r.returncode == 0 and "at step 10" in r.stdout, "a format-1 checkpoint resumes (as adamw)")
 
+# A tensor stored compact (inside its dataset header) loads; one whose header
+# states the wrong size is refused by name (HDF5 1.10 would read through the
+# stated size and crash).
+cpt = os.path.join(work, "compact")
+shutil.copytree(os.path.join(work, "a"), cpt)
+ckpt = os.path.join(cpt, "step_00000010.h5")
+with h5py.File(ckpt, "r+") as f:
+    values = f["model/final_norm"][()]
+    del f["model/final_norm"]
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    d = h5py.h5d.create(f.id, b"model/final_norm", h5py.h5t.IEEE_F32LE,
+                        h5py.h5s.create_simple(values.shape), dcpl=dcpl)
+    d.write(h5py.h5s.ALL, h5py.h5s.ALL, values)
+r = run(1, "compact", "compact.jsonl", steps=12, extra=("--resume", ckpt))
+check(r.returncode == 0 and "at step 10" in r.stdout, "a compact dataset of the right size loads")
+# Values found nowhere else in the file mark where the compact data sits.
+marker = (np.arange(values.size, dtype="<f4") + np.float32(1234.5)).reshape(values.shape)
+with h5py.File(ckpt, "r+") as f:
+    f["model/final_norm"][...] = marker
+raw = bytearray(open(ckpt, "rb").read())
+at = raw.find(marker.tobytes())
+check(at > 2 and raw[at - 2:at] == (values.size * 4).to_bytes(2, "little"), "found the compact size field")
+raw[at - 2:at] = b"\0\0"
+open(ckpt, "wb").write(bytes(raw))
+r = run(1, "compact", "compact2.jsonl", steps=12, extra=("--resume", ckpt), expect_rc=1)
+errs = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(len(errs) == 1 and "model/final_norm" in errs[0] and "stores 0 bytes" in errs[0],
+      f"a compact dataset stating 0 bytes is refused by name: {errs}")
+
 # Signals: the run stops at a step boundary, checkpoints, exits 0.
 for sig, ranks in [(signal.SIGUSR1, 2), (signal.SIGTERM, 1)]:
     tag = f"sig{int(sig)}"
