@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "model/transformer.h"
 #include "shard/optimizer_config.h"
+#include "src/lr_schedule.h"
 
 namespace fsdp {
 
@@ -45,6 +46,11 @@ template <>
 struct Choices<DeviceComm> {
   static constexpr std::array<Choice<DeviceComm>, 2> all{
       {{DeviceComm::automatic, "auto"}, {DeviceComm::staged, "staged"}}};
+};
+template <>
+struct Choices<LrShape> {
+  static constexpr std::array<Choice<LrShape>, 3> all{
+      {{LrShape::cosine, "cosine"}, {LrShape::wsd, "wsd"}, {LrShape::linear, "linear"}}};
 };
 template <>
 struct Choices<OptimizerKind> {

@@ -187,10 +187,17 @@ std::vector<OptionRow> make_table() {
         at_least(1)),
     row("steps", &RunOptions::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
     row("lr", &LrSchedule::lr, "peak learning rate", "0.003", positive()),
-    row("min-lr", &LrSchedule::min_lr, "learning rate at the end of the cosine", "0.0002",
+    row("min-lr", &LrSchedule::min_lr, "learning rate at the last step", "0.0002",
         {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
          "must be in [0, --lr]"}),
     row("warmup-steps", &LrSchedule::warmup_steps, "linear warmup steps", "5", at_least(0)),
+    row("lr-schedule", &LrSchedule::shape,
+        "after the warmup: cosine or linear to --min-lr over the remaining steps; wsd "
+        "(warmup-stable-decay): --lr until the last --decay-fraction of the steps, then linear "
+        "to --min-lr", "wsd"),
+    row("decay-fraction", &LrSchedule::decay_fraction,
+        "with --lr-schedule wsd: the share of --steps that decays", "0.1",
+        {[](const float& v, const O&) { return v > 0 && v <= 1; }, "must be in (0, 1]"}),
     row("optimizer", &OptimizerConfig::kind,
         "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
         "W1, W3, W2, each whole, orthogonalised on one rank of the shard group), AdamW for "

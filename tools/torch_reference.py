@@ -34,7 +34,7 @@ What it mirrors, and where (keep in step with the C++):
   per epoch keyed by seed and epoch; step s uses global positions
   s*G .. s*G+G-1, G = global batch); single-file datasets only;
 - optimizer: shard/engine.cpp (clip to --grad-clip with norm+1e-6, AdamW with
-  decay on matrices only) and src/lr_schedule.h; with --optimizer muon in the
+  decay on matrices only) and src/lr_schedule.h (cosine, linear, wsd); with --optimizer muon in the
   checkpoint's configuration, torch.optim.Muon (PyTorch >= 2.9) for the block
   matrices (shard/muon.h), continuing from the momentum fsdptrain keeps in
   optim/exp_avg, and AdamW for the rest. torch.optim.Muon runs its
@@ -109,11 +109,21 @@ def window_of(position, windows, seed):
     return Permutation(windows, seed ^ mix64(epoch ^ 0x5EED))(position % windows)
 
 
-def lr_at(step, total, warmup, lr, min_lr):
+def lr_at(step, total, warmup, lr, min_lr, shape="cosine", decay_fraction=0.2):
+    """src/lr_schedule.h: warmup, then cosine, linear or wsd (stable, then linear
+    over the last decay_fraction of the steps) to min_lr at the last step."""
     if step < warmup:
         return np.float32(lr * (step + 1) / warmup)
+    if shape == "wsd":
+        decay = max(1, int(math.floor(float(np.float32(decay_fraction)) * total + 0.5)))  # C++ holds a float
+        start = max(warmup, total - decay)
+        if step < start:
+            return np.float32(lr)
+        return np.float32(lr + (min_lr - lr) * min(1.0, (step - start + 1) / max(1, total - start)))
     decay = max(1, total - warmup - 1)
     progress = min(1.0, (step - warmup) / decay)
+    if shape == "linear":
+        return np.float32(lr + (min_lr - lr) * progress)
     return np.float32(min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress)))
 
 
@@ -323,7 +333,8 @@ def main():
             o.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
-        step_lr = float(lr_at(s, total, warmup, lr, min_lr))
+        step_lr = float(lr_at(s, total, warmup, lr, min_lr, opts.get("lr-schedule", "cosine"),
+                              float(opts.get("decay-fraction", "0.2"))))
         for o in opts_all:
             for g in o.param_groups:
                 g["lr"] = step_lr

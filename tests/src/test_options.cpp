@@ -315,6 +315,30 @@ TEST(Options, HelpReturnsNothing) {
   EXPECT_NE(::testing::internal::GetCapturedStdout().find("--train-data"), std::string::npos);
 }
 
+// Linear: a straight line from the peak after the warmup to min_lr at the
+// last step. WSD: the peak until the last decay_fraction of the steps, then a
+// straight line that reaches min_lr at the last step.
+TEST(LrSchedule, LinearAndWarmupStableDecay) {
+  LrSchedule s{.lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .shape = LrShape::linear};
+  EXPECT_FLOAT_EQ(lr_at(9, 101, s), 1.0f);
+  EXPECT_NEAR(lr_at(10, 101, s), 1.0f, 1e-6);
+  EXPECT_NEAR(lr_at(55, 101, s), 0.55f, 1e-6);  // half way: progress 45/90
+  EXPECT_NEAR(lr_at(100, 101, s), 0.1f, 1e-6);
+  s.shape = LrShape::wsd;
+  s.decay_fraction = 0.2f;                  // the last 20 of 100 steps
+  EXPECT_FLOAT_EQ(lr_at(0, 100, s), 0.1f);  // warmup unchanged
+  EXPECT_FLOAT_EQ(lr_at(10, 100, s), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(79, 100, s), 1.0f);  // stable to the decay
+  EXPECT_NEAR(lr_at(80, 100, s), 1.0f - 0.9f / 20, 1e-6);
+  EXPECT_NEAR(lr_at(89, 100, s), 0.55f, 1e-6);
+  EXPECT_NEAR(lr_at(99, 100, s), 0.1f, 1e-6);
+  for (int i = 80; i < 99; ++i) EXPECT_GT(lr_at(i, 100, s), lr_at(i + 1, 100, s)) << i;
+  // A decay longer than what follows the warmup starts at the warmup's end.
+  s.decay_fraction = 1.0f;
+  EXPECT_NEAR(lr_at(10, 100, s), 1.0f - 0.9f / 90, 1e-6);
+  EXPECT_NEAR(lr_at(99, 100, s), 0.1f, 1e-6);
+}
+
 TEST(LrSchedule, WarmupThenCosineToMin) {
   const LrSchedule s{.lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10};
   EXPECT_FLOAT_EQ(lr_at(0, 100, s), 0.1f);

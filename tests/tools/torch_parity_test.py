@@ -4,8 +4,9 @@ steps continued from an fsdptrain checkpoint must match fsdptrain's own
 losses to 1e-4 relative in fp32 (measured ~3e-6). Runs 1 rank and 4 ranks
 with hybrid sharding, an untied head, block recomputation and a vocabulary of
 300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300); and
---optimizer muon against torch.optim.Muon on 3 ranks and, with its other
-settings, on 1.
+--optimizer muon against torch.optim.Muon on 3 ranks (with --lr-schedule wsd
+decaying over the compared steps) and, with its other settings and the linear
+schedule, on 1.
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -30,9 +31,10 @@ runs = {
     # on 3 ranks: matrices split over ranks, each orthogonalised by its owner.
     "muon_np3": ([mpiexec, "--oversubscribe", "-np", "3"],
                  ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
-                  "--muon-lr-adjust", "match_rms_adamw"]),
+                  "--muon-lr-adjust", "match_rms_adamw", "--lr-schedule", "wsd", "--decay-fraction", "0.5"]),
     "muon_original_np1": ([], ["--batch-size", "4", "--grad-accum", "1", "--optimizer", "muon",
-                               "--muon-lr-adjust", "original", "--muon-nesterov", "false"]),
+                               "--muon-lr-adjust", "original", "--muon-nesterov", "false",
+                               "--lr-schedule", "linear"]),
 }
 failed = 0
 for name, (launcher, extra) in runs.items():
