@@ -46,11 +46,17 @@ std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_
   return all;
 }
 
-int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks) {
+namespace {
+int64_t largest_unit(const std::vector<UnitLayout>& layouts) {
   int64_t largest = 0;
   for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
+  return largest;
+}
+}  // namespace
+
+int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks) {
   // One rank orthogonalises straight from its shard: only the results' buffer.
-  return shard_ranks > 1 ? 2 * largest : largest;
+  return (shard_ranks > 1 ? 2 : 1) * largest_unit(layouts);
 }
 
 MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& units,
@@ -60,10 +66,8 @@ MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& u
              " backend has no Muon optimizer yet (--optimizer muon)");
   for (const MuonMatrix& m : plan_muon(units, shard.size(), c))
     by_unit_[size_t(m.unit)].push_back(m);
-  int64_t largest = 0;
-  for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
-  out_ = ops_.alloc(DType::f32, largest);
-  if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest);
+  out_ = ops_.alloc(DType::f32, largest_unit(layouts));
+  if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest_unit(layouts));
 }
 
 MuonStep::~MuonStep() {

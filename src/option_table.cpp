@@ -300,7 +300,9 @@ std::vector<OptionRow> make_table() {
     run_control(bare_switch(row("reset-optimizer", &CheckpointOptions::reset_optimizer,
                     "with --resume: take the checkpoint's weights and data position but start "
                     "the optimizer state afresh (moments and momentum zero, step count 0); "
-                    "needed to switch --optimizer between adamw and muon", "true"))),
+                    "needed to switch --optimizer between adamw and muon", "true",
+                    {[](const bool& v, const O& o) { return !v || !o.checkpoint.resume.empty(); },
+                     "needs --resume (it resets the state a checkpoint brings)"}))),
     run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
                     "still follows --steps (0: off)", "20",

@@ -47,11 +47,6 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
 double mib(int64_t bytes) {
   return double(bytes) / (1 << 20);
 }
-std::string fixed1(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
 
 // Whether `done` steps end a period of `n` steps (0: no period).
 bool every(int n, int done) {
@@ -207,14 +202,15 @@ void Trainer::print_memory_plan() const {
       world_.size, world_.num_nodes, n, shard_group_why_.c_str(), world_.size / n, ops_->name(),
       dtype_name(ops_->compute_dtype()), fp8_note.c_str(),
       device_groups_ ? device_groups_->shard->backend_name() : groups_.shard->backend_name());
+  char muon[48] = "";  // Muon's exchange buffers, only when it runs
+  if (p.optimizer_buffers > 0)
+    std::snprintf(muon, sizeof muon, " + Muon buffers %.1f", mib(p.optimizer_buffers));
   std::printf(
       "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
       "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f%s | "
       "activations %.1f | total %.1f\n",
       mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
-      mib(p.grad_buffers),
-      p.optimizer_buffers ? (" + Muon buffers " + fixed1(mib(p.optimizer_buffers))).c_str() : "",
-      mib(p.activations), mib(p.total()));
+      mib(p.grad_buffers), muon, mib(p.activations), mib(p.total()));
   if (loader_)
     std::printf(
         "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "

@@ -160,6 +160,17 @@ TEST(Options, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({}).find("--train-data"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--config", "/no/such.ini"}).find("/no/such.ini"),
             std::string::npos);
+  // Issue 33's flags.
+  EXPECT_NE(error_of({"--train-data", "x", "--optimizer", "sgd"}).find("sgd"), std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--decay-fraction", "0"}).find("--decay-fraction"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--muon-momentum", "1"}).find("--muon-momentum"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--reset-optimizer"}).find("needs --resume"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-data", "x", "--reset-optimizer", "--resume", "auto",
+                      "--checkpoint-dir", "ck"}),
+            "");
 }
 
 TEST(Options, EveryRealMustBeFinite) {

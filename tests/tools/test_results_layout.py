@@ -57,30 +57,29 @@ def check_lines(path, pattern, what, errors):
             errors.append(f"{path}: not a {what} line with its device: '{l[:100]}'")
 
 
-def check_run(d, files, errors):
-    for f in sorted(files):
-        if not RUN_ALLOWED.match(f):
-            errors.append(f"{d}/{f}: a run folder keeps only summary, RESULT lines, header and profiles; "
-                          "logs and per-step metrics go into logs.tar.gz")
-    for f in sorted(RUN_REQUIRED - files):
-        errors.append(f"{d}: no {f}")
-    if "logs.tar.gz" in files:
-        check_archive(os.path.join(d, "logs.tar.gz"), {"logs", "runs"}, errors)
-    if "results.txt" in files:
-        check_lines(os.path.join(d, "results.txt"), RESULT_LINE, "RESULT", errors)
+# Per kind of folder: the name pattern, the files it may and must hold, its
+# one archive (and the top folders allowed in it; empty: any), the file of
+# result lines and their pattern, and what to say of a stray file.
+KINDS = [
+    (RUN, RUN_ALLOWED, RUN_REQUIRED, "logs.tar.gz", {"logs", "runs"}, "results.txt", RESULT_LINE, "RESULT",
+     "a run folder keeps only summary, RESULT lines, header and profiles; logs and per-step metrics "
+     "go into logs.tar.gz"),
+    (TTL, TTL_ALLOWED, TTL_REQUIRED, "ttl_metrics.tar.xz", set(), "ttl.txt", TTL_LINE, "TTL",
+     "a time-to-loss folder keeps its TTL lines and logs; the per-step metrics go into ttl_metrics.tar.xz"),
+]
 
 
-def check_ttl(d, files, errors):
+def check_folder(d, files, kind, errors):
+    _, allowed, required, archive, tops, lines, pattern, what, stray = kind
     for f in sorted(files):
-        if not TTL_ALLOWED.match(f):
-            errors.append(f"{d}/{f}: a time-to-loss folder keeps its TTL lines and logs; "
-                          "the per-step metrics go into ttl_metrics.tar.xz")
-    for f in sorted(TTL_REQUIRED - files):
+        if not allowed.match(f):
+            errors.append(f"{d}/{f}: {stray}")
+    for f in sorted(required - files):
         errors.append(f"{d}: no {f}")
-    if "ttl_metrics.tar.xz" in files:
-        check_archive(os.path.join(d, "ttl_metrics.tar.xz"), set(), errors)
-    if "ttl.txt" in files:
-        check_lines(os.path.join(d, "ttl.txt"), TTL_LINE, "TTL", errors)
+    if archive in files:
+        check_archive(os.path.join(d, archive), tops, errors)
+    if lines in files:
+        check_lines(os.path.join(d, lines), pattern, what, errors)
 
 
 def check(root):
@@ -109,10 +108,9 @@ def check(root):
                 if os.path.isdir(os.path.join(rd, e)):
                     errors.append(f"{rd}/{e}: a folder inside a run folder; it belongs in the archive")
             files = {e for e in entries if os.path.isfile(os.path.join(rd, e))}
-            if RUN.match(r):
-                check_run(rd, files, errors)
-            elif TTL.match(r):
-                check_ttl(rd, files, errors)
+            kind = next((k for k in KINDS if k[0].match(r)), None)
+            if kind:
+                check_folder(rd, files, kind, errors)
             else:
                 errors.append(f"{rd}: a run folder is named run<N>_<commit> or ttl_<commit>")
             runs += 1
@@ -120,7 +118,8 @@ def check(root):
 
 
 def selftest(tmp):
-    """The checks catch what they are for: a loose metrics file, a nested folder, a line without its device."""
+    """The checks catch what they are for, in run and time-to-loss folders: a loose metrics file, a nested
+    folder, a line without its device, a folder the README does not name."""
     import io
     import shutil
     root = os.path.join(tmp, "results")
@@ -131,11 +130,20 @@ def selftest(tmp):
     for f in ("header.log", "summary.txt"):
         open(os.path.join(run, f), "w").write("x\n")
     open(os.path.join(run, "results.txt"), "w").write("RESULT system=fsdptrain tokens_per_s=1 device=NVIDIA H100\n")
-    with tarfile.open(os.path.join(run, "logs.tar.gz"), "w:gz") as t:
-        data = b"log\n"
-        info = tarfile.TarInfo("logs/a1.log")
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
+    def archive(path, mode, name):
+        with tarfile.open(path, mode) as t:
+            data = b"log\n"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    archive(os.path.join(run, "logs.tar.gz"), "w:gz", "logs/a1.log")
+    ttl = os.path.join(root, "h100_2026-01-01", "ttl_abcdef0")
+    os.makedirs(ttl)
+    open(os.path.join(root, "h100_2026-01-01", "README.md"), "a").write("`ttl_abcdef0`\n")
+    open(os.path.join(ttl, "ttl.txt"), "w").write(
+        "TTL system=fsdptrain precision=bf16 optimizer=adamw model=m train_s=1 val_loss=2 reach_ref_s=1 "
+        "device=NVIDIA H100\n")
+    archive(os.path.join(ttl, "ttl_metrics.tar.xz"), "w:xz", "ttl_fsdptrain_bf16.jsonl")
     errors, _ = check(root)
     assert not errors, f"selftest: a good layout was refused: {errors}"
     bad = [
@@ -143,6 +151,10 @@ def selftest(tmp):
         ("a nested folder", lambda: os.makedirs(os.path.join(run, "runs")), "runs"),
         ("a RESULT line without its device", lambda: open(os.path.join(run, "results.txt"), "a").write(
             "RESULT system=fsdptrain tokens_per_s=2\n"), "not a RESULT line"),
+        ("a TTL line without its device", lambda: open(os.path.join(ttl, "ttl.txt"), "a").write(
+            "TTL system=x precision=p optimizer=o model=m train_s=1 val_loss=2 reach_ref_s=1\n"), "not a TTL line"),
+        ("a loose metrics file beside the TTL lines",
+         lambda: open(os.path.join(ttl, "ttl_torch.jsonl"), "w").write("{}\n"), "ttl_torch.jsonl"),
         ("a run the README does not name", lambda: os.makedirs(os.path.join(root, "h100_2026-01-01", "run2_abcdef1")),
          "does not name its folder run2_abcdef1"),
     ]
