@@ -71,6 +71,10 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   put_i64(file, "shard_group_size", m.shard_group_size, path);
   put_str(file, "config", m.config_text, path);
   put_str(file, "optimizer", m.optimizer == OptimizerKind::muon ? "muon" : "adamw", path);
+  if (m.has_budget) {
+    put_i64(file, "time_budget_steps", m.budget_steps, path);
+    put_f32(file, "time_budget_used_s", float(m.budget_used_s), path);
+  }
 
   H5 model = create_group(file, "model", path);
   const ModelConfig& c = m.model;
@@ -115,6 +119,18 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   m.step = get_i64_in(file, "step", 0, kMaxI64, path);
   m.tokens_seen = get_i64_in(file, "tokens_seen", 0, kMaxI64, path);
   m.optimizer_steps = int(get_i64_in(file, "optimizer_steps", 0, std::min(m.step, kMaxInt), path));
+  if (H5Aexists(file, "time_budget_steps") > 0) {
+    m.has_budget = true;
+    m.budget_steps = get_i64_in(file, "time_budget_steps", 0, kMaxInt, path);
+    if (m.budget_steps > 0 && m.budget_steps < m.step)
+      throw_error("checkpoint '", path, "' is damaged: time_budget_steps ", m.budget_steps,
+                  " is below its step ", m.step);
+    const float used = get_f32(file, "time_budget_used_s", path);
+    if (used < 0)
+      throw_error("checkpoint '", path, "' is damaged: time_budget_used_s is ", used,
+                  "; it must be a time in seconds");
+    m.budget_used_s = used;
+  }
   m.seed = uint64_t(get_i64(file, "seed", path));
   m.world_size = int(get_i64_in(file, "world_size", 1, kMaxInt, path));
   m.shard_group_size = int(get_i64_in(file, "shard_group_size", 1, m.world_size, path));

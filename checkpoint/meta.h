@@ -14,7 +14,11 @@
 //                optimizer ("adamw" or "muon"; new in version 2, whose
 //                files a version-1 build refuses: under muon the block
 //                matrices' optim/exp_avg holds Muon's momentum and their
-//                exp_avg_sq is zero, which AdamW must not read as moments)
+//                exp_avg_sq is zero, which AdamW must not read as moments),
+//                and only in a --time-budget run's files: time_budget_steps
+//                (the count it fixed, 0 before it did) and time_budget_used_s
+//                (f32). Optional, so no new version: a build without them
+//                resumes by its --steps, which is what it was told.
 //   /model       attrs vocab_size, n_layer, d_model, n_head, n_kv_head, d_ff,
 //                max_seq_len, rope_theta, norm_eps, init_std, tie_embeddings, name;
 //                one f32 dataset per parameter, e.g. model/blocks.3.attn.wq
@@ -48,6 +52,10 @@ struct CheckpointMeta {
   std::vector<std::pair<std::string, int64_t>> sampler;
   // What optim/ holds (see the layout above).
   OptimizerKind optimizer = OptimizerKind::adamw;
+  // A --time-budget run's (src/time_budget.h); written only when has_budget.
+  bool has_budget = false;
+  int64_t budget_steps = 0;  // 0: not fixed yet
+  double budget_used_s = 0;
 
   // Filled by save from the engine and communicator, and by load from the file.
   int format_version = kCheckpointFormatVersion;

@@ -154,10 +154,26 @@ RunPosition RunCheckpoints::resume() {
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
   pos.resumed_from = choice.path;
-  if (loader_ && pos.step >= o_.run.steps)
-    throw_error("--resume: '", choice.path, "' is at step ", pos.step,
-                ", which already reaches --steps ", o_.run.steps,
-                "; raise --steps to train further");
+  // Under a time budget the count the checkpoint's run fixed stays the
+  // count: the schedule of the steps taken assumed it.
+  const bool budget = o_.run.time_budget.seconds > 0;
+  if (budget && meta.has_budget) {
+    pos.budget_steps = meta.budget_steps;
+    pos.budget_used_s = meta.budget_used_s;
+  }
+  const int probe = budget_probe_steps(o_.schedule);
+  if (loader_ && budget && pos.budget_steps == 0 && pos.step >= probe)
+    throw_error("--time-budget: '", choice.path, "' is at step ", pos.step,
+                " and holds no step count fixed by a time budget (a budget fixes it after "
+                "timing the first ",
+                probe,
+                " steps, whose learning rate does not depend on it); continue it with --steps "
+                "N instead");
+  const int64_t total = budget ? pos.budget_steps : o_.run.steps;
+  if (loader_ && total > 0 && pos.step >= total)
+    throw_error("--resume: '", choice.path, "' is at step ", pos.step, ", which already reaches ",
+                budget ? "the step count its --time-budget fixed, " : "--steps ", total,
+                budget ? "; it is finished" : "; raise --steps to train further");
   if (lead_)
     std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
                 loader_ ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
@@ -191,6 +207,9 @@ std::string RunCheckpoints::save(const RunPosition& pos) {
   meta.config_text = options_to_ini(o_);
   meta.sampler = loader_->state().named();
   meta.optimizer = o_.optimizer.kind;
+  meta.has_budget = o_.run.time_budget.seconds > 0;
+  meta.budget_steps = pos.budget_steps;
+  meta.budget_used_s = pos.budget_used_s;
   SaveOptions so;
   so.keep = o_.checkpoint.keep;
   so.protect = pos.resumed_from;

@@ -17,6 +17,10 @@ struct RunPosition {
   int64_t step = 0;         // optimizer steps completed
   int64_t tokens_seen = 0;  // training tokens consumed by those steps
   std::string resumed_from;
+  // --time-budget (src/time_budget.h): the step count it fixed (0: not yet)
+  // and the seconds the run had used here, over every process that ran it.
+  int64_t budget_steps = 0;
+  double budget_used_s = 0;
 };
 
 // Claims --checkpoint-dir for this run before any training, on rank 0: makes

@@ -185,7 +185,22 @@ std::vector<OptionRow> make_table() {
         "1024)", "3", at_least(0)),
     row("grad-accum", &DataOptions::grad_accum, "micro-batches per optimizer step", "2",
         at_least(1)),
-    row("steps", &RunOptions::steps, "optimizer steps (sets the LR schedule)", "50", at_least(1)),
+    row("steps", &RunOptions::steps,
+        "optimizer steps (sets the LR schedule); with --time-budget a cap on the count it "
+        "fixes (left out or 0: none)", "50",
+        {[](const int& v, const O& o) { return v >= 1 || (v == 0 && o.run.time_budget.seconds > 0); },
+         "must be at least 1 (0: no cap, with --time-budget)"}),
+    named(row("time-budget", &RunOptions::time_budget,
+              "end within this wall-clock time (90m, 1.5h, 5400s, H:MM:SS): the run times its "
+              "first warmup steps (at most 10), then fixes the step count (and so the LR "
+              "schedule) that fits set-up, steps, and every validation up to the final one, "
+              "leaving 1% spare; checkpoint saves and samples are not timed; the count is saved "
+              "in checkpoints for resumes", "90m",
+              {[](const Duration& d, const O& o) {
+                 return d.seconds == 0 || o.schedule.warmup_steps >= 1;
+               },
+               "needs --warmup-steps of at least 1: the count is fixed after timing warmup steps, "
+               "whose learning rate does not depend on it"}), "DURATION"),
     row("lr", &LrSchedule::lr, "peak learning rate", "0.003", positive()),
     row("min-lr", &LrSchedule::min_lr, "learning rate at the last step", "0.0002",
         {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
@@ -306,7 +321,9 @@ std::vector<OptionRow> make_table() {
     run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
                     "still follows --steps (0: off)", "20",
-                    {[](const int& v, const O& o) { return v >= 0 && v <= o.run.steps; },
+                    {[](const int& v, const O& o) {
+                       return v >= 0 && (o.run.steps == 0 || v <= o.run.steps);
+                     },
                      "must be between 1 and --steps (0: off)"})),
   };
   // clang-format on

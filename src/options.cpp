@@ -150,6 +150,8 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
     if (!rule.empty()) invalid(r, it->second, rule);
   }
   o.model.validate();
+  // A time budget fixes the step count itself; --steps, given, caps it.
+  if (o.run.time_budget.seconds > 0 && !given.count("steps")) o.run.steps = 0;
   for (const auto& r : option_table()) {
     if (!r.check) continue;
     const std::string rule = r.check(o);

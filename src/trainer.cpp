@@ -110,6 +110,22 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     WatchScope watch("checkpoint load (--resume)");
     pos_ = checkpoints_->resume();
   }
+  // The step count; under a time budget the checkpoint's fixed count, or
+  // --steps where it caps the run within the timed steps, or 0 until the
+  // budget fixes it (run()).
+  steps_ = o_.run.steps;
+  if (o_.run.time_budget.seconds > 0) {
+    used_before_s_ = pos_.budget_used_s;
+    const int probe = budget_probe_steps(o_.schedule);
+    if (pos_.budget_steps > 0 && lead_ && !o_.eval.only)
+      std::printf(
+          "fsdptrain: --time-budget: the step count %lld was fixed by the checkpoint's run "
+          "(%.1f s used then); it stays, so the schedule goes on unchanged\n",
+          (long long)pos_.budget_steps, used_before_s_);
+    if (pos_.budget_steps == 0 && o_.run.steps > 0 && o_.run.steps <= probe)
+      pos_.budget_steps = o_.run.steps;  // --steps ends the run before a count is planned
+    steps_ = int(pos_.budget_steps);
+  }
   // Lines of another run would read as this one's (plot_metrics: "replaced on resume").
   if (metrics_.begin(!pos_.resumed_from.empty() || o_.eval.only))
     std::printf(
@@ -211,11 +227,15 @@ void Trainer::print_memory_plan() const {
       "activations %.1f | total %.1f\n",
       mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
       mib(p.grad_buffers), muon, mib(p.activations), mib(p.total()));
+  const std::string steps =
+      steps_ > 0 ? std::to_string(steps_) + " steps"
+                 : "the steps fixed by --time-budget " + format_value(o_.run.time_budget) +
+                       " after timing the first " + std::to_string(budget_probe_steps(o_.schedule));
   if (loader_)
     std::printf(
-        "fsdptrain: global batch %lld sequences x %d tokens; %d steps; data %s "
+        "fsdptrain: global batch %lld sequences x %d tokens; %s; data %s "
         "(%lld tokens, %lld windows per epoch)\n",
-        (long long)loader_->sequences_per_step(), o_.data.seq_len, o_.run.steps,
+        (long long)loader_->sequences_per_step(), o_.data.seq_len, steps.c_str(),
         train_data_.describe().c_str(), (long long)train_data_.size(),
         (long long)loader_->sampler().windows_per_epoch());
   else
@@ -301,11 +321,11 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
                   {"peak_device_bytes_max_rank", json_number(peak[1])},
                   {"elapsed_s", json_number(elapsed)},
                   {"train_s", json_number(train_seconds_)}});
-  const int steps = o_.run.steps;
+  const int steps = steps_;
   if (lead_ && (every(o_.run.log_every, step + 1) || step + 1 == steps)) {
-    std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
-                steps, loss, lr, norm, format_rate(tok_s).c_str(),
-                format_duration(avg * (steps - step - 1)).c_str());
+    std::printf("step %5d/%s | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
+                steps_text().c_str(), loss, lr, norm, format_rate(tok_s).c_str(),
+                steps > 0 ? format_duration(avg * (steps - step - 1)).c_str() : "?");
     std::fflush(stdout);
   }
 }
@@ -338,6 +358,7 @@ void Trainer::save() {
   if (!engine_->masters_finite())
     throw_agreed_error("not saving step ", pos_.step,
                        ": the weights hold NaN or Inf after the update; lower --lr");
+  pos_.budget_used_s = budget_used_s();
   std::string path;
   {
     // Collective parallel-HDF5 writes: the whole save is one wait on peers
@@ -347,7 +368,8 @@ void Trainer::save() {
   }
   metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
   if (lead_)
-    std::printf("step %5lld/%d | saved %s\n", (long long)pos_.step, o_.run.steps, path.c_str());
+    std::printf("step %5lld/%s | saved %s\n", (long long)pos_.step, steps_text().c_str(),
+                path.c_str());
 }
 
 // --eval-only: the validation loss of the loaded weights, printed and written
@@ -475,19 +497,21 @@ void Trainer::warm_up() {
 
 TrainSummary Trainer::run() {
   TrainSummary summary;
-  const int steps = o_.run.steps;
   const int64_t tokens_per_step = o_.data.tokens_per_step(world_.size);
   const bool checkpoints = !o_.checkpoint.dir.empty();
+  const bool budget = o_.run.time_budget.seconds > 0;
   install_stop_handlers();
   start_ = std::chrono::steady_clock::now();
   auto validate = [&](int steps_done) {
     if (!val_batches_) return;
+    const auto t0 = std::chrono::steady_clock::now();
     const double v = evaluate();
+    eval_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary.val_loss.emplace_back(steps_done, v);
     metrics_.write({{"step", std::to_string(steps_done)},
                     {"val_loss", json_number(v)},
                     {"train_s", json_number(train_seconds_)}});
-    if (lead_) std::printf("step %5d/%d | val_loss %.4f\n", steps_done, steps, v);
+    if (lead_) std::printf("step %5d/%s | val_loss %.4f\n", steps_done, steps_text().c_str(), v);
   };
 
   if (!pos_.resumed_from.empty() && !engine_->masters_finite())
@@ -497,7 +521,7 @@ TrainSummary Trainer::run() {
   warm_up();
   // A signal during set-up is acted on here, before any step: nothing new
   // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).
-  if (pos_.step < steps && stop_requested()) {
+  if ((steps_ == 0 || pos_.step < steps_) && stop_requested()) {
     if (lead_)
       std::printf(
           "fsdptrain: %s arrived before the first step of this run: nothing new to save, "
@@ -512,9 +536,10 @@ TrainSummary Trainer::run() {
     print_samples(int(pos_.step));
     return summary;
   }
-  if (o_.eval.every > 0 && pos_.step == 0) validate(0);
+  // A budget not yet fixed times a validation for its plan.
+  if ((o_.eval.every > 0 && pos_.step == 0) || (budget && steps_ == 0)) validate(int(pos_.step));
   const int64_t first_step = pos_.step;
-  for (int step = int(pos_.step); step < steps; ++step) {
+  for (int step = int(pos_.step); steps_ == 0 || step < steps_; ++step) {
     // Step time between marks on the compute stream: on a GPU what the device
     // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
     // evaluation or the previous step are dropped first.
@@ -524,7 +549,10 @@ TrainSummary Trainer::run() {
     const int t0 = ops_->mark();
     // --profile-ops: the first step of a run builds plans and caches; it is left out
     if (profiler_ && step > int(first_step)) profiler_->set_enabled(true), profiler_->count_step();
-    const float lr = lr_at(step, steps, o_.schedule);
+    // Until a budget fixes the count, the steps are warmup steps, whose rate
+    // does not depend on it.
+    FSDP_CHECK(steps_ > 0 || step < o_.schedule.warmup_steps, "step ", step, " of no count");
+    const float lr = lr_at(step, steps_, o_.schedule);
     const double loss = train_step(step);
     // The update waits until the loss and the gradient norm are known to be
     // finite: a diverged step changes no weight and reaches no checkpoint.
@@ -532,7 +560,9 @@ TrainSummary Trainer::run() {
     if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
     engine_->apply_update(o_.optimizer, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
-    train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    const double host_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    train_seconds_ += host_s;
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;
@@ -540,8 +570,13 @@ TrainSummary Trainer::run() {
     log_step(step, loss, lr, norms.total, dt);
 
     const int done = step + 1;
-    const bool last = done == steps;
+    if (steps_ == 0) {
+      probe_step_s_.push_back(host_s);
+      if (done == budget_probe_steps(o_.schedule)) plan_time_budget(done);
+    }
+    const bool last = done == steps_;
     if (last || every(o_.eval.every, done)) validate(done);
+    if (last && budget) report_time_budget(budget_used_s());
     if (last || every(o_.sample.every, done)) print_samples(done);
     const bool stop = done == o_.run.stop_at_step || stop_requested();
     if (checkpoints && (last || stop || every(o_.checkpoint.every, done))) save();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,13 @@ class Trainer {
   double evaluate(double* tokens = nullptr);
   void evaluate_only(TrainSummary& summary);
   void print_samples(int step);
+  // --time-budget (src/time_budget.h): the seconds the run has used, over
+  // every process that ran it; the count fixed after the timed steps; the
+  // report of how the final validation's end met the budget.
+  double budget_used_s() const;
+  void plan_time_budget(int done);
+  void report_time_budget(double used_s);
+  std::string steps_text() const;  // the step count, "?" until a budget fixes it
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);
@@ -68,6 +76,8 @@ class Trainer {
   [[noreturn]] void refuse_diverged_step(int step, double loss, const GradientNorms& norms);
   std::pair<double, double> global_sum(double a, double b);
 
+  // First, so that a time budget counts set-up from the very start.
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   Options o_;
   WorldInfo world_;
   bool lead_;                    // rank 0 prints and writes metrics
@@ -90,6 +100,13 @@ class Trainer {
   std::optional<TokenDecoder> decoder_;  // rank 0, for --samples
   std::string decoder_note_;             // why there is none
   RunPosition pos_;
+  // The run's step count: --steps, or the count a time budget fixed (0 until
+  // it does). Under a budget: the seconds used before this process, this
+  // process's timed steps and the last validation's time.
+  int steps_ = 0;
+  double used_before_s_ = 0;
+  std::vector<double> probe_step_s_;
+  double eval_s_ = 0;
   std::chrono::steady_clock::time_point start_;
   // Host seconds in this process's training steps: evaluation, samples,
   // checkpoints and the warm-up left out (the clock of a time-to-loss curve).

@@ -1,0 +1,74 @@
+// --time-budget: a run that ends within a wall-clock budget, as a leaderboard
+// of "the lowest validation loss in 1.5 H100-hours" asks.
+//
+// The step count shapes the learning-rate schedule, so the run cannot simply
+// stop when time runs out: its decay must end at its last step. The first
+// steps of the warmup do not depend on the count (lr_at's warmup is the same
+// for every count), so the run times them, then fixes the count that fits
+// what is left of the budget. From then on it is a run of that many steps,
+// bitwise equal to one given --steps N. Every checkpoint holds the count and
+// the time used, so a resumed run ends where the first would have.
+//
+// What the plan counts, all measured in this run: set-up from the Trainer's
+// start, the warm-up pass, the timed steps, and one validation (timed before
+// the first step) for each that --eval-every asks for plus the final one. It
+// keeps kBudgetReserve of the budget free for noise in the step time and for
+// checkpoint saves, which it does not time. The budget ends with the final
+// validation; the final samples and the final save come after it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "src/lr_schedule.h"
+
+namespace fsdp {
+
+// A length of time given as 90m, 1.5h, 5400s or H:MM:SS; zero is "off".
+struct Duration {
+  double seconds = 0;
+
+  bool operator==(const Duration&) const = default;
+};
+// "" or "0" is off; a bare number needs a unit (Slurm reads "90" as minutes,
+// a reader of seconds would not, so neither is guessed).
+std::string parse_value(std::string_view text, Duration& out);
+// The shortest of Nh, Nm, Ns that is exact ("" when off); parses back equal.
+std::string format_value(const Duration& d);
+
+// The share of the budget the plan leaves free.
+inline constexpr double kBudgetReserve = 0.01;
+// At most this many warmup steps are timed before the count is fixed.
+inline constexpr int kMaxBudgetProbeSteps = 10;
+
+// The steps timed before the count is fixed: the first of the warmup, whose
+// learning rate is the same whatever the count (at least one warmup step is
+// required with a budget).
+inline int budget_probe_steps(const LrSchedule& s) {
+  return std::max(1, std::min(kMaxBudgetProbeSteps, s.warmup_steps));
+}
+
+struct BudgetInputs {
+  double budget_s = 0;     // the whole budget
+  double used_s = 0;       // spent so far: set-up, warm-up, the steps and validations done
+  int64_t steps_done = 0;  // steps already taken
+  double step_s = 0;       // one training step, measured
+  double eval_s = 0;       // one validation, measured (0: the run validates nothing)
+  int eval_every = 0;      // --eval-every (0: the final validation only)
+  int64_t max_steps = 0;   // --steps, a cap (0: none)
+};
+
+struct BudgetPlan {
+  int64_t steps = 0;    // the run's step count
+  double end_s = 0;     // when the final validation should end, from the run's start
+  bool fits = true;     // false: not even one more step fits; the run takes one and ends late
+  bool capped = false;  // --steps stopped it before the budget did
+};
+
+// The most steps whose predicted end (training, every validation) stays
+// within the budget less its reserve; at least one more than steps_done.
+BudgetPlan plan_budget_steps(const BudgetInputs& in);
+
+}  // namespace fsdp

@@ -1,0 +1,88 @@
+// The Trainer's side of --time-budget (src/time_budget.h): the clock over
+// every process of a run, the plan after the timed warmup steps, and how the
+// final validation's end met the budget. Kept apart from trainer.cpp, whose
+// loop calls these at two points.
+#include <cstdio>
+
+#include "src/trainer.h"
+
+namespace fsdp {
+
+std::string Trainer::steps_text() const {
+  return steps_ > 0 ? std::to_string(steps_) : "?";
+}
+
+double Trainer::budget_used_s() const {
+  return used_before_s_ +
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
+}
+
+// After the timed warmup steps: the count that fits the rest of the budget.
+void Trainer::plan_time_budget(int done) {
+  // The first step of this process may pay one-time costs (buffers the
+  // optimizer allocates on first use); it is left out when there are others.
+  const std::vector<double>& t = probe_step_s_;
+  const size_t skip = t.size() > 1 ? 1 : 0;
+  double step_s = 0;
+  for (size_t i = skip; i < t.size(); ++i) step_s += t[i] / double(t.size() - skip);
+  // Every rank fixes the same count, from the slowest rank's times.
+  float v[3] = {float(budget_used_s()), float(step_s), float(eval_s_)};
+  groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
+  const Duration& budget = o_.run.time_budget;
+  const BudgetPlan p = plan_budget_steps({.budget_s = budget.seconds,
+                                          .used_s = v[0],
+                                          .steps_done = done,
+                                          .step_s = v[1],
+                                          .eval_s = val_batches_ ? v[2] : 0,
+                                          .eval_every = o_.eval.every,
+                                          .max_steps = o_.run.steps});
+  steps_ = int(p.steps);
+  pos_.budget_steps = steps_;
+  metrics_.write({{"step", std::to_string(done)},
+                  {"time_budget_steps", std::to_string(steps_)},
+                  {"step_s", json_number(v[1])},
+                  {"eval_s", json_number(val_batches_ ? v[2] : 0)},
+                  {"used_s", json_number(v[0])},
+                  {"planned_end_s", json_number(p.end_s)}});
+  if (!lead_) return;
+  std::printf(
+      "fsdptrain: --time-budget %s: %d steps (a step took %.3f s over steps %d-%d, a "
+      "validation %.2f s; set-up, warm-up and %d step(s) used %.1f s); the final validation "
+      "should end at %.1f s (%s), %.1f%% of the budget%s\n",
+      format_value(budget).c_str(), steps_, double(v[1]), done - int(t.size() - skip) + 1, done,
+      val_batches_ ? double(v[2]) : 0.0, done, double(v[0]), p.end_s,
+      format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds,
+      p.capped ? " (--steps caps it)" : "");
+  if (!p.fits)
+    std::fprintf(stderr,
+                 "fsdptrain: warning: --time-budget %s is spent before step %d: the run takes "
+                 "one more step and ends late; give more time or a smaller model\n",
+                 format_value(budget).c_str(), done + 1);
+  std::fflush(stdout);
+}
+
+// When the final validation ended against the budget, slowest rank's clock.
+void Trainer::report_time_budget(double used_s) {
+  float used = float(used_s);
+  groups_.world->all_reduce(&used, 1, DType::f32, ReduceOp::max)->wait();
+  const double budget = o_.run.time_budget.seconds;
+  metrics_.write({{"step", std::to_string(steps_)},
+                  {"time_budget_s", json_number(budget)},
+                  {"time_used_s", json_number(used)}});
+  if (!lead_) return;
+  const std::string name = format_value(o_.run.time_budget);
+  if (used <= budget)
+    std::printf(
+        "fsdptrain: --time-budget %s: the final validation ended at %.1f s (%s), %.1f%% of "
+        "it\n",
+        name.c_str(), double(used), format_duration(used).c_str(), 100 * used / budget);
+  else
+    std::fprintf(
+        stderr,
+        "fsdptrain: warning: --time-budget %s: the final validation ended at %.1f s (%s), %.1f s "
+        "past it (steps or validations ran slower than timed, or checkpoint saves took "
+        "more than the 1%% kept spare)\n",
+        name.c_str(), double(used), format_duration(used).c_str(), used - budget);
+}
+
+}  // namespace fsdp

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""--time-budget on the real program and the built-in example:
+- the run times its first warmup steps, fixes a count N and ends at step N
+  with its final validation; its losses equal a run given --steps N, bit for
+  bit (the timed steps' learning rate does not depend on the count);
+- the count and the time used are in every checkpoint after the plan: a run
+  stopped after it and resumed with --resume auto keeps the count (no second
+  plan) and ends bitwise equal to an uninterrupted --steps N run;
+- a run stopped within the timed steps saves no count; its resume times the
+  rest and plans then, its steps equal to the first run's;
+- on 2 ranks both fix the same count (one rank's count would hang the other);
+- resuming a checkpoint without a count past the timed steps, a finished
+  run, or a budget without warmup each stop with one error line.
+Whether a run ends within its budget depends on the machine's load staying
+as it was timed; the plan's arithmetic is tested in test_time_budget."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+
+exe, example, work = sys.argv[1:4]
+mpiexec = os.environ.get("MPIEXEC", "mpirun")
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = []
+BUDGET = "4s"
+PROBE = 10  # the timed steps: min(10, --warmup-steps)
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(name, extra=(), ranks=1, expect_rc=0, warmup=12):
+    cmd = ([mpiexec, "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []) + [
+        exe, "--device", "cpu", "--train-data", os.path.join(example, "kjv_train.h5"),
+        "--val-data", os.path.join(example, "kjv_val.h5"), "--seq-len", "32",
+        "--batch-size", str(4 // ranks), "--lr", "3e-3", "--min-lr", "3e-4",
+        "--warmup-steps", str(warmup), "--lr-schedule", "wsd", "--eval-every", "40",
+        "--eval-batches", "2", "--log-every", "50", "--metrics", os.path.join(work, name + ".jsonl"),
+        *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != expect_rc:
+        failures.append(f"{name}: exit {r.returncode}, wanted {expect_rc}: {r.stderr.strip()}")
+        print(r.stdout[-2000:], r.stderr[-2000:])
+    return r
+
+
+def lines(name):
+    return [json.loads(l) for l in open(os.path.join(work, name + ".jsonl"))]
+
+
+def losses(name):
+    return {d["step"]: d["loss"] for d in lines(name) if "loss" in d}
+
+
+def planned(name):
+    plans = [d for d in lines(name) if "time_budget_steps" in d]
+    return plans[0]["time_budget_steps"] if len(plans) == 1 else None
+
+
+def ckpt(name):
+    return ["--checkpoint-dir", os.path.join(work, name)]
+
+
+def budget_attrs(name, step):
+    with h5py.File(os.path.join(work, name, f"step_{step:08d}.h5"), "r") as f:
+        return {k: f.attrs[k].item() for k in ("time_budget_steps", "time_budget_used_s")
+                if k in f.attrs}
+
+
+# A whole budgeted run, and the same run told its count.
+r = run("budget", ["--time-budget", BUDGET])
+n = planned("budget")
+check(n is not None and n > PROBE + 20,
+      f"the budget run fixed one count after the {PROBE} timed steps, well beyond them: {n}")
+n = n or PROBE + 1
+plan = [d for d in lines("budget") if "time_budget_steps" in d][0]
+check(plan["step"] == PROBE and plan["planned_end_s"] <= 4 * 0.99 and plan["step_s"] > 0,
+      f"the plan came at step {PROBE} and ends within the budget less 1%: {plan}")
+vals = [d["step"] for d in lines("budget") if "val_loss" in d]
+check(vals[0] == 0 and vals[-1] == n, f"validated before the timed steps and at step {n}: {vals}")
+report = [d for d in lines("budget") if "time_used_s" in d]
+check(len(report) == 1 and report[0]["step"] == n and report[0]["time_budget_s"] == 4,
+      f"the final validation's time against the budget is reported: {report}")
+check(f"--time-budget {BUDGET}: {n} steps" in r.stdout, "the plan is printed")
+run("fixed", ["--steps", str(n)])
+a, b = losses("budget"), losses("fixed")
+check(list(a) == list(range(1, n + 1)), f"the budget run took steps 1..{n}")
+check(a == b, f"the budget run equals --steps {n} bit for bit")
+
+# Stopped after the plan, resumed: the count stays, the run ends as one.
+stop = PROBE + 8
+run("first", ["--time-budget", BUDGET, *ckpt("c"), "--stop-at-step", str(stop)])
+n1 = planned("first")
+attrs = budget_attrs("c", stop)
+check(n1 is not None and attrs.get("time_budget_steps") == n1 and attrs["time_budget_used_s"] > 0,
+      f"the checkpoint at step {stop} holds the count {n1} and the time used: {attrs}")
+r = run("second", ["--time-budget", BUDGET, *ckpt("c"), "--resume", "auto"])
+check(planned("second") is None and f"the step count {n1} was fixed by the checkpoint" in r.stdout,
+      "the resumed run keeps the checkpoint's count without planning again")
+run("straight", ["--steps", str(n1 or 1)])
+s, whole = losses("second"), losses("straight")
+check(n1 is not None and list(s) == list(range(stop + 1, n1 + 1))
+      and all(s[k] == whole[k] for k in s),
+      f"resumed steps {stop + 1}..{n1} equal an uninterrupted --steps {n1} run bit for bit")
+r = run("again", ["--time-budget", BUDGET, *ckpt("c"), "--resume", "auto"], expect_rc=1)
+check("it is finished" in r.stderr, f"resuming the finished run is refused: {r.stderr.strip()}")
+
+# Stopped within the timed steps: no count saved; the resume plans.
+run("early", ["--time-budget", BUDGET, *ckpt("e"), "--stop-at-step", "5"])
+check(budget_attrs("e", 5).get("time_budget_steps") == 0,
+      "a checkpoint from the timed steps holds count 0 (not fixed)")
+run("late", ["--time-budget", BUDGET, *ckpt("e"), "--resume", "auto"])
+late = losses("late")
+check(planned("late") is not None and max(late) == planned("late"),
+      f"the resumed run timed steps 6..{PROBE}, planned and ended at its count")
+check(all(late[k] == a[k] for k in range(6, PROBE + 1)),
+      "its timed steps equal the first budget run's (the count does not reach them)")
+
+# Two ranks fix one count.
+r = run("np2", ["--time-budget", BUDGET], ranks=2)
+n2 = planned("np2")
+check(r.returncode == 0 and n2 is not None and max(losses("np2")) == n2,
+      f"2 ranks plan {n2} steps together and end there")
+
+# Refusals.
+run("plain", ["--steps", "40", *ckpt("p"), "--stop-at-step", "15"])
+r = run("plain2", ["--time-budget", BUDGET, *ckpt("p"), "--resume", "auto"], expect_rc=1)
+err = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(len(err) == 1 and "holds no step count fixed by a time budget" in err[0],
+      f"a checkpoint without a count past the timed steps is refused: {err}")
+r = run("nowarm", ["--time-budget", BUDGET], warmup=0, expect_rc=1)
+check("--time-budget: '4s' is invalid: needs --warmup-steps" in r.stderr
+      and r.stderr.count("fsdptrain: error:") == 1,
+      f"a budget without warmup is refused by name: {r.stderr.strip()}")
+
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("all time-budget checks passed")
