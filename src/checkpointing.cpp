@@ -10,6 +10,7 @@
 #include "comm/agree.h"
 #include "src/option_table.h"
 #include "src/option_values.h"
+#include "src/time_budget.h"
 
 namespace fsdp {
 
@@ -169,7 +170,8 @@ RunPosition RunCheckpoints::resume() {
                 probe,
                 " steps, whose learning rate does not depend on it); continue it with --steps "
                 "N instead");
-  const int64_t total = budget ? pos.budget_steps : o_.run.steps;
+  const int64_t total =
+      budget ? budget_steps_at_start(pos.budget_steps, o_.run.steps, o_.schedule) : o_.run.steps;
   if (loader_ && total > 0 && pos.step >= total)
     throw_error("--resume: '", choice.path, "' is at step ", pos.step, ", which already reaches ",
                 budget ? "the step count its --time-budget fixed, " : "--steps ", total,

@@ -320,7 +320,7 @@ std::vector<OptionRow> make_table() {
                      "needs --resume (it resets the state a checkpoint brings)"}))),
     run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
-                    "still follows --steps (0: off)", "20",
+                    "still follows --steps (or the count --time-budget fixes) (0: off)", "20",
                     {[](const int& v, const O& o) {
                        return v >= 0 && (o.run.steps == 0 || v <= o.run.steps);
                      },

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace fsdp {
 
@@ -30,6 +31,37 @@ std::string parse_integer(std::string_view text, T& out, const char* what) {
   if (ec != std::errc() || end != t.data() + t.size()) return std::string("must be ") + what;
   out = v;
   return "";
+}
+
+constexpr double kMaxDurationSeconds = 366.0 * 24 * 3600;  // a year: beyond it, a typo
+
+// A non-negative finite decimal, the whole text.
+bool parse_seconds(std::string_view t, double& out) {
+  if (t.empty()) return false;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+  return ec == std::errc() && end == t.data() + t.size() && std::isfinite(out) && out >= 0;
+}
+
+// H:MM:SS or M:SS in whole numbers, as Slurm's --time writes them.
+bool parse_clock(std::string_view t, double& out) {
+  double total = 0;
+  int parts = 0;
+  while (true) {
+    const size_t colon = t.find(':');
+    const std::string_view part = t.substr(0, colon);
+    double v = 0;
+    // Minutes and seconds after the first field are two digits below 60.
+    if (!parse_seconds(part, v) || v != std::floor(v) ||
+        (parts > 0 && (part.size() != 2 || v >= 60)))
+      return false;
+    total = total * 60 + v;
+    ++parts;
+    if (colon == std::string_view::npos) break;
+    t.remove_prefix(colon + 1);
+  }
+  if (parts < 2 || parts > 3) return false;
+  out = total;
+  return true;
 }
 
 }  // namespace
@@ -67,6 +99,26 @@ std::string parse_value(std::string_view text, std::string& out) {
   return "";
 }
 
+std::string parse_value(std::string_view text, Duration& out) {
+  const char* rule =
+      "must be a duration: 90m, 1.5h, 5400s or H:MM:SS (a number needs its unit; 0: off)";
+  if (text.empty() || text == "0") return out = Duration{}, "";
+  double seconds = 0;
+  if (text.find(':') != std::string_view::npos) {
+    if (!parse_clock(text, seconds)) return rule;
+  } else {
+    const char unit = text.back();
+    const double scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : 0;
+    double v = 0;
+    if (scale == 0 || !parse_seconds(text.substr(0, text.size() - 1), v)) return rule;
+    seconds = v * scale;
+  }
+  if (seconds <= 0) return "must be positive (leave it out, or 0, for no budget)";
+  if (seconds > kMaxDurationSeconds) return "must be at most a year (366 days)";
+  out.seconds = seconds;
+  return "";
+}
+
 std::string format_value(int v) {
   return to_text(v);
 }
@@ -84,6 +136,17 @@ std::string format_value(bool v) {
 }
 std::string format_value(const std::string& v) {
   return v;
+}
+std::string format_value(const Duration& d) {
+  const double s = d.seconds;
+  if (s == 0) return "";
+  if (s == std::floor(s)) {
+    const auto whole = int64_t(s);
+    if (whole % 3600 == 0) return std::to_string(whole / 3600) + "h";
+    if (whole % 60 == 0) return std::to_string(whole / 60) + "m";
+    return std::to_string(whole) + "s";
+  }
+  return to_text(s) + "s";  // shortest text that reads back as the same double
 }
 
 }  // namespace fsdp

@@ -12,6 +12,14 @@
 
 namespace fsdp {
 
+// A length of time (--time-budget) given as 90m, 1.5h, 5400s or H:MM:SS;
+// zero is "off".
+struct Duration {
+  double seconds = 0;
+
+  bool operator==(const Duration&) const = default;
+};
+
 std::string parse_value(std::string_view text, int& out);
 std::string parse_value(std::string_view text, uint64_t& out);
 // Finite values only: inf, nan and overflow are refused for every option,
@@ -19,6 +27,9 @@ std::string parse_value(std::string_view text, uint64_t& out);
 std::string parse_value(std::string_view text, float& out);
 std::string parse_value(std::string_view text, bool& out);
 std::string parse_value(std::string_view text, std::string& out);
+// "" or "0" is off; a bare number needs a unit (Slurm reads "90" as minutes,
+// a reader of seconds would not, so neither is guessed).
+std::string parse_value(std::string_view text, Duration& out);
 
 template <typename E>
 requires std::is_enum_v<E> std::string parse_value(std::string_view text, E& out) {
@@ -34,6 +45,8 @@ std::string format_value(uint64_t v);
 std::string format_value(float v);
 std::string format_value(bool v);
 std::string format_value(const std::string& v);
+// The shortest of Nh, Nm, Ns that is exact ("" when off); parses back equal.
+std::string format_value(const Duration& d);
 
 template <typename E>
 requires std::is_enum_v<E> std::string format_value(E v) {

@@ -15,7 +15,7 @@
 #include "shard/optimizer_config.h"
 #include "src/lr_schedule.h"
 #include "src/option_enums.h"
-#include "src/time_budget.h"
+#include "src/option_values.h"
 
 namespace fsdp {
 
@@ -68,7 +68,7 @@ struct CheckpointOptions {
 // The run as a whole: its length, seed, logging and the switches that steer it.
 struct RunOptions {
   int steps = 100;       // also the LR schedule's length; with a time budget a cap (0: none)
-  Duration time_budget;  // src/time_budget.h; zero: off
+  Duration time_budget;  // zero: off; the plan is src/time_budget.h's
   uint64_t seed = 1337;
   bool debug = false;
   bool profile_ops = false;  // time every op; table at the end (model/op_profiler.h)

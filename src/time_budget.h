@@ -19,24 +19,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
-#include <string_view>
 
 #include "src/lr_schedule.h"
 
 namespace fsdp {
-
-// A length of time given as 90m, 1.5h, 5400s or H:MM:SS; zero is "off".
-struct Duration {
-  double seconds = 0;
-
-  bool operator==(const Duration&) const = default;
-};
-// "" or "0" is off; a bare number needs a unit (Slurm reads "90" as minutes,
-// a reader of seconds would not, so neither is guessed).
-std::string parse_value(std::string_view text, Duration& out);
-// The shortest of Nh, Nm, Ns that is exact ("" when off); parses back equal.
-std::string format_value(const Duration& d);
 
 // The share of the budget the plan leaves free.
 inline constexpr double kBudgetReserve = 0.01;
@@ -48,6 +34,14 @@ inline constexpr int kMaxBudgetProbeSteps = 10;
 // required with a budget).
 inline int budget_probe_steps(const LrSchedule& s) {
   return std::max(1, std::min(kMaxBudgetProbeSteps, s.warmup_steps));
+}
+
+// The count a budgeted run starts with: the one its checkpoint fixed
+// (`saved`), or --steps where it ends the run within the timed steps (nothing
+// is left to plan), else 0: fixed after the timed steps.
+inline int64_t budget_steps_at_start(int64_t saved, int max_steps, const LrSchedule& s) {
+  if (saved > 0) return saved;
+  return max_steps > 0 && max_steps <= budget_probe_steps(s) ? max_steps : 0;
 }
 
 struct BudgetInputs {

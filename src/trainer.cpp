@@ -16,6 +16,7 @@
 #include "src/memory_check.h"
 #include "src/sampling.h"
 #include "src/stop_signal.h"
+#include "src/time_budget.h"
 
 namespace fsdp {
 
@@ -116,14 +117,12 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   steps_ = o_.run.steps;
   if (o_.run.time_budget.seconds > 0) {
     used_before_s_ = pos_.budget_used_s;
-    const int probe = budget_probe_steps(o_.schedule);
     if (pos_.budget_steps > 0 && lead_ && !o_.eval.only)
       std::printf(
           "fsdptrain: --time-budget: the step count %lld was fixed by the checkpoint's run "
           "(%.1f s used then); it stays, so the schedule goes on unchanged\n",
           (long long)pos_.budget_steps, used_before_s_);
-    if (pos_.budget_steps == 0 && o_.run.steps > 0 && o_.run.steps <= probe)
-      pos_.budget_steps = o_.run.steps;  // --steps ends the run before a count is planned
+    pos_.budget_steps = budget_steps_at_start(pos_.budget_steps, o_.run.steps, o_.schedule);
     steps_ = int(pos_.budget_steps);
   }
   // Lines of another run would read as this one's (plot_metrics: "replaced on resume").

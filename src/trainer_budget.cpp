@@ -4,6 +4,8 @@
 // loop calls these at two points.
 #include <cstdio>
 
+#include "src/option_values.h"
+#include "src/time_budget.h"
 #include "src/trainer.h"
 
 namespace fsdp {

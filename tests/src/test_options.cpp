@@ -329,6 +329,75 @@ TEST(Options, HelpReturnsNothing) {
 // Linear: a straight line from the peak after the warmup to min_lr at the
 // last step. WSD: the peak until the last decay_fraction of the steps, then a
 // straight line that reaches min_lr at the last step.
+double seconds_of(const std::string& text) {
+  Duration d{-1};
+  const std::string rule = parse_value(text, d);
+  EXPECT_EQ(rule, "") << text;
+  return d.seconds;
+}
+
+std::string rule_of(const std::string& text) {
+  Duration d;
+  return parse_value(text, d);
+}
+
+TEST(Duration, ReadsUnitsAndClockTimes) {
+  EXPECT_EQ(seconds_of("90m"), 5400);
+  EXPECT_EQ(seconds_of("1.5h"), 5400);
+  EXPECT_EQ(seconds_of("5400s"), 5400);
+  EXPECT_EQ(seconds_of("1:30:00"), 5400);
+  EXPECT_EQ(seconds_of("2:05"), 125);
+  EXPECT_EQ(seconds_of("0.25s"), 0.25);
+  EXPECT_EQ(seconds_of(""), 0);  // off
+  EXPECT_EQ(seconds_of("0"), 0);
+}
+
+TEST(Duration, RefusesWhatIsNotATime) {
+  // A bare number is refused: Slurm reads 90 as minutes.
+  for (const char* bad : {"90", "m", "90x", "-5m", "5 m", "1:60:00", "1:5:00", "1:2:3:4", ":30",
+                          "1.5:30:00", "infh", "nanm", "0m", "1e30h"})
+    EXPECT_NE(rule_of(bad), "") << bad;
+  EXPECT_NE(rule_of("90").find("needs its unit"), std::string::npos);
+  EXPECT_NE(rule_of("400d").find("duration"), std::string::npos);
+  EXPECT_NE(rule_of("9000h").find("at most a year"), std::string::npos);
+}
+
+TEST(Duration, PrintsTheShortestExactFormAndReadsItBack) {
+  EXPECT_EQ(format_value(Duration{5400}), "90m");
+  EXPECT_EQ(format_value(Duration{7200}), "2h");
+  EXPECT_EQ(format_value(Duration{125}), "125s");
+  EXPECT_EQ(format_value(Duration{0}), "");
+  for (double s : {0.1, 1.0 / 3, 59.5, 61.0, 3599.0, 3600.0, 86400.0 * 365}) {
+    Duration back;
+    ASSERT_EQ(parse_value(format_value(Duration{s}), back), "") << s;
+    EXPECT_EQ(back.seconds, s) << format_value(Duration{s});
+  }
+}
+
+TEST(TimeBudgetOptions, StepsBecomeACapThatDefaultsToNone) {
+  EXPECT_EQ(parse({"--train-data", "x.h5", "--time-budget", "90m"})->run.steps, 0);
+  EXPECT_EQ(parse({"--train-data", "x.h5", "--time-budget", "90m"})->run.time_budget.seconds, 5400);
+  EXPECT_EQ(parse({"--train-data", "x.h5", "--time-budget", "90m", "--steps", "4000"})->run.steps,
+            4000);
+  EXPECT_EQ(parse({"--train-data", "x.h5"})->run.steps, 100);  // no budget: the default count
+  // --stop-at-step has no count to stay under without a cap.
+  EXPECT_EQ(parse({"--train-data", "x.h5", "--time-budget", "1h", "--checkpoint-dir", "c",
+                   "--stop-at-step", "500"})
+                ->run.stop_at_step,
+            500);
+  EXPECT_NE(error_of({"--train-data", "x.h5", "--steps", "0"}).find("--steps: '0' is invalid"),
+            std::string::npos);
+}
+
+TEST(TimeBudgetOptions, RefusedWhereItCannotPlan) {
+  EXPECT_NE(error_of({"--train-data", "x.h5", "--time-budget", "1h", "--warmup-steps", "0"})
+                .find("--warmup-steps"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x.h5", "--time-budget", "90"})
+                .find("--time-budget: '90' is invalid"),
+            std::string::npos);
+}
+
 TEST(LrSchedule, LinearAndWarmupStableDecay) {
   LrSchedule s{.lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .shape = LrShape::linear};
   EXPECT_FLOAT_EQ(lr_at(9, 101, s), 1.0f);

@@ -1,63 +1,15 @@
-// --time-budget: durations read and print as a user writes them, the plan
-// takes the most steps whose simulated run ends within the budget, and the
-// options around it (--steps as a cap, the warmup it needs) are checked.
+// --time-budget's plan: the most steps whose run, walked step by step, ends
+// within the budget; only warmup steps whose rate ignores the count are timed.
+// (Its option values and rules are tested in test_options.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
-#include <string>
-#include <vector>
 
-#include "common/error.h"
-#include "src/options.h"
 #include "src/time_budget.h"
 
 namespace fsdp {
 namespace {
-
-double seconds_of(const std::string& text) {
-  Duration d{-1};
-  const std::string rule = parse_value(text, d);
-  EXPECT_EQ(rule, "") << text;
-  return d.seconds;
-}
-
-std::string rule_of(const std::string& text) {
-  Duration d;
-  return parse_value(text, d);
-}
-
-TEST(Duration, ReadsUnitsAndClockTimes) {
-  EXPECT_EQ(seconds_of("90m"), 5400);
-  EXPECT_EQ(seconds_of("1.5h"), 5400);
-  EXPECT_EQ(seconds_of("5400s"), 5400);
-  EXPECT_EQ(seconds_of("1:30:00"), 5400);
-  EXPECT_EQ(seconds_of("2:05"), 125);
-  EXPECT_EQ(seconds_of("0.25s"), 0.25);
-  EXPECT_EQ(seconds_of(""), 0);  // off
-  EXPECT_EQ(seconds_of("0"), 0);
-}
-
-TEST(Duration, RefusesWhatIsNotATime) {
-  // A bare number is refused: Slurm reads 90 as minutes.
-  for (const char* bad : {"90", "m", "90x", "-5m", "5 m", "1:60:00", "1:5:00", "1:2:3:4", ":30",
-                          "infh", "nanm", "0m", "1e30h"})
-    EXPECT_NE(rule_of(bad), "") << bad;
-  EXPECT_NE(rule_of("90").find("needs its unit"), std::string::npos);
-  EXPECT_NE(rule_of("400d").find("duration"), std::string::npos);
-  EXPECT_NE(rule_of("9000h").find("at most a year"), std::string::npos);
-}
-
-TEST(Duration, PrintsTheShortestExactFormAndReadsItBack) {
-  EXPECT_EQ(format_value(Duration{5400}), "90m");
-  EXPECT_EQ(format_value(Duration{7200}), "2h");
-  EXPECT_EQ(format_value(Duration{125}), "125s");
-  EXPECT_EQ(format_value(Duration{0}), "");
-  for (double s : {0.1, 1.0 / 3, 59.5, 61.0, 3599.0, 3600.0, 86400.0 * 365}) {
-    Duration back;
-    ASSERT_EQ(parse_value(format_value(Duration{s}), back), "") << s;
-    EXPECT_EQ(back.seconds, s) << format_value(Duration{s});
-  }
-}
 
 // The plan's rule, by walking a run step by step: the most steps after
 // `done` whose steps and validations (every --eval-every, and the final one)
@@ -121,6 +73,16 @@ TEST(TimeBudgetPlan, EqualsARunWalkedStepByStep) {
   }
 }
 
+TEST(TimeBudgetPlan, StartsFromTheSavedCountOrACapWithinTheTimedSteps) {
+  const LrSchedule s{.warmup_steps = 20};             // 10 timed steps
+  EXPECT_EQ(budget_steps_at_start(700, 0, s), 700);   // a checkpoint's count stays
+  EXPECT_EQ(budget_steps_at_start(700, 50, s), 700);  // even under another cap
+  EXPECT_EQ(budget_steps_at_start(0, 0, s), 0);       // planned after the timed steps
+  EXPECT_EQ(budget_steps_at_start(0, 50, s), 0);      // a cap beyond them: planned too
+  EXPECT_EQ(budget_steps_at_start(0, 10, s), 10);     // a cap within them: nothing to plan
+  EXPECT_EQ(budget_steps_at_start(0, 4, s), 4);
+}
+
 TEST(TimeBudgetPlan, TimesOnlyWarmupStepsWhoseRateIgnoresTheCount) {
   for (int warmup : {1, 3, 10, 50}) {
     const LrSchedule s{.lr = 1, .min_lr = 0.1f, .warmup_steps = warmup, .shape = LrShape::wsd};
@@ -134,41 +96,6 @@ TEST(TimeBudgetPlan, TimesOnlyWarmupStepsWhoseRateIgnoresTheCount) {
           EXPECT_EQ(lr_at(step, total, t), lr_at(step, 1 << 20, t));
     }
   }
-}
-
-Options parsed(std::vector<std::string> args) {
-  args.insert(args.begin(), {"fsdptrain", "--train-data", "x.h5"});
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  return *parse_options(int(argv.size()), argv.data());
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parsed(std::move(args));
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-TEST(TimeBudgetOptions, StepsBecomeACapThatDefaultsToNone) {
-  EXPECT_EQ(parsed({"--time-budget", "90m"}).run.steps, 0);
-  EXPECT_EQ(parsed({"--time-budget", "90m"}).run.time_budget.seconds, 5400);
-  EXPECT_EQ(parsed({"--time-budget", "90m", "--steps", "4000"}).run.steps, 4000);
-  EXPECT_EQ(parsed({}).run.steps, 100);  // no budget: the default count
-  // --stop-at-step has no count to stay under without a cap.
-  EXPECT_EQ(parsed({"--time-budget", "1h", "--checkpoint-dir", "c", "--stop-at-step", "500"})
-                .run.stop_at_step,
-            500);
-  EXPECT_NE(error_of({"--steps", "0"}).find("--steps: '0' is invalid"), std::string::npos);
-}
-
-TEST(TimeBudgetOptions, RefusedWhereItCannotPlan) {
-  EXPECT_NE(error_of({"--time-budget", "1h", "--warmup-steps", "0"}).find("--warmup-steps"),
-            std::string::npos);
-  EXPECT_NE(error_of({"--time-budget", "90"}).find("--time-budget: '90' is invalid"),
-            std::string::npos);
 }
 
 }  // namespace
