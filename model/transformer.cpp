@@ -41,7 +41,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
       fp8_(fp8) {
   cfg_.validate();
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
-  N_ = int64_t(B_) * T_;
+  N_ = capacity_ = int64_t(B_) * T_;
   head_rows_ = head_rows_for(N_, head_rows);
   acts_.resize(cfg_.n_layer);
   int block_members = 0;
@@ -79,9 +79,19 @@ std::vector<int> Transformer::units_read_by(int u) const {
   return {u};
 }
 
+void Transformer::set_shape(int batch_size, int seq_len) {
+  FSDP_CHECK(batch_size >= 1 && seq_len >= 1 && seq_len <= cfg_.max_seq_len &&
+                 int64_t(batch_size) * seq_len <= capacity_,
+             "micro-batch ", batch_size, " x ", seq_len, " in a model of ", capacity_,
+             " rows and context ", cfg_.max_seq_len);
+  B_ = batch_size;
+  T_ = seq_len;
+  N_ = int64_t(B_) * T_;
+}
+
 void Transformer::set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale) {
-  ops_.to_device(tokens_, inputs);
-  ops_.to_device(targets_, targets);
+  ops_.to_device(tokens_.slice(0, N_), inputs);
+  ops_.to_device(targets_.slice(0, N_), targets);
   loss_scale_ = loss_scale;
   loss_count_ = 0;
   for (int64_t i = 0; i < N_; ++i) loss_count_ += targets[i] >= 0;
@@ -294,9 +304,11 @@ void Transformer::head_backward(UnitAccess& w) {
 }
 
 Tensor Transformer::output_of(int unit, bool backward) const {
-  if (backward) return dres_;  // the gradient flowing to the unit below
-  if (unit == num_units() - 1) return losses_;
-  return res_[unit];  // unit 0 writes res_[0]; block l (unit l+1) writes res_[l+1]
+  // Rows past the current shape hold an earlier shape's values, or none.
+  const int64_t d = cfg_.d_model;
+  if (backward) return dres_.slice(0, N_ * d);  // the gradient flowing to the unit below
+  if (unit == num_units() - 1) return losses_.slice(0, N_);
+  return res_[unit].slice(0, N_ * d);  // unit 0 writes res_[0]; block l (unit l+1) res_[l+1]
 }
 
 bool all_finite(Ops& ops, Tensor t) {
@@ -342,7 +354,7 @@ std::vector<float> Transformer::logits_row(int64_t row) const {
 
 double Transformer::loss_sum() {
   std::vector<float> host(static_cast<size_t>(N_));
-  ops_.to_host(host.data(), losses_);
+  ops_.to_host(host.data(), losses_.slice(0, N_));
   double s = 0;
   for (float x : host) s += x;
   return s;

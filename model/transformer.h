@@ -29,7 +29,8 @@ enum class Recompute { none, mlp, block };
 
 class Transformer {
  public:
-  // Activations are allocated once for micro-batches of batch_size x seq_len.
+  // Activations are allocated once for micro-batches of batch_size x seq_len
+  // rows; set_shape may run later micro-batches in another shape that fits.
   // fp8 (--precision fp8): the block linears run on FP8 codes with
   // per-tensor current scaling, all e4m3 (gradients too: see kFp8Grad in
   // transformer.cpp); the embedding, norms, attention and the head stay in
@@ -48,6 +49,15 @@ class Transformer {
   // Units that must be gathered while unit u computes, u itself included: the
   // head also reads the embedding when they are tied.
   std::vector<int> units_read_by(int u) const;
+  // The shape of the micro-batches from the next set_batch on: any batch x
+  // seq_len (seq_len within the model's context) of at most the rows the
+  // constructor allocated, so validation at another context than training's
+  // (--eval-seq-len) reuses the training activations and costs no memory.
+  void set_shape(int batch_size, int seq_len);
+  int batch_size() const { return B_; }
+  int seq_len() const { return T_; }
+  // The rows the activations hold: the constructor's batch_size x seq_len.
+  int64_t capacity_rows() const { return capacity_; }
   // Bytes of activations and scratch this model holds (for the memory plan).
   int64_t activation_bytes() const { return activation_bytes_; }
   // The same figure from shapes alone, without allocating.
@@ -63,9 +73,10 @@ class Transformer {
   // can use instead.
   static constexpr int kHeadRows = 4096;
 
-  // inputs/targets: host arrays of batch_size*seq_len token ids (targets < 0
-  // are ignored). loss_scale multiplies d(sum of token losses), e.g. 1/(global
-  // token count) so gradients come out averaged over the global batch.
+  // inputs/targets: host arrays of batch_size*seq_len token ids, the
+  // current shape (targets < 0 are ignored). loss_scale multiplies d(sum of
+  // token losses), e.g. 1/(global token count) so gradients come out averaged
+  // over the global batch.
   void set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale);
   void forward(int unit, UnitAccess& w, bool training);
   void backward(int unit, UnitAccess& w);
@@ -155,11 +166,12 @@ class Transformer {
   ModelConfig cfg_;
   Ops& ops_;
   std::vector<UnitSpec> units_;
-  int B_, T_;
+  int B_, T_;  // the current shape (set_shape)
   Recompute recompute_;
   bool fp8_;
-  int64_t N_;          // rows = B*T
-  int64_t head_rows_;  // rows per LM-head chunk, at most N_
+  int64_t N_;          // rows = B*T, at most capacity_
+  int64_t capacity_;   // rows allocated: the constructor's B*T
+  int64_t head_rows_;  // rows per LM-head chunk, at most capacity_
   float loss_scale_ = 0.0f;
   int64_t loss_count_ = 0;
   int64_t activation_bytes_ = 0;

@@ -279,6 +279,12 @@ std::vector<OptionRow> make_table() {
     row("eval-batches", &EvalOptions::batches,
         "validation micro-batches per rank (0: the whole split, each window once)", "4",
         at_least(0)),
+    row("eval-seq-len", &EvalOptions::seq_len,
+        "validate at context N (0: --seq-len's), in micro-batches of the training one's tokens: "
+        "--batch-size x --seq-len / N sequences, at least one",
+        "64",
+        {[](const int& v, const O& o) { return v >= 0 && v <= o.model.max_seq_len; },
+         "must be between 1 and the model's --max-seq-len (0: --seq-len's)"}),
     run_control(bare_switch(row("eval-only", &EvalOptions::only,
                     "evaluate --val-data with the weights of --resume (or the initial ones) "
                     "and exit: no training, nothing saved; --train-data may be left out",

@@ -125,6 +125,10 @@ void check_combinations(const Options& o) {
         "--checkpoint-dir DIR");
   if (o.eval.only && o.data.val_data.empty())
     throw_error("--eval-only needs --val-data: the HDF5 token file to evaluate on");
+  if (o.eval.seq_len > 0 && o.data.val_data.empty())
+    throw_error("--eval-seq-len ", o.eval.seq_len,
+                " needs --val-data: the HDF5 token file to validate on");
+  if (o.data.batch_size > 0) check_eval_micro_batch(o, o.data.batch_size);
   if (o.data.train_data.empty() && !o.eval.only)
     throw_error("--train-data is required: pass an HDF5 token file (see tools/prepare_data.py)");
 }
@@ -137,6 +141,14 @@ Options build(const std::map<std::string, GivenValue>& given) {
 }
 
 }  // namespace
+
+void check_eval_micro_batch(const Options& o, int batch) {
+  const int T = o.data.seq_len, L = o.eval.context(T);
+  if (o.eval.micro_batch(batch, T) >= 1) return;
+  throw_error("--eval-seq-len ", L, " needs a training micro-batch of at least ", L,
+              " tokens to validate in, but --batch-size ", batch, " x --seq-len ", T, " holds ",
+              int64_t(batch) * T, "; raise --batch-size to ", (L + T - 1) / T);
+}
 
 // In table order: the preset first, then the model fields over it, then
 // ModelConfig's own consistency, then each row's rule (which may read other

@@ -40,7 +40,17 @@ struct ComputeOptions {
 struct EvalOptions {
   int every = 0;    // 0: only at the end
   int batches = 8;  // 0: the whole split once
+  int seq_len = 0;  // validation context (0: --seq-len's)
   bool only = false;
+
+  // The validation context, given the training one.
+  int context(int train_seq_len) const { return seq_len > 0 ? seq_len : train_seq_len; }
+  // Sequences per validation micro-batch: as many of the validation context
+  // as the training micro-batch has tokens for, so validation needs no memory
+  // of its own (0: not one fits).
+  int micro_batch(int train_batch, int train_seq_len) const {
+    return int(int64_t(train_batch) * train_seq_len / context(train_seq_len));
+  }
 
   bool operator==(const EvalOptions&) const = default;
 };
@@ -109,6 +119,10 @@ Options options_from_values(const std::map<std::string, GivenValue>& given);
 // value or config file.
 std::optional<Options> parse_options(int argc, const char* const argv[]);
 std::string options_help();
+// Throws unless a validation micro-batch (--eval-seq-len) fits in the tokens
+// of a training micro-batch of `batch` sequences: parsing checks a given
+// --batch-size, the trainer the one --batch-size 0 picks.
+void check_eval_micro_batch(const Options& o, int batch);
 // What options_to_ini prints: the checkpoint's copy leaves out the options
 // that steer one run (where it writes, resumes or stops, --debug), since a run
 // started from that copy should not inherit them.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "comm/agree.h"
 #include "comm/watchdog.h"
@@ -14,7 +13,6 @@
 #include "src/checkpointing.h"
 #include "src/lr_schedule.h"
 #include "src/memory_check.h"
-#include "src/sampling.h"
 #include "src/stop_signal.h"
 #include "src/time_budget.h"
 
@@ -40,8 +38,13 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
   if (d.vocab_size() > o.model.vocab_size)
     throw_error(flag, ": ", d.describe(), " has vocab_size ", d.vocab_size(), " but the model has ",
                 o.model.vocab_size, "; pass --vocab-size ", d.vocab_size(), " or a larger preset");
-  d.require_min_tokens(int64_t(o.data.seq_len) + 1,
-                       "one sequence of --seq-len " + std::to_string(o.data.seq_len));
+  // Validation reads windows of its own context (--eval-seq-len).
+  if (train && o.eval.seq_len > 0)
+    d.require_min_tokens(int64_t(o.eval.seq_len) + 1,
+                         "one sequence of --eval-seq-len " + std::to_string(o.eval.seq_len));
+  else
+    d.require_min_tokens(int64_t(o.data.seq_len) + 1,
+                         "one sequence of --seq-len " + std::to_string(o.data.seq_len));
   return d;
 }
 
@@ -100,7 +103,10 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     device_groups_ = make_engine_groups(device, o_, shard_group_size_);
     engine_groups = &*device_groups_;
   }
-  if (o_.data.batch_size == 0) o_.data.batch_size = auto_batch_size_everywhere();
+  if (o_.data.batch_size == 0) {
+    o_.data.batch_size = auto_batch_size_everywhere();
+    all_or_none(W, [&] { check_eval_micro_batch(o_, o_.data.batch_size); });
+  }
   const int batch = o_.data.batch_size;
   // The plan against free memory before build() allocates anything it sizes.
   all_or_none(W, [&] { check_memory_fits(memory_plan(batch), *ops_, memory_settings(batch)); });
@@ -159,8 +165,9 @@ void Trainer::build(ProcessGroups& engine_groups) {
     loader_ = std::make_unique<BatchLoader>(train_data_, d.seq_len, d.batch_size, d.grad_accum,
                                             world_.rank, world_.size, o_.run.seed);
   if (val_data_)
-    val_batches_ =
-        std::make_unique<ValBatches>(*val_data_, d.seq_len, d.batch_size, world_.rank, world_.size);
+    val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.eval.context(d.seq_len),
+                                                o_.eval.micro_batch(d.batch_size, d.seq_len),
+                                                world_.rank, world_.size);
 }
 
 // --batch-size 0: the largest micro-batch the plan fits on every rank.
@@ -240,7 +247,12 @@ void Trainer::print_memory_plan() const {
   else
     std::printf("fsdptrain: evaluation only: %s (%lld tokens, %lld windows of %d)\n",
                 val_data_->describe().c_str(), (long long)val_data_->size(),
-                (long long)val_batches_->windows(), o_.data.seq_len + 1);
+                (long long)val_batches_->windows(), o_.eval.context(o_.data.seq_len) + 1);
+  if (val_batches_ && o_.eval.seq_len > 0)
+    std::printf(
+        "fsdptrain: validation at context %d (--eval-seq-len), %d sequences per "
+        "micro-batch\n",
+        o_.eval.seq_len, o_.eval.micro_batch(o_.data.batch_size, o_.data.seq_len));
   std::fflush(stdout);
 }
 
@@ -266,23 +278,6 @@ double Trainer::train_step(int step) {
   loader_->end_step();
   (void)step;
   auto [s, c] = global_sum(loss_sum, count);
-  return s / c;
-}
-
-double Trainer::evaluate(double* tokens) {
-  double loss_sum = 0, count = 0;
-  // --eval-batches 0: every window once, the last batches padded.
-  const bool once = o_.eval.batches == 0;
-  const int64_t batches = once ? val_batches_->batches_per_pass() : o_.eval.batches;
-  for (int64_t i = 0; i < batches; ++i) {
-    val_batches_->get(i, inputs_.data(), targets_.data(), once);
-    model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
-    engine_->forward_only();
-    loss_sum += model_->loss_sum();
-    count += double(model_->loss_count());
-  }
-  auto [s, c] = global_sum(loss_sum, count);
-  if (tokens) *tokens = c;
   return s / c;
 }
 
@@ -371,101 +366,6 @@ void Trainer::save() {
                 path.c_str());
 }
 
-// --eval-only: the validation loss of the loaded weights, printed and written
-// to the metrics with the step they were saved at.
-void Trainer::evaluate_only(TrainSummary& summary) {
-  if (!o_.checkpoint.resume.empty() && pos_.resumed_from.empty())
-    throw_agreed_error("--eval-only --resume auto: no checkpoint in '", o_.checkpoint.dir,
-                       "' to evaluate; name one with --resume PATH, or leave out --resume to "
-                       "evaluate the initial weights");
-  const auto t0 = std::chrono::steady_clock::now();
-  double tokens = 0;
-  const double v = evaluate(&tokens);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  summary.val_loss.emplace_back(int(pos_.step), v);
-  const std::string source = pos_.resumed_from.empty() ? "initial weights" : pos_.resumed_from;
-  metrics_.write({{"step", std::to_string(pos_.step)},
-                  {"val_loss", json_number(v)},
-                  {"eval_tokens", json_number(tokens)},
-                  {"eval_only", "true"},
-                  {"weights", json_string(source)}});
-  if (lead_)
-    std::printf(
-        "fsdptrain: eval of %s (step %lld): val_loss %.4f, perplexity %.2f, over %.0f tokens%s "
-        "in %.1f s\n",
-        source.c_str(), (long long)pos_.step, v, std::exp(v), tokens,
-        o_.eval.batches == 0 ? " (the whole split)" : "", seconds);
-}
-
-// Text from the current weights, as llm.c prints while it trains. Every rank
-// runs the same forwards (the weights are gathered collectively); rank 0's
-// first rows are the samples. The prompt is the end-of-text token where the
-// data has one (a fresh document), else the data's first tokens. There is no
-// KV cache: each new token costs one forward of the micro-batch, which is
-// cheap next to training. More samples than --batch-size take more rounds of
-// the micro-batch; the random draws run on in one stream across rounds.
-void Trainer::print_samples(int step) {
-  const SampleOptions& so = o_.sample;
-  if (so.count == 0) return;
-  const int T = o_.data.seq_len, B = o_.data.batch_size;
-  const TokenStream& data = val_data_ ? *val_data_ : train_data_;
-  std::vector<int32_t> prompt;
-  if (data.eos_id()) {
-    prompt.push_back(*data.eos_id());
-  } else {
-    prompt.resize(size_t(std::min<int64_t>({8, T / 4, data.size()})));
-    data.read(0, int64_t(prompt.size()), prompt.data());
-  }
-  const int P = int(prompt.size()), n = std::min(so.length, T - P);
-  std::mt19937_64 rng(o_.run.seed * 1000003u + uint64_t(step));
-  std::vector<std::vector<int32_t>> out(size_t(so.count), prompt);
-  for (int first = 0; first < so.count; first += B) {
-    const int rows = std::min(so.count - first, B);
-    std::fill(inputs_.begin(), inputs_.end(), 0);
-    std::fill(targets_.begin(), targets_.end(), -1);
-    for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
-    for (int t = P - 1; t < P - 1 + n; ++t) {
-      model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
-      std::vector<int64_t> keep;
-      for (int r = 0; r < rows && lead_; ++r) keep.push_back(int64_t(r) * T + t);
-      model_->keep_logits(std::move(keep));
-      engine_->forward_only();
-      if (!lead_) continue;
-      for (int r = 0; r < rows; ++r) {
-        const int32_t tok =
-            pick_token(model_->logits_row(int64_t(r) * T + t), so.temperature, so.top_k, rng);
-        inputs_[size_t(r) * T + t + 1] = tok;
-        out[size_t(first + r)].push_back(tok);
-      }
-    }
-  }
-  if (!lead_) return;
-  const int rows = so.count;
-  if (!decoder_) std::printf("fsdptrain: note: %s; samples are token ids\n", decoder_note_.c_str());
-  std::printf(
-      "fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %d prompt token(s), "
-      "%d new):\n",
-      rows, step, double(so.temperature), so.top_k, P, n);
-  for (int r = 0; r < rows; ++r) {
-    std::string text;
-    if (decoder_) {
-      text = decoder_->decode(out[size_t(r)]);
-    } else {
-      for (int32_t id : out[size_t(r)]) {
-        if (!text.empty()) text += ' ';
-        text += std::to_string(id);
-      }
-    }
-    std::printf("--- sample %d ---\n%s\n", r + 1, text.c_str());
-    metrics_.write({{"step", std::to_string(step)},
-                    {"sample", std::to_string(r + 1)},
-                    {"text", json_string(text)}});
-  }
-  std::printf("---\n");
-  std::fflush(stdout);
-}
-
 // One forward+backward on the shapes of a real step, gradients then dropped:
 // cuDNN graphs, cuBLASLt plans and NCCL connections are built here, so a
 // configuration the GPU libraries cannot run stops before step 1, and step 1's
@@ -480,9 +380,11 @@ void Trainer::warm_up() {
     engine_->forward_backward();
     engine_->discard_gradients();
   }
-  if (val_batches_) {
+  if (val_batches_) {  // validation's shape may need graphs of its own
+    use_validation_shape(true);
     model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
     engine_->forward_only();
+    use_validation_shape(false);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

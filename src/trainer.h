@@ -51,6 +51,9 @@ class Trainer {
  private:
   void warm_up();
   double train_step(int step);  // returns the global mean loss
+  // Validation and samples (src/trainer_eval.cpp). The model's micro-batch
+  // shape for validation (--eval-seq-len) or for training and samples.
+  void use_validation_shape(bool validation);
   // Mean validation loss; `tokens` (if given) gets how many it covered.
   double evaluate(double* tokens = nullptr);
   void evaluate_only(TrainSummary& summary);

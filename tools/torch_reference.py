@@ -18,7 +18,8 @@ tools/plot_metrics.py reads: one {"step", "loss", "lr", "grad_norm",
 "tokens_seen", "tokens_per_s", "elapsed_s"} line per step and, when the
 checkpoint's run validated (--val-data with --eval-every), {"step",
 "val_loss"} at the same steps on the same windows. With it, --metrics is
-optional (no comparison then). --perturb REL multiplies every starting weight
+optional (no comparison then). Validation losses in the --metrics file at
+the replayed steps are compared too, at the run's --eval-seq-len. --perturb REL multiplies every starting weight
 by (1 + REL * N(0, 1)): with REL ~1e-7 (one fp32 rounding) a replay against an
 unperturbed one shows how fast rounding differences grow in this training,
 the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
@@ -29,7 +30,9 @@ What it mirrors, and where (keep in step with the C++):
   final RMSNorm, tied or untied head, mean cross-entropy);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
-  window once) and src/trainer.cpp evaluate (mean over all tokens);
+  window once) and src/trainer_eval.cpp evaluate (mean over all tokens), at
+  --eval-seq-len's context in as many rows as the training micro-batch has
+  tokens for (src/options.h EvalOptions::micro_batch);
 - batches: data/permutation.cpp and data/sampler.cpp (Feistel permutation
   per epoch keyed by seed and epoch; step s uses global positions
   s*G .. s*G+G-1, G = global batch); single-file datasets only;
@@ -280,7 +283,13 @@ def main():
     windows = (len(tokens) - 1) // T
     eval_every = int(opts.get("eval-every", "0"))
     val_spec = a.val_data or opts.get("val-data", "")
-    val_tokens = read_tokens(val_spec, "--val-data") if a.write_metrics and val_spec else None
+    theirs_val = {}
+    if a.metrics:
+        theirs_val = {l["step"]: l["val_loss"] for l in map(json.loads, open(a.metrics)) if "val_loss" in l}
+    val_tokens = read_tokens(val_spec, "--val-data") if (a.write_metrics or theirs_val) and val_spec else None
+    # the validation context and its rows per micro-batch (EvalOptions)
+    val_T = int(opts.get("eval-seq-len", "0")) or T
+    val_B = B * T // val_T
     seed = sampler["seed"] & M64
 
     dev = torch.device(a.device)
@@ -321,7 +330,7 @@ def main():
     out = open(a.write_metrics, "w") if a.write_metrics else None
     autocast = lambda: torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
     end = min(start + a.steps, total)
-    worst, failures = 0.0, 0
+    worst, worst_val, failures = 0.0, 0.0, 0
     t_start = time.perf_counter()
     for s in range(start, end):
         t0 = time.perf_counter()
@@ -340,16 +349,25 @@ def main():
                 g["lr"] = step_lr
             o.step()
         ours = loss.item()
+        dt, elapsed = time.perf_counter() - t0, time.perf_counter() - t_start  # validation left out
+        v = None
+        if val_tokens is not None and (s + 1 == total or (eval_every > 0 and (s + 1) % eval_every == 0)):
+            v = val_loss(model, val_tokens, val_T, val_B, int(root["world_size"]), int(opts["eval-batches"]),
+                         dev, autocast)
         if out:
-            dt = time.perf_counter() - t0
             out.write(json.dumps({"step": s + 1, "loss": ours, "lr": step_lr, "grad_norm": norm.item(),
                                   "tokens_seen": (s + 1) * G * T, "tokens_per_s": G * T / dt,
-                                  "elapsed_s": time.perf_counter() - t_start}) + "\n")
-            if val_tokens is not None and (s + 1 == total or (eval_every > 0 and (s + 1) % eval_every == 0)):
-                v = val_loss(model, val_tokens, T, B, int(root["world_size"]), int(opts["eval-batches"]), dev,
-                             autocast)
+                                  "elapsed_s": elapsed}) + "\n")
+            if v is not None:
                 out.write(json.dumps({"step": s + 1, "val_loss": v}) + "\n")
             out.flush()
+        if v is not None and s + 1 in theirs_val:
+            ref = theirs_val[s + 1]
+            diff = abs(v - ref) / abs(ref)
+            worst_val = max(worst_val, diff)
+            failures += not diff <= a.tolerance
+            print(f"step {s + 1:5d} | torch val {v:.6f} | fsdptrain val {ref:.6f} | rel. diff {diff:.2e}"
+                  f"{'  <-- over tolerance' if not diff <= a.tolerance else ''}", flush=True)
         if not a.metrics:
             if (s + 1 - start) % a.log_every == 0 or s + 1 == end:
                 print(f"step {s + 1:5d} | torch {ours:.6f}", flush=True)
@@ -365,7 +383,8 @@ def main():
     if out:
         out.close()
     if a.metrics:
-        print(f"worst relative difference {worst:.2e} over steps {start + 1}..{end} "
+        vals = f", validation {worst_val:.2e}" if worst_val else ""
+        print(f"worst relative difference {worst:.2e}{vals} over steps {start + 1}..{end} "
               f"(tolerance {a.tolerance:g}, {a.dtype} on {a.device})")
     sys.exit(1 if failures else 0)
 

@@ -7,36 +7,18 @@ same loss over the same number of tokens on 1 rank and on 3 ranks with another
 micro-batch (every window once, padding ignored), leave the checkpoint
 directory as it was, and need no --train-data. Bad combinations are one error
 line and a non-zero exit."""
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
+from program_checks import check, finish, one_error, records, run
+
 exe, example, work = sys.argv[1:4]
-mpiexec = os.environ.get("MPIEXEC", "mpirun")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 val = os.path.join(example, "kjv_val.h5")
 base = [exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-data", val]
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def run(cmd, ranks=1):
-    if ranks > 1:
-        cmd = [mpiexec, "--oversubscribe", "-np", str(ranks)] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
-def records(path):
-    return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 
 
 ckpt = os.path.join(work, "ckpt")
@@ -101,22 +83,13 @@ check(all(t.startswith("whether") and len(t.encode()) >= 8 + 24 for t in texts.g
 check(len(set(texts.get(1, []))) == 1, "greedy gives one text for every row")
 
 
-def one_error(args, needle, what):
-    p = run(base[:1] + args)
-    errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
-    check(p.returncode != 0 and len(errors) == 1 and needle in errors[0],
-          f"{what}: one error line with '{needle}' (exit {p.returncode}, {errors})")
-
-
-one_error(["--device", "cpu", "--model", "tiny", "--eval-only"], "--eval-only needs --val-data",
+one_error([exe, "--device", "cpu", "--model", "tiny", "--eval-only"], "--eval-only needs --val-data",
           "no --val-data")
 empty = os.path.join(work, "empty")
 os.makedirs(empty)
-one_error(base[1:] + ["--eval-only", "--resume", "auto", "--checkpoint-dir", empty],
+one_error(base + ["--eval-only", "--resume", "auto", "--checkpoint-dir", empty],
           "no checkpoint", "--resume auto on an empty directory")
-one_error(["--device", "cpu", "--model", "tiny", "--val-data", val], "--train-data is required",
+one_error([exe, "--device", "cpu", "--model", "tiny", "--val-data", val], "--train-data is required",
           "training without --train-data")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("eval-only: all checks passed")
+finish("eval-only")

@@ -171,6 +171,35 @@ TEST(Options, BadValuesNameTheFlag) {
   EXPECT_EQ(error_of({"--train-data", "x", "--reset-optimizer", "--resume", "auto",
                       "--checkpoint-dir", "ck"}),
             "");
+  // --eval-seq-len: within the model's context, with validation data, and in
+  // a micro-batch of at least that many tokens (the tiny model's 8 x 32 by
+  // default; --batch-size 0 is checked once the trainer picks it).
+  const std::vector<std::string> val = {"--train-data", "x", "--val-data", "v"};
+  auto with_val = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), val.begin(), val.end());
+    return error_of(more);
+  };
+  EXPECT_NE(error_of({"--train-data", "x", "--eval-seq-len", "64"}).find("needs --val-data"),
+            std::string::npos);
+  EXPECT_NE(with_val({"--eval-seq-len", "65"}).find("--max-seq-len"), std::string::npos);
+  EXPECT_NE(with_val({"--seq-len", "16", "--batch-size", "3", "--eval-seq-len", "64"})
+                .find("raise --batch-size to 4"),
+            std::string::npos);
+  EXPECT_EQ(with_val({"--seq-len", "16", "--batch-size", "4", "--eval-seq-len", "64"}), "");
+  EXPECT_EQ(with_val({"--seq-len", "16", "--batch-size", "0", "--eval-seq-len", "64"}), "");
+}
+
+TEST(Options, ValidationMicroBatchKeepsTheTrainingTokens) {
+  EvalOptions e;
+  EXPECT_EQ(e.context(32), 32);  // 0: training's context
+  EXPECT_EQ(e.micro_batch(8, 32), 8);
+  e.seq_len = 64;
+  EXPECT_EQ(e.context(32), 64);
+  EXPECT_EQ(e.micro_batch(8, 32), 4);
+  EXPECT_EQ(e.micro_batch(5, 32), 2);  // 160 tokens: two sequences of 64
+  EXPECT_EQ(e.micro_batch(1, 32), 0);  // not one
+  e.seq_len = 16;
+  EXPECT_EQ(e.micro_batch(8, 32), 16);
 }
 
 TEST(Options, EveryRealMustBeFinite) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fsdptrain's CPU reference against PyTorch (tools/torch_reference.py): 40
 steps continued from an fsdptrain checkpoint must match fsdptrain's own
-losses to 1e-4 relative in fp32 (measured ~3e-6). Runs 1 rank and 4 ranks
+losses to 1e-4 relative in fp32 (measured ~3e-6), and on 1 rank its
+validation losses at another context (--eval-seq-len) too. Runs 1 rank and 4 ranks
 with hybrid sharding, an untied head, block recomputation and a vocabulary of
 300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300); and
 --optimizer muon against torch.optim.Muon on 3 ranks (with --lr-schedule wsd
@@ -22,7 +23,10 @@ if subprocess.run([py, "-c", "import torch, h5py"], capture_output=True).returnc
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 data = os.path.join(example, "kjv_train.h5")
 runs = {
-    "np1": ([], ["--batch-size", "4", "--grad-accum", "2"]),
+    # validating at context 64 in 3 rows (the micro-batch's 4 x 48 tokens):
+    # PyTorch's validation losses at steps 25 and 50 are compared too
+    "np1": ([], ["--batch-size", "4", "--grad-accum", "2", "--val-data", os.path.join(example, "kjv_val.h5"),
+                 "--eval-every", "25", "--eval-batches", "3", "--eval-seq-len", "64"]),
     "np4": ([mpiexec, "--oversubscribe", "-np", "4"],
             ["--batch-size", "2", "--grad-accum", "1", "--shard-group-size", "2", "--tie-embeddings", "false",
              "--recompute", "block", "--n-layer", "3", "--d-model", "96", "--n-head", "6", "--n-kv-head", "3",

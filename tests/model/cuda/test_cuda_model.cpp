@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "model/transformer.h"
@@ -41,8 +42,11 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
 
 // head_rows: the GPU model's LM-head chunk (0: Transformer::kHeadRows); the
 // CPU reference always takes the head in one chunk and recomputes nothing.
+// built (rows, columns), when given: the GPU model is built for that shape,
+// trains a pass in it (so its buffers hold another shape's values), and is
+// then set to B x T (Transformer::set_shape, --eval-seq-len's path).
 void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0,
-                 Recompute recompute = Recompute::none) {
+                 Recompute recompute = Recompute::none, std::pair<int, int> built = {0, 0}) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
@@ -65,7 +69,15 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows 
 
   CudaOps gpu;
   test::DeviceWeights dev(gpu, units, weights);
-  Transformer gm(cfg, gpu, B, T, recompute, fp8, head_rows);
+  const bool reshaped = built.first > 0;
+  Transformer gm(cfg, gpu, reshaped ? built.first : B, reshaped ? built.second : T, recompute, fp8,
+                 head_rows);
+  if (reshaped) {
+    std::vector<int32_t> other(size_t(built.first) * built.second, 3);
+    train_pass(gm, dev, other, other, 1.0f);
+    dev.zero_grads();
+    gm.set_shape(B, T);
+  }
   const double gpu_loss = train_pass(gm, dev, in, tg, scale);
 
   std::printf("  loss%s: cpu %.6f gpu %.6f\n", fp8 ? " (fp8)" : "", cpu_loss, gpu_loss);
@@ -118,6 +130,20 @@ TEST(CudaModel, Gpt350mShapedFp8MatchesCpu) {
   ModelConfig cfg = model_preset("gpt-350m");
   cfg.n_layer = 2;
   check_model(cfg, 1, 256, true);
+}
+
+// Validation at another context (--eval-seq-len) runs in the training
+// activations: a longer context in the same rows (cuDNN's attention graph for
+// the new shape, RoPE past the built context), and a shorter one in fewer.
+TEST(CudaModel, TinyReshapedMatchesCpu) {
+  check_model(model_preset("tiny"), 1, 64, false, 0, Recompute::none, {4, 16});
+  check_model(model_preset("tiny"), 3, 8, false, 0, Recompute::none, {4, 16});
+}
+
+TEST(CudaModel, Gpt350mShapedReshapedMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, false, 0, Recompute::none, {2, 128});
 }
 
 }  // namespace
