@@ -19,8 +19,9 @@ tools/plot_metrics.py reads: one {"step", "loss", "lr", "grad_norm",
 checkpoint's run validated (--val-data with --eval-every), {"step",
 "val_loss"} at the same steps on the same windows. With it, --metrics is
 optional (no comparison then). Validation losses in the --metrics file at
-the replayed steps are compared too, at the run's --eval-seq-len. --perturb REL multiplies every starting weight
-by (1 + REL * N(0, 1)): with REL ~1e-7 (one fp32 rounding) a replay against an
+the replayed steps are compared too (at the run's --eval-seq-len, under the
+same tolerance). --perturb REL multiplies every starting weight by
+(1 + REL * N(0, 1)): with REL ~1e-7 (one fp32 rounding) a replay against an
 unperturbed one shows how fast rounding differences grow in this training,
 the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
 
@@ -330,7 +331,7 @@ def main():
     out = open(a.write_metrics, "w") if a.write_metrics else None
     autocast = lambda: torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
     end = min(start + a.steps, total)
-    worst, worst_val, failures = 0.0, 0.0, 0
+    worst, worst_val, vals_compared, failures = 0.0, 0.0, 0, 0
     t_start = time.perf_counter()
     for s in range(start, end):
         t0 = time.perf_counter()
@@ -364,7 +365,7 @@ def main():
         if v is not None and s + 1 in theirs_val:
             ref = theirs_val[s + 1]
             diff = abs(v - ref) / abs(ref)
-            worst_val = max(worst_val, diff)
+            worst_val, vals_compared = max(worst_val, diff), vals_compared + 1
             failures += not diff <= a.tolerance
             print(f"step {s + 1:5d} | torch val {v:.6f} | fsdptrain val {ref:.6f} | rel. diff {diff:.2e}"
                   f"{'  <-- over tolerance' if not diff <= a.tolerance else ''}", flush=True)
@@ -383,7 +384,7 @@ def main():
     if out:
         out.close()
     if a.metrics:
-        vals = f", validation {worst_val:.2e}" if worst_val else ""
+        vals = f", validation {worst_val:.2e} ({vals_compared} compared)" if vals_compared else ""
         print(f"worst relative difference {worst:.2e}{vals} over steps {start + 1}..{end} "
               f"(tolerance {a.tolerance:g}, {a.dtype} on {a.device})")
     sys.exit(1 if failures else 0)
