@@ -277,10 +277,17 @@ class Ops {
   // gradient.
   void muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
                      bool nesterov, float grad_scale);
-  // out[rows, cols] = Newton-Schulz of x[rows, cols] (f32, row-major, may not
-  // alias): X = x / max(|x|_F, eps), as its transpose when rows > cols; then
-  // ns.steps times A = X X^T, X = a X + (b A + c A A) X; transposed back.
-  void newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns);
+  // outs[i][rows, cols] = Newton-Schulz of xs[i][rows, cols] for a batch of
+  // matrices of one shape (f32, row-major; no out aliases an x or another
+  // out): X = x / max(|x|_F, eps), as its transpose when rows > cols; then
+  // ns.steps times A = X X^T, X = a X + (b A + c A A) X; transposed back. A
+  // batch lets a backend run the matrices' GEMMs as one (the CUDA one does,
+  // in bf16; the CPU reference computes each alone, in fp32).
+  void newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs, int64_t rows,
+                     int64_t cols, const NewtonSchulz& ns);
+  void newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+    newton_schulz(std::vector<Tensor>{out}, std::vector<Tensor>{x}, rows, cols, ns);
+  }
   // Over `spans`: param = param (1 - lr weight_decay) - lr span.lr_scale update
   // (decoupled weight decay on the unscaled rate, as torch.optim.Muon).
   void muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
@@ -391,8 +398,8 @@ class Ops {
   // these, which refuse by name.
   virtual void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans,
                                 float momentum, bool nesterov, float grad_scale);
-  virtual void do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
-                                const NewtonSchulz& ns);
+  virtual void do_newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
+                                int64_t rows, int64_t cols, const NewtonSchulz& ns);
   virtual void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans,
                               float lr, float weight_decay);
   virtual void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;

@@ -38,19 +38,28 @@ void Ops::muon_momentum(Tensor grad_t, Tensor buf, const std::vector<MuonSpan>& 
   do_muon_momentum(grad_t, buf, spans, momentum, nesterov, grad_scale);
 }
 
-void Ops::newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+void Ops::newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
+                        int64_t rows, int64_t cols, const NewtonSchulz& ns) {
   FSDP_CHECK(rows > 0 && cols > 0, "newton_schulz of a ", rows, " x ", cols, " matrix");
   FSDP_CHECK(ns.steps >= 0 && ns.eps > 0, "newton_schulz: steps ", ns.steps, ", eps ", ns.eps);
-  f32(out, rows * cols, "newton_schulz out");
-  f32(x, rows * cols, "newton_schulz x");
-  FSDP_CHECK(out.data != x.data, "newton_schulz: out may not alias x");
+  FSDP_CHECK(!xs.empty() && outs.size() == xs.size(), "newton_schulz of ", xs.size(),
+             " matrices into ", outs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    f32(outs[i], rows * cols, "newton_schulz out");
+    f32(xs[i], rows * cols, "newton_schulz x");
+  }
+  // Whole tensors of one size: two overlap exactly when they start together.
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (size_t j = 0; j < xs.size(); ++j)
+      FSDP_CHECK(outs[i].data != xs[j].data && (j >= i || outs[i].data != outs[j].data),
+                 "newton_schulz: an out may not alias an x or another out");
   const OpScope scope(hook_, [&] {
     // per step, on the wide orientation (m <= n): X X^T 2m^2n, A A 2m^3, B X 2m^2n
     const double m = double(std::min(rows, cols)), w = double(std::max(rows, cols));
-    return OpCall{key("newton_schulz", {rows, cols}), ns.steps * (4 * m * m * w + 2 * m * m * m),
-                  0};
+    return OpCall{key("newton_schulz", {int64_t(xs.size()), rows, cols}),
+                  double(xs.size()) * ns.steps * (4 * m * m * w + 2 * m * m * m), 0};
   });
-  do_newton_schulz(out, x, rows, cols, ns);
+  do_newton_schulz(outs, xs, rows, cols, ns);
 }
 
 void Ops::muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
@@ -69,7 +78,8 @@ void Ops::muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& 
 void Ops::do_muon_momentum(Tensor, Tensor, const std::vector<MuonSpan>&, float, bool, float) {
   throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
 }
-void Ops::do_newton_schulz(Tensor, Tensor, int64_t, int64_t, const NewtonSchulz&) {
+void Ops::do_newton_schulz(const std::vector<Tensor>&, const std::vector<Tensor>&, int64_t, int64_t,
+                           const NewtonSchulz&) {
   throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
 }
 void Ops::do_muon_update(Tensor, Tensor, const std::vector<MuonSpan>&, float, float) {

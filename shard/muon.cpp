@@ -85,6 +85,26 @@ bool MuonStep::is_muon(int unit, int param) const {
   return false;
 }
 
+// Newton-Schulz of each matrix, from src to out_ at the same offset (at(m)):
+// matrices of one shape in one call, so a backend can batch their GEMMs.
+template <typename At>
+void MuonStep::orthogonalise(const std::vector<MuonMatrix>& mats, Tensor src, At at) {
+  const NewtonSchulz ns = muon_newton_schulz(c_.ns_steps);
+  std::vector<bool> done(mats.size(), false);
+  for (size_t i = 0; i < mats.size(); ++i) {
+    if (done[i]) continue;
+    const int64_t rows = mats[i].rows, cols = mats[i].cols, n = rows * cols;
+    std::vector<Tensor> outs, xs;
+    for (size_t j = i; j < mats.size(); ++j)
+      if (!done[j] && mats[j].rows == rows && mats[j].cols == cols) {
+        done[j] = true;
+        outs.push_back(out_.slice(at(mats[j]), n));
+        xs.push_back(src.slice(at(mats[j]), n));
+      }
+    ops_.newton_schulz(outs, xs, rows, cols, ns);
+  }
+}
+
 void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor grad,
                            Tensor momentum, float lr, float weight_decay, float grad_scale) {
   const std::vector<MuonMatrix>& mats = by_unit_.at(size_t(unit));
@@ -99,14 +119,11 @@ void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor 
             [](const MuonSpan& a, const MuonSpan& b) { return a.begin < b.begin; });
   ops_.muon_momentum(grad, momentum, spans, c_.momentum, c_.nesterov, grad_scale);
 
-  const NewtonSchulz ns = muon_newton_schulz(c_.ns_steps);
   Tensor update;
   if (shard_.size() == 1) {
     // The shard is the whole unit: orthogonalise in place of the gather.
-    for (const MuonMatrix& m : mats) {
-      const int64_t at = shard_overlap(l, m.param, 0).local, n = m.rows * m.cols;
-      ops_.newton_schulz(out_.slice(at, n), grad.slice(at, n), m.rows, m.cols, ns);
-    }
+    orthogonalise(mats, grad,
+                  [&](const MuonMatrix& m) { return shard_overlap(l, m.param, 0).local; });
     update = out_.slice(0, master.numel);
   } else {
     shard_.wait_stream(ops_.stream());  // the directions were just computed there
@@ -117,11 +134,10 @@ void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor 
                                         DType::f32));
     join_work(std::move(parts))->wait();
     ops_.zero(out_.slice(0, l.padded));
-    for (const MuonMatrix& m : mats) {
-      if (m.owner != rank) continue;
-      const int64_t at = l.offsets[size_t(m.param)], n = m.rows * m.cols;
-      ops_.newton_schulz(out_.slice(at, n), full_.slice(at, n), m.rows, m.cols, ns);
-    }
+    std::vector<MuonMatrix> mine;
+    for (const MuonMatrix& m : mats)
+      if (m.owner == rank) mine.push_back(m);
+    orthogonalise(mine, full_, [&](const MuonMatrix& m) { return l.offsets[size_t(m.param)]; });
     // Every rank's slice of the owners' results: a sum with zeros, which is
     // exact. The gathered directions are spent, so full_ takes the slices.
     shard_.wait_stream(ops_.stream());

@@ -75,6 +75,9 @@ class MuonStep {
   int64_t buffer_bytes() const;
 
  private:
+  template <typename At>
+  void orthogonalise(const std::vector<MuonMatrix>& mats, Tensor src, At at);
+
   Ops& ops_;
   Communicator& shard_;
   MuonConfig c_;

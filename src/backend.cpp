@@ -36,10 +36,6 @@ Device resolve_device(const Options& o) {
       throw_error("--device cuda: no CUDA device is visible on this machine; use --device cpu");
     if (o.compute.precision == Precision::fp32)
       throw_error("--precision fp32 runs on the CPU reference only; on --device cuda use bf16");
-    if (o.optimizer.kind == OptimizerKind::muon)
-      throw_error(
-          "--optimizer muon runs on the CPU reference only so far (its CUDA Newton-Schulz is "
-          "not built yet); use --optimizer adamw on --device cuda, or --device cpu");
     return d;
   }
   if (o.engine.reduce_dtype != DType::f32)

@@ -17,8 +17,9 @@ namespace fsdp {
 // The plan may use this share of what is free. The plan counts the tensors
 // the model and engine allocate, not what comes beside them: the allocator's
 // rounding and fragmentation, the program and its libraries, MPI's and HDF5's
-// buffers, the data loader's prefetched steps, on a GPU the CUDA context and
-// cuBLASLt/cuDNN workspaces; and on the host, other processes' needs grow
+// buffers, the data loader's prefetched steps, on a GPU the CUDA context,
+// cuBLASLt/cuDNN workspaces and Muon's bf16 Newton-Schulz iterates (tens of
+// MB at gpt-350m); and on the host, other processes' needs grow
 // while this one starts. (Measured on the CPU: tests/src/input_checks_test.py.)
 inline constexpr double kUsableShare = 0.9;
 

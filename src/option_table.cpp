@@ -217,7 +217,7 @@ std::vector<OptionRow> make_table() {
         "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
         "W1, W3, W2, each whole, orthogonalised on one rank of the shard group), AdamW for "
         "embeddings, head and norm gains, with the same --lr, --weight-decay and --grad-clip "
-        "(CPU only so far)", "muon"),
+        "(Newton-Schulz in fp32 on the CPU, in bf16 on a GPU)", "muon"),
     row("weight-decay", &AdamWConfig::weight_decay,
         "decoupled weight decay of the matrices (AdamW's and Muon's)", "0.05", at_least(0.0f)),
     row("beta1", &AdamWConfig::beta1, "AdamW beta1", "0.8", fraction()),

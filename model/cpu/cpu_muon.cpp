@@ -30,8 +30,8 @@ void CpuOps::do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpa
     }
 }
 
-void CpuOps::do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
-                              const NewtonSchulz& ns) {
+namespace {
+void newton_schulz_one(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
   // Work on the wide orientation X[m, n], m <= n, so the Gram matrix is m x m.
   const bool tall = rows > cols;
   const int m = int(tall ? cols : rows), n = int(tall ? rows : cols);
@@ -64,6 +64,12 @@ void CpuOps::do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       o[r * cols + c] = tall ? X[size_t(c) * n + r] : X[size_t(r) * n + c];
+}
+}  // namespace
+
+void CpuOps::do_newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
+                              int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+  for (size_t i = 0; i < xs.size(); ++i) newton_schulz_one(outs[i], xs[i], rows, cols, ns);
 }
 
 void CpuOps::do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans,

@@ -92,8 +92,8 @@ class CpuOps : public Ops {
   // cpu_muon.cpp
   void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
                         bool nesterov, float grad_scale) override;
-  void do_newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols,
-                        const NewtonSchulz& ns) override;
+  void do_newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
+                        int64_t rows, int64_t cols, const NewtonSchulz& ns) override;
   void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
                       float weight_decay) override;
 };

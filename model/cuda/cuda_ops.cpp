@@ -105,6 +105,7 @@ CudaOps::~CudaOps() {
   for (cudaEvent_t e : m.marks) cudaEventDestroy(e);
   for (auto& [key, p] : m.rope_tables) cudaFreeAsync(p, m.stream);
   if (m.scratch) cudaFreeAsync(m.scratch, m.stream);
+  if (m.ns_work) cudaFreeAsync(m.ns_work, m.stream);
   cudaStreamSynchronize(m.stream);
   cudaFree(m.err);
   cudaFreeHost(m.host_words);

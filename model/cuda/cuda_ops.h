@@ -54,7 +54,7 @@ class CudaOps final : public Ops {
   const char* name() const override { return "cuda"; }
   // H100/H200 SXM: 989 TFLOP/s dense bf16.
   OpsCapabilities capabilities() const override {
-    return {.host_memory = false, .native_fp8 = true, .peak_flops = 989e12};
+    return {.host_memory = false, .native_fp8 = true, .muon = true, .peak_flops = 989e12};
   }
   DType compute_dtype() const override { return DType::bf16; }
   // GPU, driver, runtime, cuBLASLt and cuDNN versions, then every cuDNN
@@ -121,6 +121,13 @@ class CudaOps final : public Ops {
   void do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) override;
   void do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
                 const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
+  // cuda_muon.cpp: Newton-Schulz in bf16 on cuBLASLt, a batch's GEMMs as one.
+  void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
+                        bool nesterov, float grad_scale) override;
+  void do_newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
+                        int64_t rows, int64_t cols, const NewtonSchulz& ns) override;
+  void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
+                      float weight_decay) override;
   void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
   void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                          Fp8 format) override;

@@ -57,21 +57,28 @@ struct CudaOps::Impl final : cuda::Scratch {
   void* host_words = nullptr;  // pinned: error word and sum_squares result
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Newton-Schulz's norms and bf16 iterates (cuda_muon.cpp), apart from
+  // `scratch`, which the norms' sum_squares uses meanwhile.
+  void* ns_work = nullptr;
+  size_t ns_bytes = 0;
   std::map<std::tuple<int, int, float>, float*> rope_tables;  // (T, head_dim, theta)
   std::vector<cudaEvent_t> marks;  // timing events; the first `marks_used` are live
   size_t marks_used = 0;
   int64_t live = 0, peak = 0;
 
-  void* get(size_t bytes) override {
-    if (bytes > scratch_bytes) {
+  void* get(size_t bytes) override { return grow(scratch, scratch_bytes, bytes); }
+
+  // A region of at least `bytes`, grown by half again at least when it must.
+  void* grow(void*& region, size_t& have, size_t bytes) {
+    if (bytes > have) {
       // Stream-ordered, so work still reading the old region finishes first.
-      if (scratch) FSDP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
-      scratch = nullptr;
-      const size_t grown = std::max(bytes, scratch_bytes + scratch_bytes / 2);
-      FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, grown, stream));
-      scratch_bytes = grown;
+      if (region) FSDP_CUDA_CHECK(cudaFreeAsync(region, stream));
+      region = nullptr;
+      const size_t grown = std::max(bytes, have + have / 2);
+      FSDP_CUDA_CHECK(cudaMallocAsync(&region, grown, stream));
+      have = grown;
     }
-    return scratch;
+    return region;
   }
 
   const float* rope_table(int T, int head_dim, float theta) {

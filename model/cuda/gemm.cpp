@@ -1,5 +1,6 @@
 #include "model/cuda/gemm.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 #include <string>
@@ -21,14 +22,24 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
+// The alignment every matrix of a strided batch keeps: the first one's, and
+// that of the stride in bytes (bf16 elements).
+uint32_t alignment_of(const void* p, int64_t stride, int batch) {
+  const uint32_t al = alignment_of(p);
+  if (batch < 2) return al;
+  return std::min(al, alignment_of(reinterpret_cast<const void*>(uintptr_t(stride) * 2)));
+}
+
 struct Key {
   bool ta, tb, d_f32, accumulate;
   int m, n, k, lda, ldb, ldd;
   uint32_t align_a, align_b, align_c, align_d;
   int a_fp8 = 0, b_fp8 = 0;  // 0: bf16 operand; 1: e4m3, 2: e5m2 (matmul_fp8)
+  int batch = 1;             // matmul_batched: products, and their strides in elements
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
   auto tie() const {
     return std::tie(ta, tb, d_f32, accumulate, m, n, k, lda, ldb, ldd, align_a, align_b, align_c,
-                    align_d, a_fp8, b_fp8);
+                    align_d, a_fp8, b_fp8, batch, stride_a, stride_b, stride_d);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -51,8 +62,9 @@ std::string describe(const Key& k) {
   const char* fp8[] = {"", " e4m3", " e5m2"};
   os << "gemm" << (k.a_fp8 ? fp8[k.a_fp8] : "") << (k.b_fp8 ? std::string(" x") + fp8[k.b_fp8] : "")
      << " m=" << k.m << " n=" << k.n << " k=" << k.k << (k.ta ? " A^T" : "") << (k.tb ? " B^T" : "")
-     << (k.d_f32 ? " f32 out" : " bf16 out") << ", alignments " << k.align_a << "/" << k.align_b
-     << "/" << k.align_c << "/" << k.align_d << " bytes";
+     << (k.d_f32 ? " f32 out" : " bf16 out")
+     << (k.batch > 1 ? ", batch of " + std::to_string(k.batch) : std::string()) << ", alignments "
+     << k.align_a << "/" << k.align_b << "/" << k.align_c << "/" << k.align_d << " bytes";
   return os.str();
 }
 
@@ -68,16 +80,15 @@ struct Gemm::Impl {
   std::vector<std::string> choices;
 
   Plan& plan(const Key& key);
-  cublasStatus_t launch(const Plan& p, size_t algo, const void* A, const void* B, float beta,
-                        const void* C, void* D) {
-    const float alpha = 1.0f;
+  cublasStatus_t launch(const Plan& p, size_t algo, float alpha, const void* A, const void* B,
+                        float beta, const void* C, void* D) {
     return cublasLtMatmul(handle, p.op, &alpha, A, p.a, B, p.b, &beta, C, p.d, D, p.d,
                           &p.algos[algo], workspace, workspace_bytes, stream);
   }
-  void time(Plan& p, const Key& key, const void* A, const void* B, float beta, const void* C,
-            void* D);
-  void run(const Key& key, const void* A, const void* B, float beta, const void* C, void* D,
-           const float* a_scale, const float* b_scale);
+  void time(Plan& p, const Key& key, float alpha, const void* A, const void* B, float beta,
+            const void* C, void* D);
+  void run(const Key& key, float alpha, const void* A, const void* B, float beta, const void* C,
+           void* D, const float* a_scale, const float* b_scale);
 };
 
 Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, bool time_candidates)
@@ -122,6 +133,16 @@ Plan& Gemm::Impl::plan(const Key& key) {
                                                key.tb ? key.k : key.n, key.ldb));
   FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, key.d_f32 ? CUDA_R_32F : CUDA_R_16BF, key.m,
                                                key.n, key.ldd));
+  if (key.batch > 1) {
+    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+        {p.a, key.stride_a}, {p.b, key.stride_b}, {p.d, key.stride_d}};
+    for (const auto& [layout, stride] : strided) {
+      FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                         &key.batch, sizeof key.batch));
+      FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   FSDP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -154,13 +175,15 @@ Plan& Gemm::Impl::plan(const Key& key) {
 // best-of-three wins for the rest of the run. A product that adds into its
 // output (beta != 0) is timed into a scratch output, so the caller's is not
 // added to four times per candidate.
-void Gemm::Impl::time(Plan& p, const Key& key, const void* A, const void* B, float beta,
-                      const void* C, void* D) {
+void Gemm::Impl::time(Plan& p, const Key& key, float alpha, const void* A, const void* B,
+                      float beta, const void* C, void* D) {
   p.timed = true;
   if (!time_candidates || p.algos.size() < 2) return;
   void* scratch = nullptr;
   if (beta != 0.0f) {
-    const size_t bytes = size_t(key.ldd) * size_t(key.n) * (key.d_f32 ? 4 : 2);
+    const size_t bytes =
+        (size_t(key.batch - 1) * size_t(key.stride_d) + size_t(key.ldd) * size_t(key.n)) *
+        (key.d_f32 ? 4 : 2);
     FSDP_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream));
     if (C == D) C = scratch;  // uninitialised: its values do not change the speed
     D = scratch;
@@ -170,10 +193,10 @@ void Gemm::Impl::time(Plan& p, const Key& key, const void* A, const void* B, flo
   FSDP_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<float> ms(p.algos.size(), -1.0f);
   for (size_t i = 0; i < p.algos.size(); ++i) {
-    if (launch(p, i, A, B, beta, C, D) != CUBLAS_STATUS_SUCCESS) continue;  // refused: skip
+    if (launch(p, i, alpha, A, B, beta, C, D) != CUBLAS_STATUS_SUCCESS) continue;  // refused
     for (int rep = 0; rep < 3; ++rep) {
       FSDP_CUDA_CHECK(cudaEventRecord(e0, stream));
-      FSDP_CUBLAS_CHECK(launch(p, i, A, B, beta, C, D), describe(key));
+      FSDP_CUBLAS_CHECK(launch(p, i, alpha, A, B, beta, C, D), describe(key));
       FSDP_CUDA_CHECK(cudaEventRecord(e1, stream));
       FSDP_CUDA_CHECK(cudaEventSynchronize(e1));
       float t = 0;
@@ -200,8 +223,8 @@ std::vector<std::string> Gemm::choices() const {
 // The plan for key (timed on its first call), then the launch. An FP8
 // product's inverse scales are pointers in the cached descriptor, set for
 // each call: they name this call's tensors.
-void Gemm::Impl::run(const Key& key, const void* A, const void* B, float beta, const void* C,
-                     void* D, const float* a_scale, const float* b_scale) {
+void Gemm::Impl::run(const Key& key, float alpha, const void* A, const void* B, float beta,
+                     const void* C, void* D, const float* a_scale, const float* b_scale) {
   Plan& p = plan(key);
   if (key.a_fp8) {
     FSDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
@@ -209,9 +232,9 @@ void Gemm::Impl::run(const Key& key, const void* A, const void* B, float beta, c
     FSDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                      &b_scale, sizeof b_scale));
   }
-  if (!p.timed) time(p, key, A, B, beta, C, D);
+  if (!p.timed) time(p, key, alpha, A, B, beta, C, D);
   for (;;) {
-    const cublasStatus_t st = launch(p, p.chosen, A, B, beta, C, D);
+    const cublasStatus_t st = launch(p, p.chosen, alpha, A, B, beta, C, D);
     // Refusals are reported before anything is enqueued, so retrying is safe.
     const bool refused = st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE;
     if (!refused || p.chosen + 1 == p.algos.size()) {
@@ -255,7 +278,7 @@ void Gemm::matmul_fp8(int m, int n, int k, const void* A, int lda, int a_fp8, co
           alignment_of(D)};
   key.a_fp8 = a_fp8;
   key.b_fp8 = b_fp8;
-  impl_->run(key, A, B, beta, C, D, a_scale, b_scale);
+  impl_->run(key, 1.0f, A, B, beta, C, D, a_scale, b_scale);
 }
 
 void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
@@ -275,7 +298,37 @@ void Gemm::matmul(bool trans_a, bool trans_b, int m, int n, int k, const void* A
   const Key key{
       trans_a,         trans_b,         d_f32,           beta != 0.0f,   m, n, k, lda, ldb, ldd,
       alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(D)};
-  impl_->run(key, A, B, beta, C, D, nullptr, nullptr);
+  impl_->run(key, 1.0f, A, B, beta, C, D, nullptr, nullptr);
+}
+
+void Gemm::matmul_batched(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+                          int64_t stride_a, const void* B, int ldb, int64_t stride_b, void* D,
+                          int ldd, int64_t stride_d, int batch, float alpha, float beta,
+                          const void* C) {
+  FSDP_CHECK(m > 0 && n > 0 && k > 0 && batch > 0, "batched gemm m=", m, " n=", n, " k=", k,
+             " batch=", batch);
+  if (!C) C = D;
+  Key key{trans_a,
+          trans_b,
+          false,
+          beta != 0.0f,
+          m,
+          n,
+          k,
+          lda,
+          ldb,
+          ldd,
+          alignment_of(A, stride_a, batch),
+          alignment_of(B, stride_b, batch),
+          alignment_of(C, stride_d, batch),
+          alignment_of(D, stride_d, batch)};
+  if (batch > 1) {
+    key.batch = batch;
+    key.stride_a = stride_a;
+    key.stride_b = stride_b;
+    key.stride_d = stride_d;
+  }
+  impl_->run(key, alpha, A, B, beta, C, D, nullptr, nullptr);
 }
 
 }  // namespace fsdp::cuda

@@ -34,6 +34,16 @@ class Gemm {
               const void* B, int ldb, void* D, bool d_f32, int ldd, float beta,
               const void* C = nullptr);
 
+  // `batch` products of one shape at once (cuBLASLt's strided batch): the
+  // i-th reads A + i stride_a, B + i stride_b, C + i stride_d and writes
+  // D + i stride_d (strides in elements), D = alpha op(A) op(B) + beta C,
+  // all bf16. For the small GEMMs of Muon's Newton-Schulz, which one launch
+  // each would leave the GPU mostly idle.
+  void matmul_batched(bool trans_a, bool trans_b, int m, int n, int k, const void* A, int lda,
+                      int64_t stride_a, const void* B, int ldb, int64_t stride_b, void* D, int ldd,
+                      int64_t stride_d, int batch, float alpha, float beta,
+                      const void* C = nullptr);
+
   // D[m, n] = a_scale[0] * b_scale[0] * A^T B + beta * D with A [k, m] and
   // B [k, n] FP8 codes (both K-major: the "TN" form, the only one Hopper's
   // FP8 tensor cores take), a_fp8/b_fp8 1 for e4m3, 2 for e5m2 (not both

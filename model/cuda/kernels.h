@@ -119,6 +119,27 @@ void adamw(float* param, float* grad, float* exp_avg, float* exp_avg_sq, bf16* s
            bool clear_grad, int64_t n, const AdamWStep& s, const AdamWSpans& spans,
            cudaStream_t stream);
 
+// ---- muon.cu ---------------------------------------------------------------------
+// Sorted, disjoint runs [begin, begin + count) of a shard, each with its step
+// lr x lr_scale (muon_update); by value, so a unit's matrices fit one launch.
+struct MuonSpans {
+  static constexpr int kMax = 32;
+  int n = 0;
+  int64_t begin[kMax], count[kMax];
+  float step[kMax];
+};
+// Ops::muon_momentum and Ops::muon_update (decay = 1 - lr weight_decay).
+void muon_momentum(float* grad, float* buf, const MuonSpans& spans, float momentum, bool nesterov,
+                   float grad_scale, cudaStream_t stream);
+void muon_update(float* param, const float* update, const MuonSpans& spans, float decay,
+                 cudaStream_t stream);
+// Newton-Schulz's first and last pass: X [m, n] (m <= n, the wide
+// orientation) = bf16(x / max(sqrt(*sum_sq), eps)) from x [rows, cols],
+// transposed when rows > cols; and out [rows, cols] = f32(X), transposed back.
+void ns_load(bf16* X, const float* x, const double* sum_sq, float eps, int rows, int cols,
+             cudaStream_t stream);
+void ns_store(float* out, const bf16* X, int rows, int cols, cudaStream_t stream);
+
 // ---- fp8.cu ----------------------------------------------------------------------
 // Ops::quantize_fp8 / dequantize_fp8; src and dst are bf16 when the flag says
 // so, else f32. fmt_max: the format's largest finite value (common/fp8.h).

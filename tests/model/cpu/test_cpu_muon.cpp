@@ -3,6 +3,7 @@
 // must be right before it can judge anything else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -98,6 +99,25 @@ TEST(CpuMuon, NewtonSchulzMatchesTheDefinition) {
   }
 }
 
+// A batch is each matrix alone: the engine batches a unit's same-shape
+// matrices, and one rank's result must not depend on what shares its batch.
+TEST(CpuMuon, NewtonSchulzOfABatchIsEachMatrixAlone) {
+  CpuOps ops;
+  const int rows = 40, cols = 16, n = rows * cols;
+  std::vector<Tensor> xs, outs;
+  for (int i = 0; i < 3; ++i) {
+    xs.push_back(tensor(ops, values(n, 10 + i)));
+    outs.push_back(ops.alloc(DType::f32, n));
+  }
+  ops.newton_schulz(outs, xs, rows, cols, muon_newton_schulz(5));
+  for (int i = 0; i < 3; ++i) {
+    Tensor alone = ops.alloc(DType::f32, n);
+    ops.newton_schulz(alone, xs[size_t(i)], rows, cols, muon_newton_schulz(5));
+    EXPECT_TRUE(std::equal(alone.f32(), alone.f32() + n, outs[size_t(i)].f32())) << "matrix " << i;
+    ops.free(alone), ops.free(xs[size_t(i)]), ops.free(outs[size_t(i)]);
+  }
+}
+
 TEST(CpuMuon, MomentumAndUpdateFollowTheirFormulas) {
   CpuOps ops;
   const int64_t n = 12;
@@ -133,8 +153,16 @@ TEST(CpuMuon, MomentumAndUpdateFollowTheirFormulas) {
 TEST(CpuMuon, TheFrontDoorRefusesBadArguments) {
   CpuOps ops;
   Tensor a = ops.alloc(DType::f32, 12), b = ops.alloc(DType::f32, 12);
-  EXPECT_THROW(ops.newton_schulz(a, a, 3, 4, muon_newton_schulz(5)), Error);    // aliasing
-  EXPECT_THROW(ops.newton_schulz(a, b, 4, 4, muon_newton_schulz(5)), Error);    // too small
+  EXPECT_THROW(ops.newton_schulz(a, a, 3, 4, muon_newton_schulz(5)), Error);  // aliasing
+  EXPECT_THROW(ops.newton_schulz(a, b, 4, 4, muon_newton_schulz(5)), Error);  // too small
+  Tensor c = ops.alloc(DType::f32, 12), d = ops.alloc(DType::f32, 12);
+  const NewtonSchulz ns = muon_newton_schulz(5);
+  EXPECT_THROW(ops.newton_schulz({a, b}, {c}, 3, 4, ns), Error);                // counts differ
+  EXPECT_THROW(ops.newton_schulz(std::vector<Tensor>{}, {}, 3, 4, ns), Error);  // nothing
+  EXPECT_THROW(ops.newton_schulz({a, a}, {c, d}, 3, 4, ns), Error);             // outs alias
+  EXPECT_THROW(ops.newton_schulz({a, b}, {c, b}, 3, 4, ns), Error);             // an out is an x
+  EXPECT_NO_THROW(ops.newton_schulz({a, b}, {c, d}, 3, 4, ns));
+  ops.free(c), ops.free(d);
   EXPECT_THROW(ops.muon_momentum(a, b, {{0, 13, 1}}, 0.9f, true, 1), Error);    // past the end
   EXPECT_THROW(ops.muon_update(a, b, {{4, 2, 1}, {0, 2, 1}}, 0.1f, 0), Error);  // unsorted
   ops.free(a), ops.free(b);

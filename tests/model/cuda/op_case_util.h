@@ -71,4 +71,11 @@ OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format, bool res
 // linear_backward_fp8 from transposed codes (x, w e4m3; dy e5m2).
 OpCase linear_backward_fp8_case(int M, int N, int K, bool accumulate_dx, DType dw);
 
+// ---- Muon (muon_op_cases.cpp) -------------------------------------------------
+// The momentum and update over spans of an f32 shard of n, and Newton-Schulz
+// at small shapes; then the same on one block of model c (`block` elements),
+// its matrices batched by shape as MuonStep batches them.
+void add_muon_cases(std::vector<OpCase>& t, int64_t n);
+void add_muon_model_cases(std::vector<OpCase>& t, const ModelConfig& c, int64_t block);
+
 }  // namespace fsdp::test

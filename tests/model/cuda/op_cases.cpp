@@ -561,6 +561,7 @@ std::vector<OpCase> op_cases() {
   t.push_back(sum_squares_case(n));
   t.push_back(sum_squares_each_case(n));
   t.push_back(adamw_case(n));
+  add_muon_cases(t, n);
   return t;
 }
 
@@ -614,6 +615,7 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(accumulate_case(block, BF));
   t.push_back(sum_squares_case(block));
   t.push_back(adamw_case(block));
+  add_muon_model_cases(t, c, block);
   return t;
 }
 

@@ -1,0 +1,161 @@
+// The op table's cases for Muon's ops (see op_cases.h): the momentum and the
+// update over a shard's spans (fp32 in and out, so checked tight), and
+// Newton-Schulz, which the CUDA backend runs in bf16 against the reference's
+// fp32. Its tolerances come from measurements, not from what passes:
+// PyTorch's bf16 matmuls on the CPU (fp32 accumulation, bf16 outputs, as
+// cuBLASLt computes them) against fp32, on uniform random matrices of these
+// shapes and the model's, 64x96 to 2816x1024
+// (bench/optim/newton_schulz_bf16_error.py).
+#include <algorithm>
+
+#include "shard/muon.h"
+#include "tests/model/cuda/op_case_util.h"
+
+namespace fsdp::test {
+namespace {
+
+inline constexpr Tol kNewtonSchulz0{
+    4e-3,
+    "no step: the normalised matrix rounded once to bf16 (measured 1.5e-3 to 1.8e-3); a wrong "
+    "norm or orientation is an error of order 1"};
+inline constexpr Tol kNewtonSchulz1{
+    5e-3,
+    "one step: bf16 input and three bf16 GEMM outputs (measured 2.3e-3 to 2.5e-3); no step at "
+    "all is 0.7 away"};
+inline constexpr Tol kNewtonSchulz5{
+    3e-2,
+    "five bf16 steps, each multiplying earlier rounding by up to a = 3.4 on the small singular "
+    "values (measured 0.9e-2 to 1.6e-2); four steps instead are 0.28 or more away, the "
+    "second coefficient off by 1.5% 0.11"};
+
+Tol ns_tol(int steps) {
+  return steps == 0 ? kNewtonSchulz0 : steps == 1 ? kNewtonSchulz1 : kNewtonSchulz5;
+}
+
+// Spans as a unit's shard holds Muon matrices: apart, of uneven sizes, with
+// elements of other parameters between them (which must stay as they are).
+std::vector<MuonSpan> shard_spans(int64_t n) {
+  const int64_t q = n / 5;
+  return {{7, q, 1.0f}, {q + 100, 2 * q, 0.5f}, {3 * q + 200, n - 3 * q - 333, 2.0f}};
+}
+
+}  // namespace
+
+namespace {
+
+OpCase muon_momentum_case(int64_t n, bool nesterov) {
+  OpCase c;
+  c.op = "muon_momentum";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = std::string("3 spans, grad scale 0.7, ") + (nesterov ? "nesterov" : "plain");
+  c.dtypes = "grad,buf f32";
+  c.fwd_bytes = 16.0 * n;  // read and write both
+  c.bind = [=](Env& e) {
+    const auto g = e.rnd(n), m = e.rnd(n, -0.1f, 0.1f);
+    Tensor gt = e.in(F32, g), mt = e.in(F32, m);
+    const std::vector<MuonSpan> spans = shard_spans(n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.muon_momentum(gt, mt, spans, 0.95f, nesterov, 0.7f); };
+    b.fwd_checks = {vs_ref("muon_momentum direction", gt, kF32Exact),
+                    vs_ref("muon_momentum buf", mt, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
+OpCase muon_update_case(int64_t n) {
+  OpCase c;
+  c.op = "muon_update";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "3 spans (lr scale 1, 0.5, 2), weight decay 0.1";
+  c.dtypes = "param,update f32";
+  c.fwd_bytes = 12.0 * n;
+  c.bind = [=](Env& e) {
+    const auto p = e.rnd(n), u = e.rnd(n);
+    Tensor pt = e.in(F32, p), ut = e.in(F32, u);
+    const std::vector<MuonSpan> spans = shard_spans(n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.muon_update(pt, ut, spans, 0.02f, 0.1f); };
+    b.fwd_checks = {vs_ref("muon_update param", pt, kF32Exact),
+                    vs_host("muon_update update untouched", ut, kBitwise, u)};
+    return b;
+  };
+  return c;
+}
+
+OpCase newton_schulz_case(int rows, int cols, int batch, int steps) {
+  const int64_t n = int64_t(rows) * cols;
+  const double m = std::min(rows, cols), w = std::max(rows, cols);
+  OpCase c;
+  c.op = "newton_schulz";
+  c.shape = fmt("%d x %d x %d", batch, rows, cols);
+  c.variant = fmt("%d steps%s", steps, rows > cols ? ", tall (iterated transposed)" : "");
+  c.dtypes = "x,out f32 (bf16 inside on the GPU)";
+  c.fwd_flops = batch * steps * (4 * m * m * w + 2 * m * m * m);
+  c.fwd_bytes = steps == 0 ? 8.0 * n * batch : 0;
+  c.bind = [=](Env& e) {
+    std::vector<Tensor> xs, outs;
+    std::vector<std::vector<float>> inputs;
+    for (int i = 0; i < batch; ++i) {
+      inputs.push_back(e.rnd(n));
+      xs.push_back(e.in(F32, inputs.back()));
+      outs.push_back(e.out(F32, n));
+    }
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.newton_schulz(outs, xs, rows, cols, muon_newton_schulz(steps)); };
+    for (int i = 0; i < batch; ++i) {
+      b.fwd_checks.push_back(
+          vs_ref(fmt("newton_schulz out %d", i), outs[size_t(i)], ns_tol(steps)));
+      b.fwd_checks.push_back(vs_host(fmt("newton_schulz x %d untouched", i), xs[size_t(i)],
+                                     kBitwise, inputs[size_t(i)]));
+    }
+    return b;
+  };
+  return c;
+}
+
+}  // namespace
+
+void add_muon_cases(std::vector<OpCase>& t, int64_t n) {
+  for (bool nesterov : {true, false}) t.push_back(muon_momentum_case(n, nesterov));
+  t.push_back(muon_update_case(n));
+  // Wide and tall (iterated transposed), square, leading dimensions that are
+  // not multiples of 8, batches of one and more; 0 and 1 steps judge the
+  // casts and one step's three GEMMs tightly, 5 the published iteration.
+  for (auto [rows, cols] : {std::pair{64, 96}, std::pair{96, 64}}) {
+    t.push_back(newton_schulz_case(rows, cols, 1, 0));
+    t.push_back(newton_schulz_case(rows, cols, 3, 1));
+    t.push_back(newton_schulz_case(rows, cols, 2, 5));
+  }
+  t.push_back(newton_schulz_case(128, 128, 1, 5));
+  t.push_back(newton_schulz_case(50, 70, 3, 5));
+  t.push_back(newton_schulz_case(160, 48, 1, 1));
+}
+
+void add_muon_model_cases(std::vector<OpCase>& t, const ModelConfig& c, int64_t block) {
+  const int d = c.d_model;
+  // Muon on one block: its matrices batched by shape as MuonStep batches them
+  // on one rank (wq and wo; wk and wv; w1 and w3; w2 alone).
+  t.push_back(muon_momentum_case(block, true));
+  t.push_back(muon_update_case(block));
+  if (c.q_dim() == d) {
+    t.push_back(newton_schulz_case(d, d, 2, 5));
+    t.back().variant = "wq and wo, " + t.back().variant;
+  } else {
+    t.push_back(newton_schulz_case(c.q_dim(), d, 1, 5));
+    t.back().variant = "wq, " + t.back().variant;
+    t.push_back(newton_schulz_case(d, c.q_dim(), 1, 5));
+    t.back().variant = "wo, " + t.back().variant;
+  }
+  t.push_back(newton_schulz_case(c.kv_dim(), d, 2, 5));
+  t.back().variant = "wk and wv, " + t.back().variant;
+  t.push_back(newton_schulz_case(c.d_ff, d, 2, 5));
+  t.back().variant = "w1 and w3, " + t.back().variant;
+  t.push_back(newton_schulz_case(d, c.d_ff, 1, 5));
+  t.back().variant = "w2, " + t.back().variant;
+}
+
+}  // namespace fsdp::test
