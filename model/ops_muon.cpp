@@ -17,6 +17,11 @@ void check_spans(const std::vector<MuonSpan>& spans, int64_t n, const char* op) 
     done = sp.begin + sp.count;
   }
 }
+// Whether the first n f32 elements of a and of b share memory.
+bool overlap(Tensor a, Tensor b, int64_t n) {
+  const float *pa = a.f32(), *pb = b.f32();
+  return pa < pb + n && pb < pa + n;
+}
 int64_t span_elems(const std::vector<MuonSpan>& spans) {
   int64_t n = 0;
   for (const MuonSpan& sp : spans) n += sp.count;
@@ -48,11 +53,14 @@ void Ops::newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tenso
     f32(outs[i], rows * cols, "newton_schulz out");
     f32(xs[i], rows * cols, "newton_schulz x");
   }
-  // Whole tensors of one size: two overlap exactly when they start together.
-  for (size_t i = 0; i < outs.size(); ++i)
+  // The first rows x cols floats of each are what the op reads or writes.
+  const int64_t n = rows * cols;
+  for (size_t i = 0; i < outs.size(); ++i) {
     for (size_t j = 0; j < xs.size(); ++j)
-      FSDP_CHECK(outs[i].data != xs[j].data && (j >= i || outs[i].data != outs[j].data),
-                 "newton_schulz: an out may not alias an x or another out");
+      FSDP_CHECK(!overlap(outs[i], xs[j], n), "newton_schulz: out ", i, " overlaps x ", j);
+    for (size_t j = 0; j < i; ++j)
+      FSDP_CHECK(!overlap(outs[i], outs[j], n), "newton_schulz: out ", i, " overlaps out ", j);
+  }
   const OpScope scope(hook_, [&] {
     // per step, on the wide orientation (m <= n): X X^T 2m^2n, A A 2m^3, B X 2m^2n
     const double m = double(std::min(rows, cols)), w = double(std::max(rows, cols));

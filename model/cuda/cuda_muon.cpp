@@ -2,11 +2,11 @@
 // unit's spans (muon.cu). Newton-Schulz runs in bf16 with fp32 accumulation,
 // as Keller Jordan's Muon and modded-nanogpt run it, so the GEMMs are
 // tensor-core GEMMs. Against fp32 that costs about 1e-2 relative on random
-// matrices (bench/optim/newton_schulz_bf16_error.py) and up to 1e-1 on nearly
+// matrices (bench/optim/newton_schulz_bf16_error.py) and about 1e-1 on nearly
 // low-rank ones, whose small singular directions the iteration amplifies
-// along with their rounding: the published method's own approximation. A batch of same-shape
-// matrices runs each of the three products of a step as one strided-batched
-// cuBLASLt GEMM.
+// along with their rounding: the published method's own approximation. A
+// batch of same-shape matrices runs each of the three products of a step as
+// one strided-batched cuBLASLt GEMM.
 //
 // Cost at gpt-350m (24 blocks; per block Wq, Wo 1024x1024, Wk, Wv 256x1024,
 // W1, W3, W2 2816x1024 or its transpose): 5 steps of 4 m^2 n + 2 m^3 FLOPs

@@ -71,8 +71,8 @@ __global__ void ns_store_kernel(float* out, const bf16* X, int rows, int cols) {
   }
 }
 
-// Blocks along x for spans whose largest has max_count elements: enough to
-// fill the GPU about as one grid-stride launch over all of them would.
+// Blocks along x: enough for the largest span to fill the GPU about as one
+// grid-stride launch over all the spans would.
 dim3 span_grid(const MuonSpans& spans) {
   int64_t largest = 0;
   for (int j = 0; j < spans.n; ++j) largest = std::max(largest, spans.count[j]);

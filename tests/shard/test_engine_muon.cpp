@@ -6,7 +6,9 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "comm/process_groups.h"
@@ -230,6 +232,52 @@ TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
     const Overlap o = shard_overlap(l, p, rank);
     for (int64_t k = 0; k < o.count; ++k) ASSERT_EQ(master.f32()[o.local + k], 0.0f);
   }
+  for (Tensor t : {master, grad, mom}) ops.free(t);
+}
+
+// A rank orthogonalises the matrices it owns in one Newton-Schulz call per
+// shape, so a backend can batch their GEMMs (the CUDA one does): seen
+// through the ops' hook, each shape once, batches adding up to its matrices.
+TEST(MuonStep, OneNewtonSchulzCallPerShape) {
+  struct Calls : OpHook {
+    std::vector<std::string> keys;
+    void begin(const OpCall& c) override {
+      if (c.key.rfind("newton_schulz ", 0) == 0) keys.push_back(c.key);
+    }
+    void end(const OpCall&) override {}
+  };
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const int rank = g.shard->rank();
+  auto matrix = [](const char* name, int64_t r, int64_t c) {
+    ParamSpec p{name, {r, c}, Init::normal, 0.02f};
+    p.fp8 = true;
+    return p;
+  };
+  const UnitSpec unit{"u",
+                      {matrix("a", 12, 20), ParamSpec{"g", {7}, Init::ones, 0}, matrix("b", 8, 20),
+                       matrix("c", 12, 20), matrix("d", 20, 12), matrix("e", 12, 20)}};
+  const UnitLayout l = make_layout(unit, g.shard->size());
+  CpuOps ops;
+  MuonStep step(ops, *g.shard, {unit}, {l}, MuonConfig{});
+  Tensor master = ops.alloc(DType::f32, l.shard), grad = ops.alloc(DType::f32, l.shard),
+         mom = ops.alloc(DType::f32, l.shard);
+  for (Tensor t : {master, grad, mom}) ops.zero(t);
+  for (int64_t k = 0; k < l.shard; ++k) grad.f32()[k] = float(std::sin(0.3 * double(k + rank)));
+  Calls calls;
+  ops.set_hook(&calls);
+  step.update_unit(0, l, master, grad, mom, 0.02f, 0.1f, 1.0f);
+  ops.set_hook(nullptr);
+  std::map<std::string, int> want;  // "RxC" -> this rank's matrices of that shape
+  for (const MuonMatrix& m : plan_muon({unit}, g.shard->size(), MuonConfig{}))
+    if (m.owner == rank) ++want[std::to_string(m.rows) + "x" + std::to_string(m.cols)];
+  std::map<std::string, int> got;
+  for (const std::string& k : calls.keys) {
+    const std::string dims = k.substr(k.find(' ') + 1);  // "BxRxC"
+    const size_t x = dims.find('x');
+    EXPECT_TRUE(got.emplace(dims.substr(x + 1), std::stoi(dims.substr(0, x))).second)
+        << "a second call for " << dims.substr(x + 1);
+  }
+  EXPECT_EQ(got, want);
   for (Tensor t : {master, grad, mom}) ops.free(t);
 }
 

@@ -162,6 +162,12 @@ TEST(CpuMuon, TheFrontDoorRefusesBadArguments) {
   EXPECT_THROW(ops.newton_schulz({a, a}, {c, d}, 3, 4, ns), Error);             // outs alias
   EXPECT_THROW(ops.newton_schulz({a, b}, {c, b}, 3, 4, ns), Error);             // an out is an x
   EXPECT_NO_THROW(ops.newton_schulz({a, b}, {c, d}, 3, 4, ns));
+  // Views that start apart but share elements overlap all the same.
+  Tensor wide = ops.alloc(DType::f32, 24);
+  EXPECT_THROW(ops.newton_schulz(wide.slice(0, 12), wide.slice(11, 12), 3, 4, ns), Error);
+  EXPECT_THROW(ops.newton_schulz({wide.slice(0, 12), wide.slice(6, 12)}, {c, d}, 3, 4, ns), Error);
+  EXPECT_NO_THROW(ops.newton_schulz(wide.slice(0, 12), wide.slice(12, 12), 3, 4, ns));
+  ops.free(wide);
   ops.free(c), ops.free(d);
   EXPECT_THROW(ops.muon_momentum(a, b, {{0, 13, 1}}, 0.9f, true, 1), Error);    // past the end
   EXPECT_THROW(ops.muon_update(a, b, {{4, 2, 1}, {0, 2, 1}}, 0.1f, 0), Error);  // unsorted
