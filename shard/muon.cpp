@@ -18,6 +18,11 @@ float muon_lr_scale(MuonLrAdjust adjust, int64_t rows, int64_t cols) {
   throw_error("internal: a MuonLrAdjust without a rule (shard/muon.cpp)");
 }
 
+double newton_schulz_step_flops(int64_t rows, int64_t cols) {
+  const double m = double(std::min(rows, cols)), n = double(std::max(rows, cols));
+  return 4 * m * m * n + 2 * m * m * m;
+}
+
 std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_ranks,
                                   const MuonConfig& c) {
   FSDP_CHECK(shard_ranks >= 1, "plan_muon over ", shard_ranks, " ranks");
@@ -29,9 +34,7 @@ std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_
       if (!takes_muon(s)) continue;
       const int64_t rows = s.shape[0], cols = s.shape[1];
       all.push_back({u, p, rows, cols, 0, muon_lr_scale(c.lr_adjust, rows, cols)});
-      // per Newton-Schulz step on the wide orientation: X X^T, A A, B X
-      const double m = double(std::min(rows, cols)), n = double(std::max(rows, cols));
-      cost.push_back(4 * m * m * n + 2 * m * m * m);
+      cost.push_back(newton_schulz_step_flops(rows, cols));
     }
   std::vector<size_t> order(all.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -46,17 +49,43 @@ std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_
   return all;
 }
 
+MuonCost muon_cost(const std::vector<UnitSpec>& units, int shard_ranks, const MuonConfig& c) {
+  MuonCost cost;
+  std::vector<std::vector<double>> load(units.size(), std::vector<double>(size_t(shard_ranks)));
+  std::vector<bool> exchanged(units.size(), false);
+  for (const MuonMatrix& m : plan_muon(units, shard_ranks, c)) {
+    const double f = c.ns_steps * newton_schulz_step_flops(m.rows, m.cols);
+    load[size_t(m.unit)][size_t(m.owner)] += f;
+    exchanged[size_t(m.unit)] = true;
+    cost.total_flops += f;
+    ++cost.matrices;
+  }
+  for (size_t u = 0; u < units.size(); ++u) {
+    cost.critical_flops += *std::max_element(load[u].begin(), load[u].end());
+    cost.exchanged_units += exchanged[u] ? 1 : 0;
+  }
+  return cost;
+}
+
 namespace {
-int64_t largest_unit(const std::vector<UnitLayout>& layouts) {
+// The largest unit holding a Muon matrix: only those are exchanged (a
+// model's embedding, often its largest unit, never is).
+int64_t largest_muon_unit(const std::vector<UnitSpec>& units,
+                          const std::vector<UnitLayout>& layouts) {
+  FSDP_CHECK(units.size() == layouts.size(), units.size(), " units with ", layouts.size(),
+             " layouts");
   int64_t largest = 0;
-  for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
+  for (size_t u = 0; u < units.size(); ++u)
+    if (std::any_of(units[u].params.begin(), units[u].params.end(), takes_muon))
+      largest = std::max(largest, layouts[u].padded);
   return largest;
 }
 }  // namespace
 
-int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks) {
+int64_t muon_buffer_elems(const std::vector<UnitSpec>& units,
+                          const std::vector<UnitLayout>& layouts, int shard_ranks) {
   // One rank orthogonalises straight from its shard: only the results' buffer.
-  return (shard_ranks > 1 ? 2 : 1) * largest_unit(layouts);
+  return (shard_ranks > 1 ? 2 : 1) * largest_muon_unit(units, layouts);
 }
 
 MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& units,
@@ -66,8 +95,10 @@ MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& u
              " backend has no Muon optimizer yet (--optimizer muon)");
   for (const MuonMatrix& m : plan_muon(units, shard.size(), c))
     by_unit_[size_t(m.unit)].push_back(m);
-  out_ = ops_.alloc(DType::f32, largest_unit(layouts));
-  if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest_unit(layouts));
+  const int64_t largest = largest_muon_unit(units, layouts);
+  if (largest == 0) return;  // no Muon matrix: nothing to exchange
+  out_ = ops_.alloc(DType::f32, largest);
+  if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest);
 }
 
 MuonStep::~MuonStep() {

@@ -8,8 +8,8 @@
 // is bitwise what one rank holding the whole model computes, on any rank
 // count and split. Per step that is one more f32 all-gather and
 // reduce-scatter of the unit's shard, and two f32 buffers of the largest
-// unit (counted by the memory plan). Hybrid sharding: every replica group
-// does the same on the same all-reduced gradients.
+// unit holding a Muon matrix (counted by the memory plan). Hybrid sharding:
+// every replica group does the same on the same all-reduced gradients.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +52,25 @@ struct MuonMatrix {
 std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_ranks,
                                   const MuonConfig& c);
 
-// The f32 elements of the two buffers (per rank).
-int64_t muon_buffer_elems(const std::vector<UnitLayout>& layouts, int shard_ranks);
+// FLOPs of one Newton-Schulz step on a rows x cols matrix, on its wide
+// orientation (m <= n): X X^T (2 m^2 n), A A (2 m^3), B X (2 m^2 n).
+double newton_schulz_step_flops(int64_t rows, int64_t cols);
+
+// A step's Newton-Schulz work under plan_muon's owners, for the scaling
+// plan (tools/plan.py). MuonStep runs unit after unit, each waiting for its
+// slowest owner, so the time a step takes follows `critical_flops`, the sum
+// over units of the busiest rank's FLOPs in that unit, not total / ranks.
+struct MuonCost {
+  int64_t matrices = 0;
+  int exchanged_units = 0;  // units holding a Muon matrix: one exchange each
+  double total_flops = 0, critical_flops = 0;
+};
+MuonCost muon_cost(const std::vector<UnitSpec>& units, int shard_ranks, const MuonConfig& c);
+
+// The f32 elements of the two buffers (per rank): each the largest unit
+// holding a Muon matrix.
+int64_t muon_buffer_elems(const std::vector<UnitSpec>& units,
+                          const std::vector<UnitLayout>& layouts, int shard_ranks);
 
 class MuonStep {
  public:

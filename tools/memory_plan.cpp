@@ -6,14 +6,16 @@
 //   fsdp_memory_plan [--model gpt-1.3b] [--n-layer 32 ...] [--batch-size 8] [--seq-len 1024]
 //                    [--shard-group-size 8] [--world-size 64] [--precision bf16|fp8]
 //                    [--reshard-after-forward true] [--recompute none] [--reduce-dtype fp32]
-//                    [--fp8-gather true]
+//                    [--fp8-gather true] [--optimizer adamw|muon] [--muon-ns-steps 5]
 //
 // Every flag but --world-size is a row of fsdptrain's option table, converted
 // and checked by that row as fsdptrain does. --world-size is what
 // --shard-group-size 0 (all ranks) means here. --precision auto is bf16: the
 // plan is for GPUs, where auto computes in bf16; fp8 computes in bf16 too,
 // with the block linears on FP8 codes (and gathered as codes under
-// --fp8-gather).
+// --fp8-gather). Under --optimizer muon it adds Muon's buffers and, as
+// "muon", the Newton-Schulz FLOPs of a step under plan_muon's owners and the
+// units whose matrices are exchanged (shard/muon.h), for plan.py's timing.
 #include "shard/memory_plan.h"
 
 #include <cstdio>
@@ -24,6 +26,7 @@
 #include "common/error.h"
 #include "model/params.h"
 #include "shard/layout.h"
+#include "shard/muon.h"
 #include "src/option_table.h"
 #include "src/option_values.h"
 #include "src/options.h"
@@ -35,7 +38,8 @@ namespace {
 // refused: the plan would ignore them, and whoever passes one expects an effect.
 const char* const kPlanFlags[] = {
     "batch-size", "seq-len",      "shard-group-size",      "precision",
-    "recompute",  "reduce-dtype", "reshard-after-forward", "fp8-gather"};
+    "recompute",  "reduce-dtype", "reshard-after-forward", "fp8-gather",
+    "optimizer",  "muon-ns-steps"};
 
 bool accepted(const OptionRow& r) {
   if (r.model_field || r.name == "model") return true;
@@ -114,6 +118,16 @@ void print_json(const Options& o, int world) {
       world, shard, d.batch_size, d.seq_len, dtype_name(compute), dtype_name(o.engine.reduce_dtype),
       o.engine.reshard_after_forward ? "true" : "false", format_value(o.compute.recompute).c_str(),
       o.compute.fp8() ? "true" : "false", split ? "true" : "false");
+  if (o.optimizer.kind == OptimizerKind::muon) {
+    const MuonCost c = muon_cost(units, shard, o.optimizer.muon);
+    std::printf(
+        "  \"optimizer\": \"muon\",\n  \"muon\": {\"ns_steps\": %d, \"matrices\": %lld, "
+        "\"exchanged_units\": %d, \"ns_flops\": %.17g, \"ns_critical_flops\": %.17g},\n",
+        o.optimizer.muon.ns_steps, (long long)c.matrices, c.exchanged_units, c.total_flops,
+        c.critical_flops);
+  } else {
+    std::printf("  \"optimizer\": \"adamw\",\n  \"muon\": null,\n");
+  }
   std::printf("  \"units\": [\n");
   print_layout("embed", 1, make_layout(units.front(), shard, split), false);
   print_layout("block", m.n_layer, make_layout(units[1], shard, split), false);

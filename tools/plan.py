@@ -6,6 +6,7 @@ optimizer step, from shapes and datasheet numbers, without the GPUs.
           [--micro-batch 8] [--grad-accum 1] [--seq-len 1024]
           [--shard-group-size K | --full-shard] [--reduce-dtype fp32|bf16]
           [--reshard-after-forward true|false] [--recompute none|mlp|block]
+          [--optimizer adamw|muon] [--muon-ns-steps 5]
           [--mfu 0.45] [--measured FILE] [--json] [--table]
 
 What comes from where:
@@ -15,7 +16,7 @@ What comes from where:
   * compute: ModelConfig::flops_per_token, 6*N_matmul + 12*L*d_model*T per
     token (forward 1/3, backward 2/3; recomputation adds the forward again),
     at --mfu of --peak-tflops (989, H100 SXM dense bf16); or per-unit GPU
-    times from --measured FILE (format below);
+    times from --measured FILE (format below); tools/plan_compute.py;
   * collectives: NCCL ring formulas. All-gather and reduce-scatter move
     (n-1)/n of the full buffer per rank, all-reduce 2(n-1)/n, at the ring's
     bus bandwidth, plus NCCL's own ring latency model (src/graph/tuning.cc,
@@ -23,7 +24,11 @@ What comes from where:
     between nodes). A ring that leaves the node runs at min(NVLink per GPU,
     the node's InfiniBand x the group's share of the node's GPUs);
   * overlap: the engine's order (shard/engine.cpp) replayed on compute, the
-    shard group's NCCL stream and the replica group's; see simulate_micro_batch.
+    shard group's NCCL stream and the replica group's; see simulate_micro_batch;
+  * the optimizer step, after the last backward: AdamW's pass over the shards
+    at --hbm-gbs; under --optimizer muon also Muon's f32 exchange of each
+    block on the shard group and its Newton-Schulz FLOPs on the busiest
+    owner of each block at --mfu (tools/plan_optimizer.py).
 
 --measured FILE: "key value" lines, '#' comments, times in ms for ONE
 micro-batch of `batch` x `seq_len` on one H100 (scaled linearly to the
@@ -48,6 +53,10 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when imported by path
+import plan_optimizer  # noqa: E402
+from plan_compute import fail, read_measured, unit_compute  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A 7B shape the presets lack: Mistral-7B's (32 layers, d_model 4096, 32
@@ -63,20 +72,11 @@ MODEL_FLAGS = ("vocab-size", "n-layer", "d-model", "n-head", "n-kv-head", "d-ff"
 NOT_HIDDEN_SHARE = 0.05
 # The share of free GPU memory a run may plan (kUsableShare, src/memory_check.h).
 USABLE_SHARE = 0.9
-# AdamW's HBM traffic per element of a rank's shard, per step (engine.cpp):
-# sum_squares reads the gradient (4); adamw reads master, gradient and both
-# moments (16) and writes master and moments (12); zero writes the gradient
-# (4); refresh_send_buffers reads the master (4) and writes bf16 (2).
-OPTIMIZER_BYTES_PER_ELEM = 42
 
 # The README table: each model at its context, micro-batch chosen to fill
 # an H100 without recomputation.
 TABLE_MODELS = (("gpt-350m", 8, 1024), ("gpt-1.3b", 8, 1024), ("7b", 4, 2048))
 TABLE_GPUS = (8, 32, 256)
-
-
-def fail(message):
-    sys.exit("plan.py: error: " + message)
 
 
 # --- the program's own planner ------------------------------------------------
@@ -98,7 +98,8 @@ def program_plan(exe, cfg, cache={}):  # cache: the table and suggestions re-ask
     flags.update({"batch-size": cfg["micro_batch"], "seq-len": cfg["seq_len"],
                   "shard-group-size": cfg["shard"], "world-size": cfg["world"],
                   "precision": "bf16", "recompute": cfg["recompute"],
-                  "reduce-dtype": cfg["reduce_dtype"],
+                  "reduce-dtype": cfg["reduce_dtype"], "optimizer": cfg["optimizer"],
+                  "muon-ns-steps": cfg["muon_ns_steps"],
                   "reshard-after-forward": "true" if cfg["reshard"] else "false"})
     args = [exe]
     for k, v in flags.items():
@@ -141,58 +142,6 @@ def collective_time(cfg, link, kind, full_bytes):
     latency = (cfg["base_us"] + (steps - inter) * cfg["nvlink_hop_us"] +
                inter * cfg["ib_hop_us"]) * 1e-6
     return latency + moved / link["bus_bw"], moved
-
-
-# --- compute -------------------------------------------------------------------
-
-def read_measured(path):
-    values = {}
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            words = line.split("#", 1)[0].split()
-            if not words:
-                continue
-            if len(words) != 2:
-                fail(f"--measured {path}:{number}: expected 'key value', got {line.strip()!r}")
-            values[words[0]] = words[1]
-    need = ("batch", "seq_len", "block_forward_ms", "block_backward_ms", "head_forward_ms",
-            "head_backward_ms")
-    missing = [k for k in need if k not in values]
-    if missing:
-        fail(f"--measured {path}: missing {', '.join(missing)}")
-    return values
-
-
-def unit_compute(cfg, prog):
-    """Seconds of forward and backward compute of one micro-batch, per unit kind."""
-    m, tokens = prog["model"], cfg["micro_batch"] * prog["seq_len"]
-    meas = cfg["measured"]
-    if meas:
-        if int(meas["seq_len"]) != prog["seq_len"]:
-            fail(f"--measured is for seq_len {meas['seq_len']}, the plan for {prog['seq_len']}")
-        if meas.get("recompute", "none") != cfg["recompute"]:
-            fail(f"--measured is for --recompute {meas.get('recompute', 'none')}")
-        if "model" in meas and meas["model"] != cfg["model"]:
-            fail(f"--measured is for model {meas['model']}, the plan for {cfg['model']}")
-        scale = cfg["micro_batch"] / int(meas["batch"]) * 1e-3
-        t = lambda k: float(meas.get(k, 0)) * scale
-        return {"embed": (t("embed_forward_ms"), t("embed_backward_ms")),
-                "block": (t("block_forward_ms"), t("block_backward_ms")),
-                "head": (t("head_forward_ms"), t("head_backward_ms"))}
-    # ModelConfig's count split by unit: the head's GEMM counts vocab x d
-    # (tied or not), the embedding lookup nothing, each block the rest.
-    d, L, T = m["d_model"], m["n_layer"], prog["seq_len"]
-    head = m["vocab_size"] * d
-    block = (prog["num_matmul_params"] - head) / L
-    rate = cfg["mfu"] * cfg["peak_tflops"] * 1e12
-    fwd = tokens * (2 * block + 4 * d * T)
-    bwd = tokens * (4 * block + 8 * d * T)
-    if cfg["recompute"] == "block":
-        bwd += fwd
-    elif cfg["recompute"] == "mlp":
-        bwd += tokens * 2 * 3 * d * m["d_ff"]
-    return {"embed": (0.0, 0.0), "block": (fwd / rate, bwd / rate),
-            "head": (tokens * 2 * head / rate, tokens * 4 * head / rate)}
 
 
 # --- the engine's schedule -----------------------------------------------------
@@ -309,12 +258,8 @@ def plan(base, exe, suggest=True, baseline=True):
     micro, last = simulate_micro_batch(fwd, bwd, ag, rs, prog["model"]["tie_embeddings"],
                                        cfg["reshard"], [ar[u] for u in kinds])
     compute_micro = sum(fwd) + sum(bwd)
-    shard_elems = sum(u["shard"] * u["count"] for u in units)
-    optimizer = shard_elems * OPTIMIZER_BYTES_PER_ELEM / (cfg["hbm_gbs"] * 1e9)
-
+    optimizer = plan_optimizer.elementwise_seconds(cfg, units)
     ga = cfg["grad_accum"]
-    exposed_replica = last - micro
-    step = ga * micro + exposed_replica + optimizer
     compute = ga * compute_micro
     exposed_shard = ga * (micro - compute_micro)
     tokens_gpu = cfg["micro_batch"] * prog["seq_len"] * ga
@@ -331,6 +276,11 @@ def plan(base, exe, suggest=True, baseline=True):
                 "bytes": times * sum(c * b for c, (_, b) in zip(cnt, per)),
                 "seconds": times * sum(c * t for c, (t, _) in zip(cnt, per))}
 
+    muon = plan_optimizer.muon(cfg, prog, lambda kind: traffic(kind, ("block",), 4, shard_link, 1))
+    muon_s = muon["time"]["muon_s"] if muon else 0.0
+    exposed_replica = last - micro
+    step = ga * micro + exposed_replica + optimizer + muon_s
+
     all_units = ("embed", "block", "head")
     colls = {"all-gather (forward)": traffic("all-gather", all_units, es, shard_link, ga)}
     if cfg["reshard"]:  # blocks only: embedding and head stay gathered (engine.cpp)
@@ -339,6 +289,7 @@ def plan(base, exe, suggest=True, baseline=True):
                                                   shard_link, ga)
     colls["all-reduce (replicas)"] = dict(traffic("all-reduce", all_units, 4, replica_link,
                                                   int(replicas > 1), "shard"), per_call_s=ar)
+    colls.update(muon["collectives"] if muon else {})
 
     b = kinds.index("block")
     per_layer = {"forward_compute_s": fwd[b], "backward_compute_s": bwd[b], "all_gather_s": ag[b],
@@ -350,7 +301,7 @@ def plan(base, exe, suggest=True, baseline=True):
     result = {
         "config": {k2: cfg[k2] for k2 in (
             "model", "nodes", "gpus_per_node", "world", "shard", "micro_batch", "grad_accum",
-            "seq_len", "reshard", "recompute", "reduce_dtype", "mfu")},
+            "seq_len", "reshard", "recompute", "reduce_dtype", "optimizer", "mfu")},
         "replicas": replicas,
         "model": {**prog["model"], "name": cfg["model"], "num_params": prog["num_params"],
                   "flops_per_token": prog["flops_per_token"]},
@@ -358,7 +309,9 @@ def plan(base, exe, suggest=True, baseline=True):
         "tokens_per_gpu_per_step": tokens_gpu, "global_batch_tokens": tokens_gpu * world,
         "per_layer": per_layer,
         "collectives": colls,
+        "muon": muon["summary"] if muon else None,
         "time": {"compute_s": compute, "optimizer_s": optimizer,
+                 **(muon["time"] if muon else {"muon_s": 0.0}),
                  "exposed_shard_comm_s": exposed_shard, "exposed_replica_comm_s": exposed_replica,
                  "replica_allreduce_s": colls["all-reduce (replicas)"]["seconds"],
                  "exposed_comm_s": exposed_shard + exposed_replica, "step_s": step},
@@ -483,7 +436,15 @@ def print_plan(r, cfg):
             (f"/{x['nodes']} nodes" if x["nodes"] > 1 else "")
         print(f"   {name:28} {x['dtype']:5} {link:40} {x['calls']:6d} {x['bytes'] / 1e9:9.3f} "
               f"{ms(x['seconds'])}")
-    print(f"   step: compute {ms(t['compute_s'])} + optimizer {ms(t['optimizer_s'])} + exposed "
+    if r["muon"]:
+        mu = r["muon"]
+        print(f"   Muon: {mu['matrices']} matrices, Newton-Schulz {mu['ns_steps']} steps "
+              f"{mu['ns_flops'] / 1e12:.2f} TFLOP a step, {mu['ns_critical_flops'] / 1e12:.2f} on "
+              f"the blocks' busiest owners (ideal {mu['ns_ideal_flops'] / 1e12:.2f}) = "
+              f"{ms(t['muon_ns_s']).strip()} at MFU {c['mfu']:.0%}; f32 exchange "
+              f"{ms(t['muon_exchange_s']).strip()}; not overlapped")
+    muon_part = f" + Muon {ms(t['muon_s'])}" if r["muon"] else ""
+    print(f"   step: compute {ms(t['compute_s'])} + optimizer {ms(t['optimizer_s'])}{muon_part} + exposed "
           f"shard-group comm {ms(t['exposed_shard_comm_s'])} + exposed replica all-reduce "
           f"{ms(t['exposed_replica_comm_s'])} (of {ms(t['replica_allreduce_s']).strip()}, under "
           f"the last backward) = {ms(t['step_s'])}")
@@ -557,6 +518,8 @@ def main():
     p.add_argument("--reshard-after-forward", type=boolean, default=True)
     p.add_argument("--recompute", choices=("none", "mlp", "block"), default="none")
     p.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--optimizer", choices=("adamw", "muon"), default="adamw")
+    p.add_argument("--muon-ns-steps", type=int, default=5, help="Newton-Schulz steps (muon)")
     p.add_argument("--mfu", type=float, default=0.45, help="share of peak on executed FLOPs")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="H100 SXM dense bf16")
     p.add_argument("--hbm-gbs", type=float, default=3350.0, help="H100 SXM HBM3, for AdamW")
@@ -581,7 +544,8 @@ def main():
            "micro_batch": a.micro_batch, "grad_accum": a.grad_accum, "seq_len": a.seq_len,
            "shard": a.shard_group_size, "full_shard": a.full_shard,
            "reshard": a.reshard_after_forward, "recompute": a.recompute,
-           "reduce_dtype": a.reduce_dtype, "mfu": a.mfu, "peak_tflops": a.peak_tflops,
+           "reduce_dtype": a.reduce_dtype, "optimizer": a.optimizer,
+           "muon_ns_steps": a.muon_ns_steps, "mfu": a.mfu, "peak_tflops": a.peak_tflops,
            "hbm_gbs": a.hbm_gbs, "gpu_mem_gib": a.gpu_mem_gib, "nvlink_gbs": a.nvlink_gbs,
            "ib_nics": a.ib_nics, "ib_gbps": a.ib_gbps, "nvlink_hop_us": a.nvlink_hop_us,
            "ib_hop_us": a.ib_hop_us, "base_us": a.collective_base_us,

@@ -282,21 +282,34 @@ TEST(MuonStep, OneNewtonSchulzCallPerShape) {
 }
 
 // The memory plan counts Muon's two buffers as the engine allocates them
-// (at its first Muon step), on one rank (one buffer) and on several (two).
+// (at its first Muon step), on one rank (one buffer) and on several (two),
+// each the size of a block: with a 4096-token vocabulary the embedding is
+// the largest unit, but it holds no Muon matrix and is never exchanged, so
+// the buffers stay as they are with the tiny preset's 256.
 TEST(MuonStep, BuffersAreThePlans) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
-  const ModelConfig cfg = model_preset("tiny");
+  ModelConfig big_vocab = model_preset("tiny");
+  big_vocab.vocab_size = 4096;
+  const int shard = g.shard->size();
+  const auto big_units = model_units(big_vocab);
+  ASSERT_GT(make_layout(big_units.front(), shard, false).padded,
+            make_layout(big_units[1], shard, false).padded);
   for (bool fp8 : {false, true}) {
-    EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, {}, fp8);
-    run.optimizer = muon();
-    const PlanSettings ps{.shard_size = g.shard->size(), .batch = 2, .seq_len = 16, .fp8 = fp8};
-    EXPECT_EQ(run.engine.buffer_bytes(), plan_memory(cfg, ps).buffers()) << "before, " << fp8;
-    run.step(0, *g.world, kLr);
-    PlanSettings with = ps;
-    with.optimizer = OptimizerKind::muon;
-    const MemoryPlan p = plan_memory(cfg, with);
-    EXPECT_GT(p.optimizer_buffers, 0);
-    EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << "after, " << fp8;
+    int64_t tiny_buffers = -1;
+    for (const ModelConfig& cfg : {model_preset("tiny"), big_vocab}) {
+      EngineRun run(cfg, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, {}, fp8);
+      run.optimizer = muon();
+      const PlanSettings ps{.shard_size = shard, .batch = 2, .seq_len = 16, .fp8 = fp8};
+      EXPECT_EQ(run.engine.buffer_bytes(), plan_memory(cfg, ps).buffers()) << "before, " << fp8;
+      run.step(0, *g.world, kLr);
+      PlanSettings with = ps;
+      with.optimizer = OptimizerKind::muon;
+      const MemoryPlan p = plan_memory(cfg, with);
+      EXPECT_GT(p.optimizer_buffers, 0);
+      EXPECT_EQ(run.engine.buffer_bytes(), p.buffers()) << "after, " << fp8;
+      if (tiny_buffers < 0) tiny_buffers = p.optimizer_buffers;
+      EXPECT_EQ(p.optimizer_buffers, tiny_buffers) << "vocabulary " << cfg.vocab_size;
+    }
   }
 }
 
@@ -313,6 +326,31 @@ TEST(MuonStep, OwnersSpreadTheNewtonSchulzWork) {
   EXPECT_FLOAT_EQ(muon_lr_scale(MuonLrAdjust::match_rms_adamw, 1024, 4096), 0.2f * 64);
   EXPECT_FLOAT_EQ(muon_lr_scale(MuonLrAdjust::original, 4096, 1024), 2.0f);
   EXPECT_FLOAT_EQ(muon_lr_scale(MuonLrAdjust::original, 1024, 4096), 1.0f);
+}
+
+// muon_cost by hand on the tiny preset (2 blocks; per block Wq, Wo 64x64,
+// Wk, Wv 32x64, W1, W3 192x64, W2 64x192). One Newton-Schulz step costs
+// 4 m^2 n + 2 m^3 on the wide orientation: 1572864, 327680 and 3670016.
+// On 4 ranks plan_muon gives the six MLP matrices to ranks 0 1 2 3 0 1,
+// then Wq, Wo of block 1 and 2 to ranks 2 3 2 3, then Wk, Wv to 2 3 2 3:
+// block 1's busiest rank is 2 (W2 + Wq + Wk), block 2's rank 3 (W1 + Wo + Wv),
+// both 5570560 a step.
+TEST(MuonCost, ByHandOnTheTinyPreset) {
+  const auto units = model_units(model_preset("tiny"));
+  const double per_block = 2 * 1572864.0 + 2 * 327680.0 + 3 * 3670016.0;
+  for (int steps : {5, 1, 0}) {
+    MuonConfig c;
+    c.ns_steps = steps;
+    const MuonCost one = muon_cost(units, 1, c), four = muon_cost(units, 4, c);
+    EXPECT_EQ(one.matrices, 14);
+    EXPECT_EQ(four.matrices, 14);
+    EXPECT_EQ(one.exchanged_units, 2) << "the blocks, also with " << steps << " steps";
+    EXPECT_EQ(four.exchanged_units, 2);
+    EXPECT_EQ(one.total_flops, steps * 2 * per_block);
+    EXPECT_EQ(one.critical_flops, one.total_flops) << "one rank does it all";
+    EXPECT_EQ(four.total_flops, one.total_flops);
+    EXPECT_EQ(four.critical_flops, steps * 2 * 5570560.0);
+  }
 }
 
 }  // namespace

@@ -150,12 +150,53 @@ def test_bytes_by_hand():
     check("all-gather (backward)" not in p["collectives"], "no re-gather without resharding")
 
 
+def test_muon_by_hand():
+    # Tiny preset, 2 nodes x 4 GPUs (shard groups of 4, 2 replicas). Muon
+    # exchanges each block whole in f32 on the shard group, once per step
+    # whatever --grad-accum: an all-gather and a reduce-scatter of its padded
+    # elements. Newton-Schulz, 5 steps: 148111360 FLOPs in all, 55705600 on
+    # the busiest owner of each block (tests/shard/test_engine_muon.cpp,
+    # MuonCost.ByHandOnTheTinyPreset), at MFU 45% of 989 TFLOP/s.
+    n, L = 4, 2
+    e, b, h = (layout(x, n) for x in tiny_numels())
+    base = ["--model", "tiny", "--nodes", 2, "--gpus-per-node", 4, "--grad-accum", 3]
+    adamw, muon = plan(*base), plan(*base, "--optimizer", "muon")
+    consistent(muon)
+    check(muon["config"]["optimizer"] == "muon" and adamw["muon"] is None, "optimizer reported")
+    for kind in ("all-gather (Muon)", "reduce-scatter (Muon)"):
+        c = muon["collectives"].get(kind, {})
+        check(c.get("calls") == L and c.get("dtype") == "fp32" and c.get("link") == "NVLink" and
+              close(c.get("bytes", 0), (n - 1) / n * 4 * L * b[1]), f"{kind}: {c}")
+        check(kind not in adamw["collectives"], f"no {kind} under AdamW")
+    rate = 0.45 * 989e12
+    t = muon["time"]
+    check(close(t["muon_ns_s"], 55705600 / rate), f"Newton-Schulz time {t['muon_ns_s']}")
+    ex = sum(muon["collectives"][k]["seconds"] for k in ("all-gather (Muon)",
+                                                          "reduce-scatter (Muon)"))
+    check(close(t["muon_exchange_s"], ex) and close(t["muon_s"], ex + t["muon_ns_s"]),
+          f"Muon time = exchange + Newton-Schulz: {t}")
+    check(close(t["step_s"] - adamw["time"]["step_s"], t["muon_s"], 1e-6),
+          "Muon adds its time to AdamW's step, overlapping nothing")
+    check(muon["memory"]["optimizer_buffers"] == 2 * 4 * b[1] and
+          adamw["memory"]["optimizer_buffers"] == 0, "two f32 buffers of a block")
+    check(muon["muon"]["ns_flops"] == 148111360 and
+          close(muon["muon"]["ns_ideal_flops"], 148111360 / n), f"FLOPs {muon['muon']}")
+    # One GPU: no exchange, one buffer, every matrix on the one rank.
+    one = plan("--model", "tiny", "--gpus-per-node", 1, "--optimizer", "muon")["time"]
+    check(close(one["muon_s"], 148111360 / rate) and one["muon_exchange_s"] == 0,
+          f"one GPU: all of Newton-Schulz, no exchange: {one}")
+    # One Newton-Schulz step: a fifth of the FLOPs, the same exchange.
+    once = plan(*base, "--optimizer", "muon", "--muon-ns-steps", 1)["time"]
+    check(close(once["muon_ns_s"], 55705600 / 5 / rate) and close(once["muon_exchange_s"], ex),
+          f"--muon-ns-steps 1: {once}")
+
+
 def consistent(r):
     """The step adds up (only the part of the replica all-reduce that outlasts the
     last backward counts) and the rates follow from it."""
     t, c = r["time"], r["config"]
-    check(close(t["step_s"], t["compute_s"] + t["optimizer_s"] + t["exposed_shard_comm_s"] +
-                t["exposed_replica_comm_s"]), f"step adds up: {t}")
+    check(close(t["step_s"], t["compute_s"] + t["optimizer_s"] + t["muon_s"] +
+                t["exposed_shard_comm_s"] + t["exposed_replica_comm_s"]), f"step adds up: {t}")
     check(0 <= t["exposed_replica_comm_s"] <= t["replica_allreduce_s"] * (1 + 1e-9),
           f"exposed replica all-reduce within its total: {t}")
     check(t["exposed_shard_comm_s"] > 0, "the first gather of a micro-batch is always exposed")
