@@ -51,17 +51,23 @@ std::vector<MuonMatrix> plan_muon(const std::vector<UnitSpec>& units, int shard_
 
 MuonCost muon_cost(const std::vector<UnitSpec>& units, int shard_ranks, const MuonConfig& c) {
   MuonCost cost;
-  std::vector<std::vector<double>> load(units.size(), std::vector<double>(size_t(shard_ranks)));
+  const size_t ranks = size_t(shard_ranks);
+  std::vector<std::vector<double>> load(units.size(), std::vector<double>(ranks));
+  std::vector<std::vector<int64_t>> elems(units.size(), std::vector<int64_t>(ranks));
   std::vector<bool> exchanged(units.size(), false);
   for (const MuonMatrix& m : plan_muon(units, shard_ranks, c)) {
-    const double f = c.ns_steps * newton_schulz_step_flops(m.rows, m.cols);
+    const double f = newton_schulz_step_flops(m.rows, m.cols);  // the busiest whatever the steps
     load[size_t(m.unit)][size_t(m.owner)] += f;
+    elems[size_t(m.unit)][size_t(m.owner)] += m.rows * m.cols;
     exchanged[size_t(m.unit)] = true;
-    cost.total_flops += f;
+    cost.total_flops += c.ns_steps * f;
     ++cost.matrices;
   }
   for (size_t u = 0; u < units.size(); ++u) {
-    cost.critical_flops += *std::max_element(load[u].begin(), load[u].end());
+    const size_t busiest =
+        size_t(std::max_element(load[u].begin(), load[u].end()) - load[u].begin());
+    cost.critical_flops += c.ns_steps * load[u][busiest];
+    cost.critical_elems += elems[u][busiest];
     cost.exchanged_units += exchanged[u] ? 1 : 0;
   }
   return cost;

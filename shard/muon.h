@@ -64,6 +64,9 @@ struct MuonCost {
   int64_t matrices = 0;
   int exchanged_units = 0;  // units holding a Muon matrix: one exchange each
   double total_flops = 0, critical_flops = 0;
+  // The elements of the matrices those busiest ranks orthogonalise (the f32
+  // norm and the casts to and from bf16 read and write them).
+  int64_t critical_elems = 0;
 };
 MuonCost muon_cost(const std::vector<UnitSpec>& units, int shard_ranks, const MuonConfig& c);
 

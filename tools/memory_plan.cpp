@@ -122,9 +122,10 @@ void print_json(const Options& o, int world) {
     const MuonCost c = muon_cost(units, shard, o.optimizer.muon);
     std::printf(
         "  \"optimizer\": \"muon\",\n  \"muon\": {\"ns_steps\": %d, \"matrices\": %lld, "
-        "\"exchanged_units\": %d, \"ns_flops\": %.17g, \"ns_critical_flops\": %.17g},\n",
+        "\"exchanged_units\": %d, \"ns_flops\": %.17g, \"ns_critical_flops\": %.17g, "
+        "\"ns_critical_elems\": %lld},\n",
         o.optimizer.muon.ns_steps, (long long)c.matrices, c.exchanged_units, c.total_flops,
-        c.critical_flops);
+        c.critical_flops, (long long)c.critical_elems);
   } else {
     std::printf("  \"optimizer\": \"adamw\",\n  \"muon\": null,\n");
   }

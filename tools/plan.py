@@ -28,7 +28,7 @@ What comes from where:
   * the optimizer step, after the last backward: AdamW's pass over the shards
     at --hbm-gbs; under --optimizer muon also Muon's f32 exchange of each
     block on the shard group and its Newton-Schulz FLOPs on the busiest
-    owner of each block at --mfu (tools/plan_optimizer.py).
+    owner of each block at --mfu, its casts at --hbm-gbs (tools/plan_optimizer.py).
 
 --measured FILE: "key value" lines, '#' comments, times in ms for ONE
 micro-batch of `batch` x `seq_len` on one H100 (scaled linearly to the
@@ -441,8 +441,9 @@ def print_plan(r, cfg):
         print(f"   Muon: {mu['matrices']} matrices, Newton-Schulz {mu['ns_steps']} steps "
               f"{mu['ns_flops'] / 1e12:.2f} TFLOP a step, {mu['ns_critical_flops'] / 1e12:.2f} on "
               f"the blocks' busiest owners (ideal {mu['ns_ideal_flops'] / 1e12:.2f}) = "
-              f"{ms(t['muon_ns_s']).strip()} at MFU {c['mfu']:.0%}; f32 exchange "
-              f"{ms(t['muon_exchange_s']).strip()}; not overlapped")
+              f"{ms(t['muon_ns_s']).strip()} at MFU {c['mfu']:.0%}; norm, casts and zeroing "
+              f"{ms(t['muon_hbm_s']).strip()}; f32 exchange {ms(t['muon_exchange_s']).strip()}; "
+              f"not overlapped")
     muon_part = f" + Muon {ms(t['muon_s'])}" if r["muon"] else ""
     print(f"   step: compute {ms(t['compute_s'])} + optimizer {ms(t['optimizer_s'])}{muon_part} + exposed "
           f"shard-group comm {ms(t['exposed_shard_comm_s'])} + exposed replica all-reduce "

@@ -18,6 +18,13 @@ from plan_compute import fail
 # update and writes master (12), the AdamW pass still zeroes its gradient
 # (4) and refreshes its send copy (6).
 OPTIMIZER_BYTES_PER_ELEM = 42
+# Muon's own HBM traffic, on top of the GEMMs (shard/muon.cpp,
+# model/cuda/cuda_muon.cpp): per element of an owner's matrices, the norm
+# reads it (4), the cast in reads it and writes bf16 (6), the cast out reads
+# bf16 and writes it (6); per element of an exchanged unit, on several
+# ranks, zeroing the results buffer writes 4.
+MUON_CAST_BYTES_PER_ELEM = 16
+MUON_ZERO_BYTES_PER_ELEM = 4
 
 
 def elementwise_seconds(cfg, units):
@@ -39,9 +46,10 @@ def muon(cfg, prog, block_traffic):
     is the program's ns_critical_flops (plan_muon's owners, summed over
     units of each unit's busiest rank) at the plan's --mfu, not the total
     over the ranks: to be replaced by bench_cuda_ops' timings of the
-    batched GEMMs once measured on an H100. Left out, each under 1% of
-    Muon's time at gpt-350m: zeroing the results buffer, the f32<->bf16
-    casts around the iteration, its elementwise steps.
+    batched GEMMs once measured on an H100. The GEMMs' own reads and writes
+    are inside that MFU; the norm, the casts around the iteration (on the
+    same busiest owners' elements) and zeroing the results buffer are
+    counted at --hbm-gbs.
     """
     m = prog["muon"]
     if m is None:
@@ -57,6 +65,11 @@ def muon(cfg, prog, block_traffic):
                  "reduce-scatter (Muon)": block_traffic("reduce-scatter")}
     exchange = sum(c["seconds"] for c in colls.values())
     ns = m["ns_critical_flops"] / rate
+    block = next(u["padded"] for u in prog["units"] if u["name"] == "block")
+    zeroed = block * blocks if prog["shard_size"] > 1 else 0
+    hbm = (MUON_CAST_BYTES_PER_ELEM * m["ns_critical_elems"] + MUON_ZERO_BYTES_PER_ELEM * zeroed) \
+        / (cfg["hbm_gbs"] * 1e9)
     return {"collectives": colls,
-            "time": {"muon_exchange_s": exchange, "muon_ns_s": ns, "muon_s": exchange + ns},
+            "time": {"muon_exchange_s": exchange, "muon_ns_s": ns, "muon_hbm_s": hbm,
+                     "muon_s": exchange + ns + hbm},
             "summary": {**m, "ns_ideal_flops": m["ns_flops"] / prog["shard_size"]}}

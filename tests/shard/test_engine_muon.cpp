@@ -334,7 +334,7 @@ TEST(MuonStep, OwnersSpreadTheNewtonSchulzWork) {
 // On 4 ranks plan_muon gives the six MLP matrices to ranks 0 1 2 3 0 1,
 // then Wq, Wo of block 1 and 2 to ranks 2 3 2 3, then Wk, Wv to 2 3 2 3:
 // block 1's busiest rank is 2 (W2 + Wq + Wk), block 2's rank 3 (W1 + Wo + Wv),
-// both 5570560 a step.
+// both 5570560 FLOPs a step.
 TEST(MuonCost, ByHandOnTheTinyPreset) {
   const auto units = model_units(model_preset("tiny"));
   const double per_block = 2 * 1572864.0 + 2 * 327680.0 + 3 * 3670016.0;
@@ -350,6 +350,10 @@ TEST(MuonCost, ByHandOnTheTinyPreset) {
     EXPECT_EQ(one.critical_flops, one.total_flops) << "one rank does it all";
     EXPECT_EQ(four.total_flops, one.total_flops);
     EXPECT_EQ(four.critical_flops, steps * 2 * 5570560.0);
+    // every matrix on one rank (2 x (2 x 4096 + 2 x 2048 + 3 x 12288)); on
+    // four, W2 + Wq + Wk and W1 + Wo + Wv (12288 + 4096 + 2048 each)
+    EXPECT_EQ(one.critical_elems, 98304);
+    EXPECT_EQ(four.critical_elems, 2 * 18432);
   }
 }
 
