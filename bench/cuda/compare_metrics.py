@@ -19,10 +19,15 @@ writes it). A loss of null (fsdptrain writes NaN/Inf as null) always fails.
         the mean loss of the last 20 steps must be below ratio x the first loss.
   compare_metrics.py follows REF.jsonl NEW.jsonl [--val-tolerance 1e-2] [--window 50]
         [--after 100] [--window-tolerance 5e-2]
-        NEW's last validation loss within val-tolerance of REF's, and no window
-        of NEW's training loss (50 steps, each starting after step 100) more
-        than window-tolerance above REF's mean over the same steps: the same
-        quality at the end and never diverging on the way (fp8 against bf16).
+        NEW's last validation loss at most val-tolerance above REF's, and no
+        window of NEW's training loss (50 steps, each starting after step 100)
+        more than window-tolerance above REF's mean over the same steps: no
+        worse at the end and never diverging on the way (fp8 against bf16).
+        Both bars are one-sided: they bound what NEW costs. A NEW below REF
+        passes: two bf16 runs of the same 500-step command on an H100 (at two
+        commits that leave bf16 unchanged) ended 1.05% apart, 1.2145 and
+        1.2273 (bench/results/h100_2026-11-25 and h100_2026-11-26), since
+        cuDNN's attention backward is not deterministic.
   compare_metrics.py selftest
         checks this file's own logic on made-up metrics (no fsdptrain needed).
 
@@ -171,9 +176,9 @@ def follows(ref_path, new_path, val_tolerance=1e-2, window=50, after=100, window
     if worst_at is None:
         return 2, f"no {window}-step window after step {after} in both files"
     v = new_val[-1] / ref_val[-1] - 1
-    ok = abs(v) <= val_tolerance and worst <= window_tolerance
+    ok = v <= val_tolerance and worst <= window_tolerance
     return (0 if ok else 1), (f"val_loss {new_val[-1]:.4f} vs {ref_val[-1]:.4f} ({v:+.2%}, tolerance "
-                              f"{val_tolerance:.0%}); worst {window}-step window {worst:+.2%} from step "
+                              f"{val_tolerance:+.0%}); worst {window}-step window {worst:+.2%} from step "
                               f"{worst_at} (tolerance {window_tolerance:+.0%})")
 
 
@@ -215,13 +220,15 @@ def selftest():
     ref = write("ref.jsonl", curve, extra=[{"step": 400, "val_loss": 2.0}])
     same = write("same.jsonl", [(s, l * 1.003) for s, l in curve], extra=[{"step": 400, "val_loss": 2.01}])
     worse = write("worse.jsonl", curve, extra=[{"step": 400, "val_loss": 2.05}])
+    better = write("better.jsonl", curve, extra=[{"step": 400, "val_loss": 1.95}])
     spike = write("spike.jsonl", [(s, l * 1.3 if 200 <= s < 260 else l) for s, l in curve],
                   extra=[{"step": 400, "val_loss": 2.0}])
     early = write("early.jsonl", [(s, l * 1.3 if s < 100 else l) for s, l in curve],
                   extra=[{"step": 400, "val_loss": 2.0}])
     checks += [
         (follows(ref, same)[0], 0, "0.5% and 0.3% off follows"),
-        (follows(ref, worse)[0], 1, "a final val_loss 2.5% off does not"),
+        (follows(ref, worse)[0], 1, "a final val_loss 2.5% above does not"),
+        (follows(ref, better)[0], 0, "one 2.5% below does: the bars bound what NEW costs"),
         (follows(ref, spike)[0], 1, "a 30% excursion after step 100 does not"),
         (follows(ref, early)[0], 0, "one before step 100 is not judged"),
         (follows(ref, b)[0], 2, "files without validation loss: exit 2"),
