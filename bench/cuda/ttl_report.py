@@ -5,7 +5,8 @@
                 [--model gpt-350m] [--expected-steps SYS=N,...] [--png docs/time_to_loss.png]
 
 Each RUN is a --metrics file of bench/cuda/ttl_run.sh, named
-ttl_<system>.jsonl (ttl_torch_compile, ttl_fsdptrain_bf16, ...). For each one
+ttl_<system>.jsonl (ttl_torch_compile, ttl_fsdptrain_bf16, ttl_fsdptrain_bf16_muon,
+...). For each one
 line, in issue 30's format:
 
   TTL system=fsdptrain precision=bf16 optimizer=adamw model=gpt-350m train_s=112.9
@@ -67,6 +68,17 @@ def system_of(path):
     return name[:-len(".jsonl")] if name.endswith(".jsonl") else name
 
 
+def describe(sys_name):
+    """(system, precision, optimizer) of a run's name: torch_compile (bf16, AdamW),
+    fsdptrain_<precision> (AdamW) or fsdptrain_<precision>_muon."""
+    if sys_name.startswith("torch"):
+        return "torch_compile", "bf16", "adamw"
+    parts = sys_name.split("_")
+    if parts[-1] == "muon":
+        return "fsdptrain", parts[-2], "muon"
+    return "fsdptrain", parts[-1], "adamw"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+")
@@ -86,9 +98,8 @@ def main():
     for sys_name, (curve, last_step) in runs.items():
         complete = not (sys_name in expected and last_step < int(expected[sys_name]))
         reach = next((t for t, v, _ in curve if v <= ref_loss), float("nan"))
-        system, precision = ("torch_compile", "bf16") if sys_name.startswith("torch") else \
-            ("fsdptrain", sys_name.split("_")[-1])
-        print(f"TTL system={system} precision={precision} optimizer=adamw model={a.model} "
+        system, precision, optimizer = describe(sys_name)
+        print(f"TTL system={system} precision={precision} optimizer={optimizer} model={a.model} "
               f"train_s={curve[-1][0]:.1f} val_loss={curve[-1][1]:.4f} reach_ref_s="
               f"{'nan' if math.isnan(reach) else f'{reach:.1f}'}"
               f"{'' if complete else ' complete=false'} device={a.device}")

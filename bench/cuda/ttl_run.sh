@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # ttl_run.sh - issue 30's time-to-loss runs, one device-tool call: PyTorch
-# (torch.compile, bench/cuda/torch_ttl.py), fsdptrain bf16 and fsdptrain fp8
-# train the same model on the same batches of English text with the same
+# (torch.compile, bench/cuda/torch_ttl.py), fsdptrain bf16, fsdptrain fp8 and
+# fsdptrain bf16 with Muon (SYSTEMS=muon, not in the default set) train the same model on the same batches of English text with the same
 # recipe, each for about TTL_BUDGET_S seconds of training, validating every
 # EVAL_EVERY steps on the whole validation file.
 #
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh   (.ttl_carry/)
 #   device:  run(command="SYSTEMS='torch_compile bf16' bash bench/cuda/ttl_run.sh",
-#                carry=[".gpu_carry", ".ttl_carry"]), then SYSTEMS=fp8 in a second call
+#                carry=[".gpu_carry", ".ttl_carry"]), then SYSTEMS=fp8 (and SYSTEMS=muon)
+#                in further calls
 #   here:    python3 bench/cuda/ttl_report.py <files_at>/ttl_*.jsonl --device NAME \
 #                --expected-steps torch_compile=1100,fsdptrain_bf16=1500,fsdptrain_fp8=1560 \
 #                --png docs/time_to_loss.png
 #
 # Each system's step count is its budget times its speed on this GPU at this
-# shape (measured in an earlier call: STEPS_TORCH, STEPS_BF16, STEPS_FP8), so
+# shape (measured in an earlier call: STEPS_TORCH, STEPS_BF16, STEPS_FP8; STEPS_MUON
+# is an estimate: bf16's ~70 ms step on an H200 plus Muon's 27 ms optimizer step
+# measured on an H100 in bench/results/h100_2026-11-26), so
 # each cosine schedule ends near the budget; torch_ttl.py also stops at the
 # first evaluation past TTL_GUARD_S. Output in $OUT: ttl_<system>.jsonl (the
 # --metrics format, with train_s on every validation line) and ttl_log.txt.
@@ -26,6 +29,11 @@ CARRY=${CARRY:-$ROOT/.gpu_carry}
 TTL_CARRY=${TTL_CARRY:-$ROOT/.ttl_carry}
 MODEL=${MODEL:-gpt-350m} VOCAB=${VOCAB:-8192} BATCH=${BATCH:-16} SEQ=${SEQ:-1024}
 STEPS_TORCH=${STEPS_TORCH:-1100} STEPS_BF16=${STEPS_BF16:-1500} STEPS_FP8=${STEPS_FP8:-1560}
+STEPS_MUON=${STEPS_MUON:-1050}
+# Muon scales its update to AdamW's RMS, so the recipe's lr carries over; the
+# tiny model's sweep (bench/results/muon_vs_adamw_cpu_2026-11-26.txt) liked 3x
+# AdamW's best, which MUON_LR=3e-3 tries.
+MUON_LR=${MUON_LR:-1e-3} MUON_PRECISION=${MUON_PRECISION:-bf16}   # fp32 rehearses it on a CPU
 TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
 # Wall-clock limits per system. The first H100 run (2026-11-25) measured torch.compile's
 # warm-up at 95 s and its eager evaluations at ~3.6 s each, so 1100 steps with 12
@@ -60,9 +68,10 @@ done
 } >> "$log" 2>&1
 
 # The recipe, the same for every system (fsdptrain's flags; torch_ttl.py takes the same names).
-RECIPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --lr 1e-3 --min-lr 1e-4
+RECIPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --min-lr 1e-4
         --warmup-steps 100 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0
         --init-std 0.02 --seed 1337 --eval-every "$EVAL_EVERY")
+LR=1e-3   # every system's, Muon's too unless MUON_LR
 DATA=(--train-data "$D/english_train.h5" --val-data "$D/english_val.h5")
 
 export _FSDP_ORIG_LD_LIBRARY_PATH=${_FSDP_ORIG_LD_LIBRARY_PATH:-}
@@ -72,13 +81,19 @@ for s in $SYSTEMS; do
     torch_compile)  # PyTorch with its own CUDA libraries (torch's nvidia-* wheels), not the bundle's
       say "== torch.compile: $STEPS_TORCH steps"
       timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 bench/cuda/torch_ttl.py \
-        --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_TORCH" --time-budget "$TTL_GUARD_S" \
+        --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_TORCH" --lr "$LR" --time-budget "$TTL_GUARD_S" \
         --compile --metrics "$OUT/ttl_torch_compile.jsonl" >> "$log" 2>&1 || rc=$? ;;
     bf16|fp8)
       n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8
       say "== fsdptrain $s: $n steps"
-      timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --eval-batches 0 \
-        --log-every 100 --precision "$s" --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
+      timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --lr "$LR" \
+        --eval-batches 0 --log-every 100 --precision "$s" --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
+    muon)  # the same recipe, the block matrices on Muon (the rest keeps AdamW)
+      say "== fsdptrain $MUON_PRECISION muon (lr $MUON_LR): $STEPS_MUON steps"
+      timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_MUON" \
+        --eval-batches 0 --log-every 100 --precision "$MUON_PRECISION" --optimizer muon --lr "$MUON_LR" \
+        --metrics "$OUT/ttl_fsdptrain_${MUON_PRECISION}_muon.jsonl" >> "$log" 2>&1 || rc=$? ;;
+    *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon)"; rc=2 ;;
   esac
   tail -2 "$log"
   say "   ($s: $((SECONDS - t)) s wall, exit $rc)"

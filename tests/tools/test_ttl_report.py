@@ -3,9 +3,10 @@
 
   test_ttl_report.py TTL_REPORT_PY
 
-Three metrics files made here, with clocks worked by hand: a reference cut
+Four metrics files made here, with clocks worked by hand: a reference cut
 before its last step (complete=false, its last validation stands in), an
-fsdptrain run with train_s on its validation lines, and one from before
+fsdptrain run with train_s on its validation lines, a Muon run that never
+reaches the reference's loss (optimizer=muon, reach_ref_s=nan), and one from before
 train_s existed, whose clock the report rebuilds from the step lines (host
 time between steps; a step after an evaluation, and the first, by
 tokens / tokens_per_s). Checks each TTL line's train_s, val_loss and
@@ -60,8 +61,13 @@ def main():
               [{"step": n, "loss": 4.0, "tokens_seen": 100 * n, "tokens_per_s": 50.0,
                 "elapsed_s": elapsed[n]} for n in (3, 4)] +
               [{"step": 4, "val_loss": 3.3}])
+        # Muon in bf16: named by its optimizer on the TTL line; never reaches 3.5
+        muon = os.path.join(d, "ttl_fsdptrain_bf16_muon.jsonl")
+        write(muon, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}] +
+              [{"step": n, "loss": 4.0, "train_s": 0.05 * n} for n in range(1, 101)] +
+              [{"step": 100, "val_loss": 3.7, "train_s": 6.0}])
         png = os.path.join(d, "ttl.png")
-        args = [sys.executable, report, ref, bf16, fp8, "--device", "GPU X",
+        args = [sys.executable, report, ref, bf16, fp8, muon, "--device", "GPU X",
                 "--expected-steps", "torch_compile=300,fsdptrain_bf16=300"]
         try:
             import matplotlib  # noqa: F401
@@ -79,6 +85,8 @@ def main():
             "val_loss=3.2000 reach_ref_s=9.0 device=GPU X",
             "TTL system=fsdptrain precision=fp8 optimizer=adamw model=gpt-350m train_s=10.0 "
             "val_loss=3.3000 reach_ref_s=5.0 device=GPU X",
+            "TTL system=fsdptrain precision=bf16 optimizer=muon model=gpt-350m train_s=6.0 "
+            "val_loss=3.7000 reach_ref_s=nan device=GPU X",
         ]
         check(lines == want, f"TTL lines {lines}")
         if png:
