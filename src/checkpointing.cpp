@@ -143,8 +143,9 @@ RunPosition RunCheckpoints::resume() {
   }
   // What optim/ holds must be what this run's optimizer reads: AdamW's
   // moments are not Muon's momentum (or the reverse). Every rank read the
-  // same file, so every rank decides the same.
-  if (meta.optimizer != o_.optimizer.kind && !o_.checkpoint.reset_optimizer)
+  // same file, so every rank decides the same. --eval-only (no loader) uses
+  // the weights alone, whichever optimizer trained them.
+  if (loader_ && meta.optimizer != o_.optimizer.kind && !o_.checkpoint.reset_optimizer)
     throw_error("--optimizer ", choice_name(o_.optimizer.kind), ": checkpoint '", choice.path,
                 "' was trained with --optimizer ", choice_name(meta.optimizer),
                 ", whose state does not carry over; pass --optimizer ", choice_name(meta.optimizer),

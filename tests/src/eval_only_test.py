@@ -61,6 +61,24 @@ n = re.search(r"over (\d+) tokens in", p.stdout)
 check(p.returncode == 0 and n is not None and int(n.group(1)) == 2 * 4 * 64,
       f"--eval-batches 2 covers 2 x 4 x 64 tokens: {p.stdout[-200:]}")
 
+# A Muon checkpoint: evaluating needs its weights only, so --eval-only takes it
+# without --optimizer muon (training on from it would not) and gives the loss
+# the training run's final validation gave.
+mck = os.path.join(work, "ckpt_muon")
+mtrain = run(base + ["--train-data", os.path.join(example, "kjv_train.h5"), "--batch-size", "8",
+                     "--steps", "10", "--optimizer", "muon", "--eval-batches", "0", "--checkpoint-dir",
+                     mck, "--checkpoint-every", "10", "--metrics", os.path.join(work, "muon.jsonl")])
+mwant = [r["val_loss"] for r in records(os.path.join(work, "muon.jsonl")) if "val_loss" in r]
+check(mtrain.returncode == 0 and len(mwant) == 1, f"the Muon run saves and validates ({mtrain.stderr[-300:]})")
+m = os.path.join(work, "eval_muon.jsonl")
+p = run(base + ["--eval-only", "--eval-batches", "0", "--batch-size", "8", "--resume", "auto",
+                "--checkpoint-dir", mck, "--metrics", m])
+rec = records(m) if os.path.exists(m) else []
+check(p.returncode == 0 and len(rec) == 1 and mwant and abs(rec[0]["val_loss"] - mwant[0]) <= 1e-5 * mwant[0],
+      f"--eval-only of a Muon checkpoint without --optimizer muon: {rec} vs {mwant} ({p.stderr[-300:]})")
+one_error(base + ["--train-data", os.path.join(example, "kjv_train.h5"), "--batch-size", "8", "--steps", "20",
+                  "--resume", "auto", "--checkpoint-dir", mck],
+          "was trained with --optimizer muon", "training on from a Muon checkpoint under AdamW")
 
 # Samples from the checkpoint: greedy text is a function of the weights alone,
 # so 1 rank and 3 ranks (sharded weights, gathered) print the same; each
