@@ -2,22 +2,27 @@
 """Makes fsdptrain token files (docs/ARCHITECTURE.md, "Token dataset") from text or token arrays.
 
   prepare_data.py text INPUT [INPUT ...] --out PREFIX [--tokenizer byte|bpe|hf:PATH|tiktoken:NAME]
-                  [--shard-tokens 100M [--resume]] [--val-tokens N | --val-fraction F]
-                  [--doc-per-line] [--text-field text] [--workers N]
+                  [--bpe-train-bytes N] [--shard-tokens 100M [--resume]]
+                  [--val-tokens N | --val-fraction F]
+                  [--doc-per-line | --doc-separator TEXT] [--text-field text] [--workers N]
   prepare_data.py array INPUT.npy|INPUT.bin --out PREFIX --vocab-size V
                   [--eos-id ID] [--tokenizer-name NAME] [--val-fraction 0.05]
 
 text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
   .ndjson: one object per line, the document in --text-field) or Parquet (the
   string column --text-field, as on the Hugging Face hub), optionally .gz,
-  .zst, .xz or .bz2 (not Parquet). A plain text file is one document, or one
-  per line with --doc-per-line; a JSONL line or Parquet row is one document;
+  .zst, .xz or .bz2 (not Parquet). A plain text file is one document, one
+  per line with --doc-per-line, or, with --doc-separator TEXT, one per piece
+  between two TEXTs, each TEXT dropped (OpenWebText as CS336 hands it out
+  marks its documents with <|endoftext|>); a JSONL line or Parquet row is one document;
   empty ones are skipped. The end-of-text token, where the tokenizer has one,
   follows every document. Tokenizers:
     byte           UTF-8 bytes, vocab 256, no end-of-text token: files are
                    joined as they are, lines and records each end in a newline.
-    bpe            a byte-level BPE of --vocab-size trained on the inputs,
-                   saved as PREFIX_tokenizer.json.
+    bpe            a byte-level BPE of --vocab-size trained on the inputs (on
+                   their first --bpe-train-bytes of text, where given: a few GB
+                   of a large corpus make the same merges at a fraction of the
+                   memory and time), saved as PREFIX_tokenizer.json.
     hf:PATH        a Hugging Face tokenizer.json, copied to PREFIX_tokenizer.json;
                    end of text: --eos-token, else <|endoftext|>, </s>, ...
     tiktoken:NAME  gpt2 (vocab 50257, eos 50256), cl100k_base, o200k_base...,
@@ -31,7 +36,9 @@ text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
   --val-fraction F the last F of all tokens exactly (the default, 0.05, without
   --shard-tokens; held in memory until the end), or --val-tokens N the last
   whole documents holding at least N tokens (the default with --shard-tokens,
-  10M). Plain text files are read in pieces of about 1 MB cut at a newline
+  10M). --val-fraction 1 writes PREFIX_val.h5 alone, from all of the input:
+  a corpus's own validation file, encoded with the training split's tokenizer
+  (--tokenizer hf:PREFIX_tokenizer.json). Plain text files are read in pieces of about 1 MB cut at a newline
   between two printable ASCII characters, where GPT-style tokenizers cut
   anyway; such pieces count as documents for where files and the split end.
   All cores encode (--workers), in input order, with bounded memory. Files
@@ -207,6 +214,14 @@ def fraction(s):
     return v
 
 
+def val_fraction(s):
+    """text's --val-fraction: 1 makes all of it validation (a separate validation file)."""
+    v = float(s)
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{s} is not in [0, 1]")
+    return v
+
+
 def count(s):
     """A token or byte count: 100000, 100K, 100M, 1.5G."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", s.strip())
@@ -239,6 +254,8 @@ def parse_args(argv):
                    help="default: from the suffix (.jsonl/.json/.ndjson, .parquet, else text)")
     t.add_argument("--doc-per-line", action="store_true",
                    help="plain text: each line is a document (default: each file)")
+    t.add_argument("--doc-separator", metavar="TEXT",
+                   help="plain text: TEXT ends a document and is dropped (e.g. '<|endoftext|>')")
     t.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
     t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
                    help="invalid UTF-8: stop with an error (default) or replace it")
@@ -248,9 +265,11 @@ def parse_args(argv):
                    help="continue an interrupted --shard-tokens run")
     t.add_argument("--val-tokens", type=count, metavar="N",
                    help="validation: the last whole documents holding >= N tokens")
-    t.add_argument("--val-fraction", type=fraction,
+    t.add_argument("--val-fraction", type=val_fraction,
                    help="validation: the last fraction of the tokens (default 0.05 "
-                        "without --shard-tokens)")
+                        "without --shard-tokens; 1: all, only PREFIX_val.h5)")
+    t.add_argument("--bpe-train-bytes", type=positive, metavar="N",
+                   help="bpe: train on the first N bytes of text (e.g. 2G; default all)")
     t.add_argument("--workers", type=positive, help="processes (default: all cores)")
     # For tests: small batches and pieces exercise the cuts with small files.
     t.add_argument("--batch-bytes", type=positive, default=1 << 20, help=argparse.SUPPRESS)

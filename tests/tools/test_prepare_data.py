@@ -217,6 +217,24 @@ class Formats(Base):
         self.check([p], [text], "--piece-bytes", "700", "--workers", "3")
 
 
+    def test_text_documents_between_separators(self):
+        """--doc-separator: OpenWebText's <|endoftext|> ends a document and is
+        dropped; the tokenizer's own end-of-text follows each document, wherever
+        the reads and pieces fall (reads of 13 bytes split most separators; short
+        lines keep every cut inside a document at a newline)."""
+        docs = make_docs(60, seed=8, max_words=8)
+        sep = "<|endoftext|>"
+        text = sep + sep.join(docs[:30]) + sep + sep + sep.join(docs[30:]) + sep + "tail <|endof"
+        p = self.write("owt.txt.gz", text)
+        want = docs + ["tail <|endof"]  # empty documents skipped; a partial separator is text
+        for piece in ("13", "64", "700"):
+            self.check([p], want, "--doc-separator", sep, "--piece-bytes", piece,
+                       "--batch-bytes", "300")
+        self.check([p], want, "--doc-separator", sep, "--piece-bytes", "64", "--workers", "3")
+        # without the flag the separators are text of the one document
+        self.check([p], [text], "--piece-bytes", "64")
+
+
 class Tokenizers(Base):
     def setUp(self):
         super().setUp()
@@ -255,6 +273,45 @@ class Tokenizers(Base):
         self.assertEqual(docs, self.docs)
         self.assertLess(len(got), sum(len(d.encode()) for d in self.docs) / 2)
         self.check_byte_level(prefix, got, tok, a["eos_id"], "<|endoftext|>")
+
+    def test_bpe_on_the_first_bytes_and_a_separate_validation_file(self):
+        """The leaderboard's way (README): a BPE trained on the start of the
+        training text, then the corpus's own validation file encoded with it."""
+        def merges(prefix):
+            with open(prefix + "_tokenizer.json") as f:
+                return json.load(f)["model"]["merges"]
+        # --bpe-train-bytes stops after the document that reaches the count:
+        # the first 10 documents' bytes give the merges of those 10 alone.
+        first = self.docs[:10]
+        limit = sum(len(d.encode()) for d in first)
+        self.write("first.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in first))
+        self.prepare(self.path("first.jsonl"), "--out", self.path("few"), "--tokenizer", "bpe",
+                     "--vocab-size", "400", "--val-fraction", "0")
+        prefix = self.path("owt")
+        self.prepare(self.input, "--out", prefix, "--tokenizer", "bpe", "--vocab-size", "400",
+                     "--bpe-train-bytes", str(limit), "--val-fraction", "0")
+        self.prepare(self.input, "--out", self.path("all"), "--tokenizer", "bpe",
+                     "--vocab-size", "400", "--val-fraction", "0")
+        self.assertEqual(merges(prefix), merges(self.path("few")))
+        self.assertNotEqual(merges(prefix), merges(self.path("all")))
+        # --val-fraction 1: every token to PREFIX_val.h5, no training file
+        val_docs = make_docs(7, seed=11)
+        self.write("valid.jsonl", "".join(json.dumps({"text": d}) + "\n" for d in val_docs))
+        vprefix = self.path("owt_valid")
+        self.prepare(self.path("valid.jsonl"), "--out", vprefix, "--tokenizer",
+                     "hf:" + prefix + "_tokenizer.json", "--val-fraction", "1")
+        self.assertEqual(glob.glob(vprefix + "_train*"), [])
+        got = read_tokens([vprefix + "_val.h5"]).tolist()
+        tok = tokenizers.Tokenizer.from_file(prefix + "_tokenizer.json")
+        eos = tok.token_to_id("<|endoftext|>")
+        want = []
+        for d in val_docs:
+            want += tok.encode(d, add_special_tokens=False).ids + [eos]
+        self.assertEqual(got, want)
+        # the same decode table as the training file's, so the trainer accepts the pair
+        self.assertEqual(decode_table(vprefix + "_val.h5"), decode_table(prefix + "_train.h5"))
+        self.assertEqual(attrs(vprefix + "_val.h5")[0]["tokenizer_sha256"],
+                         attrs(prefix + "_train.h5")[0]["tokenizer_sha256"])
 
     def check_byte_level(self, prefix, got, tok, eos, eos_text, docs=None):
         """The decode table of a byte-level BPE gives back each document's bytes."""
@@ -590,6 +647,15 @@ class Errors(Base):
                    "not a .tiktoken file")
         self.fails([good, *out, "--resume"], "--resume needs --shard-tokens")
         self.fails([good, *out, "--val-tokens", "10", "--val-fraction", "0.1"], "not both")
+        self.fails([good, *out, "--val-fraction", "1", "--shard-tokens", "100"],
+                   "--val-fraction 1", "leave out --shard-tokens")
+        self.fails([good, *out, "--val-fraction", "1.5"], "--val-fraction", "[0, 1]")
+        self.fails([good, *out, "--bpe-train-bytes", "1G"], "--bpe-train-bytes is for --tokenizer bpe")
+        self.fails([good, *out, *self.tik("--doc-separator", "<|endoftext|>", "--doc-per-line")],
+                   "--doc-separator", "leave out --doc-per-line")
+        self.fails([good, *out, "--doc-separator", "<|endoftext|>"], "--doc-separator",
+                   "--tokenizer byte has not")
+        self.fails([good, *out, *self.tik("--doc-separator", "")], "--doc-separator is empty")
         self.fails([good, *out, "--shard-tokens", "1X"], "--shard-tokens", "100M")
         self.fails([good, *out, "--val-tokens", "10K"], "--val-tokens")
         self.fails([good, "--out", self.path("nodir/x")], "does not exist")

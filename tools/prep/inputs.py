@@ -104,9 +104,15 @@ class Reader(io.RawIOBase):
         self.f.close()
 
 
-def text_pieces(path, piece_bytes):
-    """(bytes, offset, ends_document) for a plain text file, pieces of about piece_bytes."""
+def text_pieces(path, piece_bytes, separator=None):
+    """(bytes, offset, ends_document) for a plain text file, pieces of about piece_bytes.
+
+    separator (bytes, --doc-separator): each occurrence ends a document and is
+    dropped, as a corpus that marks its documents with <|endoftext|> means it
+    (the tokenizer's own end-of-text token then follows each); empty documents
+    between two separators are skipped. Pieces never straddle a separator."""
     r = Reader(path)
+    sep_len = len(separator) if separator else 0
     try:
         buf, offset, pending, eof = b"", 0, None, False
         while not eof:
@@ -114,7 +120,24 @@ def text_pieces(path, piece_bytes):
             eof = not block
             buf += block
             while buf and (eof or len(buf) >= 2 * piece_bytes):
-                m = SAFE_CUT.search(buf, piece_bytes - 1)
+                at = buf.find(separator) if separator else -1
+                m = None
+                if at < 0 or at > 2 * piece_bytes:
+                    # Cut inside the document, before any separator, and never in the
+                    # last sep_len - 1 bytes, where a separator may be starting.
+                    end = at if at >= 0 else len(buf) if eof else len(buf) - max(sep_len - 1, 0)
+                    m = SAFE_CUT.search(buf, piece_bytes - 1, end)
+                if at >= 0 and not m:  # the document ends here: whatever is pending with it
+                    if at:
+                        if pending:
+                            yield pending + (False,)
+                        pending = (buf[:at], offset)
+                    if pending:
+                        yield pending + (True,)
+                    pending = None
+                    offset += at + sep_len
+                    buf = buf[at + sep_len:]
+                    continue
                 if m:
                     cut = m.end()
                 elif eof:
@@ -197,13 +220,14 @@ def parquet_rows(path, field, batch_bytes):
         fail(f"cannot read '{path}' as Parquet: {e}")
 
 
-def batches(paths, fmt, per_line, field, batch_bytes, piece_bytes):
-    """(batch, input bytes) over all inputs in order; per_line: --doc-per-line."""
+def batches(paths, fmt, per_line, field, batch_bytes, piece_bytes, separator=None):
+    """(batch, input bytes) over all inputs in order; per_line: --doc-per-line;
+    separator: --doc-separator's bytes (plain text files only)."""
     text_batch, text_size = None, 0
     for path in paths:
         kind = detect_format(path, fmt)
         if kind == "text" and not per_line:
-            for data, offset, ends in text_pieces(path, piece_bytes):
+            for data, offset, ends in text_pieces(path, piece_bytes, separator):
                 if text_batch is None:
                     text_batch, text_size = ("text", [], [], []), 0
                 text_batch[1].append(data)

@@ -168,14 +168,27 @@ def load_tokenizer(args, paths, resuming):
         reader = encoders.Encoder(dict(kind="bpe", tok=None, eos=None, dtype=None,
                                        errors=args.utf8_errors, field=args.text_field))
         texts = (t for batch, _ in batches(args, paths) for t, _ in reader.texts(batch) if t)
+        if args.bpe_train_bytes:
+            texts = first_bytes(texts, args.bpe_train_bytes)
         encoders.train_bpe(texts, args.vocab_size, args.out)
         print(f"prepare_data: wrote {path}", flush=True)
     return encoders.load_hf(path, args.out, encoders.EOT)
 
 
+def first_bytes(texts, limit):
+    """The texts up to the one that reaches limit bytes of UTF-8, that one included."""
+    seen = 0
+    for t in texts:
+        yield t
+        seen += len(t.encode("utf-8", "surrogatepass"))
+        if seen >= limit:
+            return
+
+
 def batches(args, paths):
+    separator = args.doc_separator.encode() if args.doc_separator else None
     return inputs.batches(paths, args.format, args.doc_per_line, args.text_field,
-                          args.batch_bytes, args.piece_bytes)
+                          args.batch_bytes, args.piece_bytes, separator)
 
 
 def run(args):
@@ -188,6 +201,18 @@ def run(args):
         fail("--resume needs --shard-tokens (a single output file is written in one go)")
     if args.val_tokens is not None and args.val_fraction is not None:
         fail("give --val-tokens or --val-fraction, not both")
+    if args.val_fraction == 1 and sharded:
+        fail("--val-fraction 1 writes one PREFIX_val.h5 of all the input; leave out --shard-tokens")
+    if args.doc_separator is not None:
+        if not args.doc_separator:
+            fail("--doc-separator is empty; give the text that ends each document")
+        if args.doc_per_line:
+            fail("--doc-separator splits plain text read whole; leave out --doc-per-line")
+        if encoders.parse(args.tokenizer)[0] == "byte":
+            fail("--doc-separator drops the separator for the tokenizer's end-of-text token, "
+                 "which --tokenizer byte has not; use bpe, hf: or tiktoken:")
+    if args.bpe_train_bytes and encoders.parse(args.tokenizer)[0] != "bpe":
+        fail(f"--bpe-train-bytes is for --tokenizer bpe, not {args.tokenizer}")
     val_tokens, val_fraction = args.val_tokens, args.val_fraction
     if val_tokens is None and val_fraction is None:
         if sharded:
@@ -208,9 +233,13 @@ def run(args):
                       tokenizer=args.tokenizer, utf8_errors=args.utf8_errors,
                       piece_bytes=args.piece_bytes, shard_tokens=args.shard_tokens,
                       val_tokens=val_tokens, val_fraction=val_fraction)
+        if args.doc_separator:
+            config["doc_separator"] = args.doc_separator
         kind = encoders.parse(args.tokenizer)[0]
         if kind == "bpe":
             config["vocab_size"] = args.vocab_size
+            if args.bpe_train_bytes:
+                config["bpe_train_bytes"] = args.bpe_train_bytes
         if kind == "hf":
             config["tokenizer_file"] = fingerprint(args.tokenizer[3:])
         if args.tiktoken_file:
@@ -256,7 +285,7 @@ def run(args):
         if val_fraction and len(val) < 2:
             fail(f"{n} tokens give a validation split of {len(val)}; it needs at least 2 "
                  f"(use more data or a larger --val-fraction)")
-        if n_train < 2:
+        if n_train < 2 and val_fraction != 1:
             fail(f"{n} tokens leave {n_train} for training; it needs at least 2"
                  + (f" (use a smaller --val-tokens)" if val_tokens else ""))
         if rest is not None:
