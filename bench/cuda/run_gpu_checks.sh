@@ -653,7 +653,7 @@ GPU_NAME=${GPU_NAME:-none}
 cp "$OUT/header.log" "$LOGS/header.log"
 
 say "== fsdptrain GPU checks on '$GPU_NAME' (device $DEV), STEPS='$STEPS', budget ${BUDGET_S}s =="
-n_pass=0 n_fail=0 n_skip=0 n_info=0
+n_pass=0 n_fail=0 n_skip=0 n_info=0 n_cut=0
 failed=() left_out=()
 for c in "${CHECKS[@]}"; do
   IFS='|' read -r id est limit cmd what <<< "$c"
@@ -681,7 +681,7 @@ for c in "${CHECKS[@]}"; do
     77) st=SKIP; n_skip=$((n_skip + 1));;
     78) st=INFO; n_info=$((n_info + 1));;
     124|137) if [ "$cut" = 1 ]; then   # ran past its usual time into the budget's end
-               st=CUT; detail="stopped at the budget's end after ${limit}s; rerun it"
+               st=CUT; n_cut=$((n_cut + 1)); detail="stopped at the budget's end after ${limit}s; rerun it"
              else
                st=FAIL; n_fail=$((n_fail + 1)); failed+=("$id"); detail="timed out after ${limit}s${detail:+; $detail}"
              fi;;
@@ -702,7 +702,8 @@ done
 
 # ---- summary ------------------------------------------------------------------------------
 say ""
-say "== summary: $n_pass PASS, $n_fail FAIL, $n_skip SKIP, $n_info INFO in $((SECONDS - T0))s on '$GPU_NAME' =="
+cut_txt=""; [ "$n_cut" -gt 0 ] && cut_txt=", $n_cut CUT"
+say "== summary: $n_pass PASS, $n_fail FAIL, $n_skip SKIP, $n_info INFO$cut_txt in $((SECONDS - T0))s on '$GPU_NAME' =="
 [ ${#failed[@]} -gt 0 ] && say "failed: ${failed[*]}"
 if [ ${#left_out[@]} -gt 0 ]; then
   say "not run or cut short, out of time budget: ${left_out[*]}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ttl_run.sh - issue 30's time-to-loss runs, one device-tool call: PyTorch
 # (torch.compile, bench/cuda/torch_ttl.py), fsdptrain bf16, fsdptrain fp8 and
-# fsdptrain bf16 with Muon (SYSTEMS=muon, not in the default set) train the same model on the same batches of English text with the same
-# recipe, each for about TTL_BUDGET_S seconds of training, validating every
+# fsdptrain bf16 with Muon (SYSTEMS=muon, not in the default set) train the
+# same model on the same batches of English text with the same recipe, each for about TTL_BUDGET_S seconds of training, validating every
 # EVAL_EVERY steps on the whole validation file.
 #
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh   (.ttl_carry/)

@@ -656,6 +656,8 @@ class Errors(Base):
         self.fails([good, *out, "--doc-separator", "<|endoftext|>"], "--doc-separator",
                    "--tokenizer byte has not")
         self.fails([good, *out, *self.tik("--doc-separator", "")], "--doc-separator is empty")
+        self.fails([self.write("docs.jsonl", '{"text": "a"}\n'), *out, *self.tik("--doc-separator", "<|endoftext|>")],
+                   "--doc-separator", "JSONL or Parquet")
         self.fails([good, *out, "--shard-tokens", "1X"], "--shard-tokens", "100M")
         self.fails([good, *out, "--val-tokens", "10K"], "--val-tokens")
         self.fails([good, "--out", self.path("nodir/x")], "does not exist")

@@ -208,6 +208,9 @@ def run(args):
             fail("--doc-separator is empty; give the text that ends each document")
         if args.doc_per_line:
             fail("--doc-separator splits plain text read whole; leave out --doc-per-line")
+        if not any(inputs.detect_format(p, args.format) == "text" for p in paths):
+            fail("--doc-separator splits plain text files, and every input is JSONL or "
+                 "Parquet, whose records are documents already")
         if encoders.parse(args.tokenizer)[0] == "byte":
             fail("--doc-separator drops the separator for the tokenizer's end-of-text token, "
                  "which --tokenizer byte has not; use bpe, hf: or tiktoken:")
