@@ -34,6 +34,9 @@ STEPS_MUON=${STEPS_MUON:-1050}
 # tiny model's sweep (bench/results/muon_vs_adamw_cpu_2026-11-26.txt) liked 3x
 # AdamW's best, which MUON_LR=3e-3 tries.
 MUON_LR=${MUON_LR:-1e-3} MUON_PRECISION=${MUON_PRECISION:-bf16}   # fp32 rehearses it on a CPU
+# FSDP_EXTRA: more fsdptrain flags for the bf16/fp8/muon runs, e.g. '--time-budget 150s'
+# (with --steps a cap, the run is bit for bit the --steps one while the budget holds).
+FSDP_EXTRA=${FSDP_EXTRA:-}
 TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
 # Wall-clock limits per system. The first H100 run (2026-11-25) measured torch.compile's
 # warm-up at 95 s and its eager evaluations at ~3.6 s each, so 1100 steps with 12
@@ -87,11 +90,11 @@ for s in $SYSTEMS; do
       n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8
       say "== fsdptrain $s: $n steps"
       timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --lr "$LR" \
-        --eval-batches 0 --log-every 100 --precision "$s" --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
+        --eval-batches 0 --log-every 100 --precision "$s" $FSDP_EXTRA --metrics "$OUT/ttl_fsdptrain_$s.jsonl" >> "$log" 2>&1 || rc=$? ;;
     muon)  # the same recipe, the block matrices on Muon (the rest keeps AdamW)
       say "== fsdptrain $MUON_PRECISION muon (lr $MUON_LR): $STEPS_MUON steps"
       timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_MUON" \
-        --eval-batches 0 --log-every 100 --precision "$MUON_PRECISION" --optimizer muon --lr "$MUON_LR" \
+        --eval-batches 0 --log-every 100 --precision "$MUON_PRECISION" --optimizer muon --lr "$MUON_LR" $FSDP_EXTRA \
         --metrics "$OUT/ttl_fsdptrain_${MUON_PRECISION}_muon.jsonl" >> "$log" 2>&1 || rc=$? ;;
     *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon)"; rc=2 ;;
   esac
