@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# ttl_run.sh - issue 30's time-to-loss runs, one device-tool call: PyTorch
-# (torch.compile, bench/cuda/torch_ttl.py), fsdptrain bf16, fsdptrain fp8 and
-# fsdptrain bf16 with Muon (SYSTEMS=muon, not in the default set) train the
-# same model on the same batches of English text with the same recipe, each for about TTL_BUDGET_S seconds of training, validating every
-# EVAL_EVERY steps on the whole validation file.
+# ttl_run.sh - issue 30's time-to-loss runs: PyTorch (torch.compile,
+# bench/cuda/torch_ttl.py), fsdptrain bf16, fsdptrain fp8 and fsdptrain with
+# Muon (SYSTEMS=muon, not in the default set; MUON_PRECISION bf16 or fp8)
+# train the same model on the same batches of English text with the same
+# recipe, each for about 95 s of training, validating every EVAL_EVERY steps
+# on the whole validation file.
 #
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh   (.ttl_carry/)
-#   device:  run(command="SYSTEMS='torch_compile bf16' bash bench/cuda/ttl_run.sh",
-#                carry=[".gpu_carry", ".ttl_carry"]), then SYSTEMS=fp8 (and SYSTEMS=muon)
-#                in further calls
+#   device:  run(command="SYSTEMS='torch_compile muon bf16' FSDP_LIMIT_S=170 \
+#                FSDP_EXTRA='--time-budget 150s' bash bench/cuda/ttl_run.sh",
+#                carry=[".gpu_carry", ".ttl_carry"]) (about 450 s on an H100), then
+#                SYSTEMS=fp8 and SYSTEMS=muon MUON_PRECISION=fp8 on the warm machine
 #   here:    python3 bench/cuda/ttl_report.py <files_at>/ttl_*.jsonl --device NAME \
-#                --expected-steps torch_compile=1100,fsdptrain_bf16=1500,fsdptrain_fp8=1560 \
-#                --png docs/time_to_loss.png
+#                --expected-steps torch_compile=950,fsdptrain_bf16=1250,fsdptrain_fp8=1300,\
+#                fsdptrain_bf16_muon=950,fsdptrain_fp8_muon=980 --png docs/time_to_loss.png
 #
-# Each system's step count is its budget times its speed on this GPU at this
-# shape (measured in an earlier call: STEPS_TORCH, STEPS_BF16, STEPS_FP8; STEPS_MUON
-# is an estimate: bf16's ~70 ms step on an H200 plus Muon's 27 ms optimizer step
-# measured on an H100 in bench/results/h100_2026-11-26), so
-# each cosine schedule ends near the budget; torch_ttl.py also stops at the
-# first evaluation past TTL_GUARD_S. Output in $OUT: ttl_<system>.jsonl (the
-# --metrics format, with train_s on every validation line) and ttl_log.txt.
+# Each system's step count is its budget times its speed at this shape on an
+# H100 (bench/results/h100_2026-11-26b: 100.8, 74.1, 70.8, 96.5 and 94.6 ms a
+# step), so each cosine schedule ends near the budget; on another GPU, set
+# STEPS_* from its speeds. torch_ttl.py also stops at the first evaluation past
+# TTL_GUARD_S. Output in $OUT: ttl_<system>.jsonl (the --metrics format, with
+# train_s on every validation line) and ttl_log.txt.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -28,8 +29,8 @@ WORK=${WORK:-/tmp/ttl_work}
 CARRY=${CARRY:-$ROOT/.gpu_carry}
 TTL_CARRY=${TTL_CARRY:-$ROOT/.ttl_carry}
 MODEL=${MODEL:-gpt-350m} VOCAB=${VOCAB:-8192} BATCH=${BATCH:-16} SEQ=${SEQ:-1024}
-STEPS_TORCH=${STEPS_TORCH:-1100} STEPS_BF16=${STEPS_BF16:-1500} STEPS_FP8=${STEPS_FP8:-1560}
-STEPS_MUON=${STEPS_MUON:-1050}
+STEPS_TORCH=${STEPS_TORCH:-950} STEPS_BF16=${STEPS_BF16:-1250} STEPS_FP8=${STEPS_FP8:-1300}
+STEPS_MUON=${STEPS_MUON:-950}   # 980 with MUON_PRECISION=fp8
 # Muon scales its update to AdamW's RMS, so the recipe's lr carries over; the
 # tiny model's sweep (bench/results/muon_vs_adamw_cpu_2026-11-26.txt) liked 3x
 # AdamW's best, which MUON_LR=3e-3 tries.
@@ -40,9 +41,9 @@ FSDP_EXTRA=${FSDP_EXTRA:-}
 TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
 # Wall-clock limits per system. The first H100 run (2026-11-25) measured torch.compile's
 # warm-up at 95 s and its eager evaluations at ~3.6 s each, so 1100 steps with 12
-# evaluations need ~275 s: 220 s cut it at step 800. The three systems together no
-# longer fit one 600 s call: SYSTEMS='torch_compile bf16', then SYSTEMS=fp8.
-TORCH_LIMIT_S=${TORCH_LIMIT_S:-330} FSDP_LIMIT_S=${FSDP_LIMIT_S:-160}
+# evaluations need ~275 s: 220 s cut it at step 800. On 2026-11-26 (H100) the warm-up
+# took 70 s and 950 steps 208 s wall; each fsdptrain system 113-116 s.
+TORCH_LIMIT_S=${TORCH_LIMIT_S:-330} FSDP_LIMIT_S=${FSDP_LIMIT_S:-170}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
 log=$OUT/ttl_log.txt
