@@ -8,12 +8,14 @@ BudgetPlan plan_budget_steps(const BudgetInputs& in) {
   const int64_t done = in.steps_done;
   const double step = std::max(in.step_s, 1e-9);
   const double limit = in.budget_s * (1 - kBudgetReserve);
-  // Validations after `done` in a run of n steps: each multiple of
-  // --eval-every, and the final one where the last step is not one of them.
+  // Validations still to come in a run of n steps: each multiple of
+  // --eval-every from `done` on (the plan is made before step done's own
+  // validation), and the final one where the last step is not one of them.
   auto evals = [&](int64_t n) -> int64_t {
     if (in.eval_s <= 0) return 0;
     const int64_t e = in.eval_every;
-    return (e > 0 ? n / e - done / e : 0) + (e == 0 || n % e != 0 ? 1 : 0);
+    const int64_t periodic = e > 0 ? n / e - std::max<int64_t>(done - 1, 0) / e : 0;
+    return periodic + (e == 0 || n % e != 0 ? 1 : 0);
   };
   auto end_of = [&](int64_t n) {
     return in.used_s + double(n - done) * step + double(evals(n)) * in.eval_s;

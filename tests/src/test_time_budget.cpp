@@ -13,11 +13,13 @@ namespace {
 
 // The plan's rule, by walking a run step by step: the most steps after
 // `done` whose steps and validations (every --eval-every, and the final one)
-// end within the budget less its reserve.
+// end within the budget less its reserve. The plan is made after step done
+// and before its validation, when done is a multiple of --eval-every.
 int64_t simulated_steps(const BudgetInputs& in) {
   const double limit = in.budget_s * (1 - kBudgetReserve);
   const int64_t cap = in.max_steps > 0 ? in.max_steps : int64_t(1) << 30;
-  double t = in.used_s;
+  const int64_t e = in.eval_every;
+  double t = in.used_s + (e > 0 && in.steps_done > 0 && in.steps_done % e == 0 ? in.eval_s : 0);
   int64_t best = in.steps_done + 1;  // one step is always taken
   for (int64_t n = in.steps_done + 1; n <= cap; ++n) {
     t += in.step_s;
@@ -51,6 +53,22 @@ TEST(TimeBudgetPlan, TakesTheMostStepsThatEndWithinTheBudget) {
   p = plan_budget_steps({.budget_s = 100, .used_s = 120, .steps_done = 10, .step_s = 1});
   EXPECT_EQ(p.steps, 11);
   EXPECT_FALSE(p.fits);
+}
+
+// The plan is made after the timed steps and before their last step's own
+// validation: with --eval-every 10 and 10 timed steps, that validation is
+// still to come (a CPU run of 2026-11-26 planned 30 steps for 100 s and ended
+// at 114 s: one 26 s validation too few).
+TEST(TimeBudgetPlan, CountsTheValidationThatFollowsThePlan) {
+  const BudgetPlan p = plan_budget_steps({.budget_s = 100,
+                                          .used_s = 26.6,
+                                          .steps_done = 10,
+                                          .step_s = 0.032,
+                                          .eval_s = 26.22,
+                                          .eval_every = 10});
+  EXPECT_EQ(p.steps, 20);  // validations at 10 and 20; a 21st step adds a third
+  EXPECT_NEAR(p.end_s, 26.6 + 10 * 0.032 + 2 * 26.22, 1e-9);
+  EXPECT_TRUE(p.fits);
 }
 
 TEST(TimeBudgetPlan, EqualsARunWalkedStepByStep) {
