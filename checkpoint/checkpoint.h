@@ -41,8 +41,11 @@ void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
 CheckpointMeta load_checkpoint(const CheckpointContext& c, const std::string& path,
                                CheckpointIoStats* stats = nullptr);
 
-// Only the metadata (e.g. to show what a checkpoint was trained with).
-CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world);
+// Only the metadata (e.g. to show what a checkpoint was trained with). Given
+// `model`, also refuses a file whose fields or datasets do not fit it, with
+// the error a load would give, before anything is built to load it into.
+CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world,
+                                    const ModelConfig* model = nullptr);
 
 // True for the errors of a file that is damaged (unreadable, truncated,
 // metadata of the wrong type or out of range, a checksum mismatch), as

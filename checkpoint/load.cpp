@@ -136,8 +136,9 @@ CheckpointMeta load_checkpoint(const CheckpointContext& c, const std::string& pa
   return meta;
 }
 
-CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world) {
-  return read_file(path, nullptr, world, [](hid_t) {});
+CheckpointMeta read_checkpoint_meta(const std::string& path, MPI_Comm world,
+                                    const ModelConfig* model) {
+  return read_file(path, model, world, [](hid_t) {});
 }
 
 ResumeChoice resolve_resume(const std::string& resume, const std::string& dir, MPI_Comm world,

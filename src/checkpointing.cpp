@@ -107,7 +107,7 @@ RunCheckpoints::RunCheckpoints(const Options& o, const CheckpointContext& contex
 
 RunPosition RunCheckpoints::resume() {
   RunPosition pos;
-  if (o_.checkpoint.resume.empty()) return pos;
+  if (o_.checkpoint.resume.empty()) return init_from();
   const MPI_Comm world = context_.world;
   // Under auto, a damaged checkpoint (tensors failing their checksums, a
   // sampler state out of range) is skipped like one that fails to open; a
@@ -137,9 +137,9 @@ RunPosition RunCheckpoints::resume() {
     std::fprintf(stderr, "fsdptrain: warning: %s\n", choice.warning.c_str());
   if (choice.path.empty()) {
     if (lead_)
-      std::printf("fsdptrain: no checkpoint in '%s' yet: starting fresh\n",
-                  o_.checkpoint.dir.c_str());
-    return pos;
+      std::printf("fsdptrain: no checkpoint in '%s' yet: starting %s\n", o_.checkpoint.dir.c_str(),
+                  o_.checkpoint.init_from.empty() ? "fresh" : "from --init-from");
+    return init_from();
   }
   // What optim/ holds must be what this run's optimizer reads: AdamW's
   // moments are not Muon's momentum (or the reverse). Every rank read the
@@ -189,13 +189,37 @@ RunPosition RunCheckpoints::resume() {
   return pos;
 }
 
-void RunCheckpoints::reset_optimizer_state() {
+// Fine-tuning or continued pretraining from someone else's weights: the
+// checkpoint is loaded whole (its model checked against this run's, its
+// tensors against their checksums, resharded to this rank count), then
+// everything but the weights is dropped. The run is a fresh one: step 0, its
+// own --seed's data order, --steps' schedule, a fresh --metrics file.
+RunPosition RunCheckpoints::init_from() {
+  RunPosition pos;
+  const std::string& path = o_.checkpoint.init_from;
+  if (path.empty()) return pos;
+  const CheckpointMeta meta = load_checkpoint(context_, path);
+  zero_optimizer_state();
+  pos.initialised_from = path;
+  if (lead_)
+    std::printf(
+        "fsdptrain: --init-from '%s': the weights it saved at step %lld (on %d rank(s)); "
+        "optimizer state, step, schedule and data order start afresh\n",
+        path.c_str(), (long long)meta.step, meta.world_size);
+  return pos;
+}
+
+void RunCheckpoints::zero_optimizer_state() {
   FsdpEngine& e = context_.engine;
   for (int u = 0; u < e.num_units(); ++u) {
     context_.ops.zero(e.exp_avg(u));
     context_.ops.zero(e.exp_avg_sq(u));
   }
   e.set_optimizer_steps(0);
+}
+
+void RunCheckpoints::reset_optimizer_state() {
+  zero_optimizer_state();
   if (lead_)
     std::printf("fsdptrain: --reset-optimizer: the optimizer state starts afresh (%s)\n",
                 choice_name(o_.optimizer.kind).c_str());

@@ -17,6 +17,7 @@ struct RunPosition {
   int64_t step = 0;         // optimizer steps completed
   int64_t tokens_seen = 0;  // training tokens consumed by those steps
   std::string resumed_from;
+  std::string initialised_from;  // --init-from's file, where it was used
   // --time-budget (src/time_budget.h): the step count it fixed (0: not yet)
   // and the seconds the run had used here, over every process that ran it.
   int64_t budget_steps = 0;
@@ -41,8 +42,9 @@ class RunCheckpoints {
                  bool lead);
 
   // Applies --resume: loads engine state and the data order, or returns
-  // step 0. Prints (rank 0) what it resumed from and any damaged checkpoint
-  // it skipped. Collective.
+  // step 0, with --init-from's weights where it found no checkpoint. Prints
+  // (rank 0) what it resumed from and any damaged checkpoint it skipped.
+  // Collective.
   RunPosition resume();
 
   // Saves after `pos.step` steps; returns the file written. Collective.
@@ -50,6 +52,8 @@ class RunCheckpoints {
 
  private:
   void reset_optimizer_state();  // --reset-optimizer: zero moments and momentum, step 0
+  RunPosition init_from();       // --init-from: the weights, all else afresh
+  void zero_optimizer_state();   // moments and momentum zero, step count 0
   const Options& o_;
   CheckpointContext context_;
   BatchLoader* loader_;

@@ -324,6 +324,12 @@ std::vector<OptionRow> make_table() {
                     "needed to switch --optimizer between adamw and muon", "true",
                     {[](const bool& v, const O& o) { return !v || !o.checkpoint.resume.empty(); },
                      "needs --resume (it resets the state a checkpoint brings)"}))),
+    run_control(named(row("init-from", &CheckpointOptions::init_from,
+                          "start from this checkpoint's weights alone (any fsdptrain checkpoint, "
+                          "saved on any rank count, or one tools/import_hf.py wrote): optimizer "
+                          "state, step, schedule and data order start afresh; with --resume "
+                          "auto, only while --checkpoint-dir holds no checkpoint yet",
+                          "hf/model.h5"), "PATH")),
     run_control(row("stop-at-step", &RunOptions::stop_at_step,
                     "end after step N with a checkpoint, as a preemption would; the LR schedule "
                     "still follows --steps (or the count --time-budget fixes) (0: off)", "20",

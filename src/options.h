@@ -71,6 +71,7 @@ struct CheckpointOptions {
   int keep = 0;                  // 0: keep all
   std::string resume;            // "", "auto" or a file
   bool reset_optimizer = false;  // resume the weights with fresh optimizer state
+  std::string init_from;         // weights only, where --resume brings none
 
   bool operator==(const CheckpointOptions&) const = default;
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "comm/watchdog.h"
 #include "shard/memory_plan.h"
@@ -90,6 +91,15 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // Evaluation only reads a checkpoint (saves are renamed into place whole),
   // so it may run beside the training run that owns the directory.
   if (!o_.eval.only) checkpoint_lock_ = claim_checkpoint_dir(o_, W);
+  // A wrong --init-from file (missing, damaged, another model) is said now,
+  // not after the model is built on the GPU.
+  if (!o_.checkpoint.init_from.empty()) {
+    try {
+      read_checkpoint_meta(o_.checkpoint.init_from, W, &o_.model);
+    } catch (const Error& e) {
+      throw Error(std::string("--init-from: ") + e.what());  // every rank caught the same
+    }
+  }
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
@@ -114,7 +124,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   checkpoints_.emplace(o_, CheckpointContext{o_.model, *engine_, *ops_, W}, loader_.get(), lead_);
   {
     // Collective parallel-HDF5 reads: a rank stuck here holds up all of them.
-    WatchScope watch("checkpoint load (--resume)");
+    WatchScope watch("checkpoint load (--resume, --init-from)");
     pos_ = checkpoints_->resume();
   }
   // The step count; under a time budget the checkpoint's fixed count, or
@@ -419,6 +429,9 @@ TrainSummary Trainer::run() {
     throw_agreed_error(
         "--resume: '", pos_.resumed_from,
         "' holds NaN or Inf weights; resume from an earlier checkpoint (--resume PATH)");
+  if (!pos_.initialised_from.empty() && !engine_->masters_finite())
+    throw_agreed_error("--init-from: '", pos_.initialised_from,
+                       "' holds NaN or Inf weights; start from another checkpoint");
   warm_up();
   // A signal during set-up is acted on here, before any step: nothing new
   // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).

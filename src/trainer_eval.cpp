@@ -44,7 +44,7 @@ double Trainer::evaluate(double* tokens) {
 // --eval-only: the validation loss of the loaded weights, printed and written
 // to the metrics with the step they were saved at.
 void Trainer::evaluate_only(TrainSummary& summary) {
-  if (!o_.checkpoint.resume.empty() && pos_.resumed_from.empty())
+  if (!o_.checkpoint.resume.empty() && pos_.resumed_from.empty() && pos_.initialised_from.empty())
     throw_agreed_error("--eval-only --resume auto: no checkpoint in '", o_.checkpoint.dir,
                        "' to evaluate; name one with --resume PATH, or leave out --resume to "
                        "evaluate the initial weights");
@@ -54,7 +54,9 @@ void Trainer::evaluate_only(TrainSummary& summary) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   summary.val_loss.emplace_back(int(pos_.step), v);
-  const std::string source = pos_.resumed_from.empty() ? "initial weights" : pos_.resumed_from;
+  const std::string source = !pos_.resumed_from.empty()       ? pos_.resumed_from
+                             : !pos_.initialised_from.empty() ? pos_.initialised_from
+                                                              : "initial weights";
   metrics_.write({{"step", std::to_string(pos_.step)},
                   {"val_loss", json_number(v)},
                   {"eval_tokens", json_number(tokens)},
