@@ -14,19 +14,7 @@ Our RoPE already rotates the two halves of each head (the "rotate_half"
 convention of these checkpoints), so q and k need no permutation. Linear
 weights are [out, in] in both.
 
-Name mapping (i = block index):
-  embed.weight              -> model.embed_tokens.weight
-  blocks.i.attn_norm        -> model.layers.i.input_layernorm.weight
-  blocks.i.attn.wq/wk/wv/wo -> model.layers.i.self_attn.{q,k,v,o}_proj.weight
-  blocks.i.attn.q_norm      -> model.layers.i.self_attn.q_norm.weight
-  blocks.i.attn.k_norm      -> model.layers.i.self_attn.k_norm.weight
-  blocks.i.mlp_norm         -> model.layers.i.post_attention_layernorm.weight
-  blocks.i.mlp.w1           -> model.layers.i.mlp.gate_proj.weight
-  blocks.i.mlp.w3           -> model.layers.i.mlp.up_proj.weight
-  blocks.i.mlp.w2           -> model.layers.i.mlp.down_proj.weight
-  final_norm                -> model.norm.weight
-  head.weight               -> lm_head.weight (untied models)
-With tied embeddings lm_head.weight is a copy of the embedding, so loaders
+Names: tools/hf_names.py. With tied embeddings lm_head.weight is a copy of the embedding, so loaders
 that ignore tie_word_embeddings (true in config.json) still find it.
 
 config.json fields: vocab_size, hidden_size (d_model), intermediate_size
@@ -39,7 +27,6 @@ tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
 import argparse
 import json
 import os
-import re
 import sys
 
 import h5py
@@ -47,33 +34,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_names import hf_name  # noqa: E402
 from inspect_checkpoint import read_meta  # noqa: E402
-
-BLOCK = {
-    "attn_norm": "input_layernorm.weight",
-    "attn.wq": "self_attn.q_proj.weight",
-    "attn.wk": "self_attn.k_proj.weight",
-    "attn.wv": "self_attn.v_proj.weight",
-    "attn.wo": "self_attn.o_proj.weight",
-    "attn.q_norm": "self_attn.q_norm.weight",
-    "attn.k_norm": "self_attn.k_norm.weight",
-    "mlp_norm": "post_attention_layernorm.weight",
-    "mlp.w1": "mlp.gate_proj.weight",
-    "mlp.w3": "mlp.up_proj.weight",
-    "mlp.w2": "mlp.down_proj.weight",
-}
-TOP = {"embed.weight": "model.embed_tokens.weight", "final_norm": "model.norm.weight",
-       "head.weight": "lm_head.weight"}
-
-
-def hf_name(name):
-    """Our dataset name -> the Hugging Face name, or None if it has none."""
-    if name in TOP:
-        return TOP[name]
-    m = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
-    if m and m.group(2) in BLOCK:
-        return f"model.layers.{m.group(1)}.{BLOCK[m.group(2)]}"
-    return None
 
 
 def hf_config(model):

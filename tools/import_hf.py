@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Imports a Hugging Face Qwen3 model as an fsdptrain checkpoint.
+
+  import_hf.py HF_DIR OUT.h5
+
+HF_DIR is a downloaded model folder: config.json and model.safetensors, or
+shards listed by model.safetensors.index.json (bf16, fp16 or fp32). Writes
+OUT.h5, a step-0 checkpoint (the weights in float32, zero optimizer state)
+that loads on any rank count, and OUT.ini, the model's flags for --config:
+
+  fsdptrain --config OUT.ini --init-from OUT.h5 --eval-only --val-data V.h5
+  fsdptrain --config OUT.ini --init-from OUT.h5 --train-data T.h5 --lr 3e-5 ...
+
+The token files must be encoded with the model's own tokenizer
+(tools/prepare_data.py --tokenizer HF_DIR).
+
+What fsdptrain's model holds, and so what imports: a pre-norm decoder with
+RMSNorm, SwiGLU, grouped-query attention, RoPE (rotate_half, no scaling),
+QK-norm, head_dim = hidden_size / num_attention_heads, tied or untied
+embeddings: Qwen3ForCausalLM of that shape. Anything else (a Llama, which has
+no QK-norm; head_dim set apart from hidden_size / heads, as in Qwen3-0.6B;
+rope scaling; attention or MLP biases; sliding windows; MoE) is refused
+with one line naming the config.json field, and nothing is written.
+Names: tools/hf_names.py.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint_writer import units, write_checkpoint  # noqa: E402
+from hf_names import fsdp_name, hf_name  # noqa: E402
+
+ARCHITECTURES = {"Qwen3ForCausalLM": "qwen3"}
+# Buffers some checkpoints carry that are recomputed, not weights.
+IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+
+
+class Refused(Exception):
+    """Why this model cannot be imported: one line for the user."""
+
+
+# ---- config.json -> fsdptrain's model fields --------------------------------------------
+
+def rope_of(cfg):
+    """(theta, scaling dict or None) from transformers 5's rope_parameters or the
+    top-level rope_theta / rope_scaling of older configs."""
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"]), params
+    return float(cfg.get("rope_theta", 10000.0)), cfg.get("rope_scaling")
+
+
+def model_fields(cfg):
+    """fsdptrain's model fields for `cfg`, or Refused naming the field."""
+    arch = (cfg.get("architectures") or ["(none)"])[0]
+    if arch not in ARCHITECTURES:
+        raise Refused(f"architectures is {arch}; fsdptrain imports {', '.join(ARCHITECTURES)}")
+    if cfg.get("model_type") != ARCHITECTURES[arch]:
+        raise Refused(f"model_type is {cfg.get('model_type')!r}, not {ARCHITECTURES[arch]!r} for {arch}")
+    required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads")
+    for k in required:
+        if not isinstance(cfg.get(k), int) or cfg[k] <= 0:
+            raise Refused(f"{k} is {cfg.get(k)!r}; it must be a positive integer")
+    d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise Refused(f"hidden_act is {cfg['hidden_act']!r}; fsdptrain's MLP is SwiGLU (silu)")
+    for k in ("attention_bias", "mlp_bias"):
+        if cfg.get(k):
+            raise Refused(f"{k} is true; fsdptrain's linear layers have no biases")
+    if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
+        raise Refused("use_sliding_window / layer_types: sliding-window attention is not supported")
+    for k in ("num_experts", "num_local_experts", "moe_intermediate_size"):
+        if cfg.get(k):
+            raise Refused(f"{k} is {cfg[k]}: mixture-of-experts models are not supported")
+    if d % heads:
+        raise Refused(f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
+    head_dim = cfg.get("head_dim") or d // heads
+    if head_dim != d // heads:
+        raise Refused(f"head_dim is {head_dim}, not hidden_size / num_attention_heads = {d // heads}: "
+                      "fsdptrain's heads are hidden_size / num_attention_heads wide")
+    if heads % kv:
+        raise Refused(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    theta, scaling = rope_of(cfg)
+    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if rope_type != "default":
+        raise Refused(f"rope scaling of type {rope_type!r} (rope_parameters / rope_scaling) is not supported")
+    if float((scaling or {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))) != 1.0:
+        raise Refused("partial_rotary_factor is not 1: fsdptrain rotates every dimension")
+    if not float(np.float32(theta)) == theta:
+        raise Refused(f"rope_theta {theta} is not exact in float32")
+    return {
+        "name": cfg.get("_name_or_path") or ARCHITECTURES[arch],
+        "vocab_size": cfg["vocab_size"],
+        "n_layer": cfg["num_hidden_layers"],
+        "d_model": d,
+        "n_head": heads,
+        "n_kv_head": kv,
+        "d_ff": cfg["intermediate_size"],
+        "max_seq_len": int(cfg.get("max_position_embeddings") or 2048),
+        "rope_theta": theta,
+        "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "init_std": float(cfg.get("initializer_range", 0.02)),
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+    }
+
+
+def ini_text(model, source):
+    def num(x):
+        return str(np.float32(x)) if isinstance(x, float) else str(x)
+    lines = [f"# {source}, imported by tools/import_hf.py: its model's flags"]
+    for flag, key in (("vocab-size", "vocab_size"), ("n-layer", "n_layer"), ("d-model", "d_model"),
+                      ("n-head", "n_head"), ("n-kv-head", "n_kv_head"), ("d-ff", "d_ff"),
+                      ("max-seq-len", "max_seq_len"), ("rope-theta", "rope_theta"),
+                      ("norm-eps", "norm_eps"), ("init-std", "init_std")):
+        lines.append(f"{flag} = {num(model[key])}")
+    lines.append(f"tie-embeddings = {'true' if model['tie_embeddings'] else 'false'}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- safetensors (read here: numpy's loader has no bf16) --------------------------------
+
+def safetensors_index(folder):
+    """{tensor name: file} for the single file or the sharded index."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return {k: os.path.join(folder, v) for k, v in json.load(f)["weight_map"].items()}
+    single = os.path.join(folder, "model.safetensors")
+    if not os.path.exists(single):
+        raise Refused("neither model.safetensors nor model.safetensors.index.json here")
+    return {k: single for k in read_header(single)[0] if k != "__metadata__"}
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)), 8 + n
+
+
+def read_tensor(path, name, cache):
+    if path not in cache:
+        cache[path] = read_header(path) + (np.memmap(path, dtype=np.uint8, mode="r"),)
+    header, base, data = cache[path]
+    info = header[name]
+    lo, hi = info["data_offsets"]
+    raw = data[base + lo:base + hi]
+    kind = info["dtype"]
+    if kind == "F32":
+        a = raw.view("<f4")
+    elif kind == "F16":
+        a = raw.view("<f2").astype(np.float32)
+    elif kind == "BF16":
+        a = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise Refused(f"tensor {name} is {kind}; fsdptrain imports F32, F16 and BF16 weights")
+    return a.reshape(info["shape"])
+
+
+# ---- the import ---------------------------------------------------------------------------
+
+def load_tensors(folder, model):
+    where = safetensors_index(folder)
+    wanted = {n: shape for u in units(model) for n, shape in u}
+    tensors, cache = {}, {}
+    for hf, path in sorted(where.items()):
+        if hf.endswith(IGNORED_SUFFIXES):
+            continue
+        if hf == "lm_head.weight" and model["tie_embeddings"]:
+            continue  # a copy of the embedding some exports write
+        name = fsdp_name(hf)
+        if name is None or name not in wanted:
+            raise Refused(f"tensor {hf} has no place in fsdptrain's model (a bias, or a "
+                          "layer config.json does not describe)")
+        t = read_tensor(path, hf, cache)
+        if tuple(t.shape) != wanted[name]:
+            raise Refused(f"tensor {hf} has shape {list(t.shape)}; config.json implies {list(wanted[name])}")
+        tensors[name] = t
+    missing = [n for n in wanted if n not in tensors]
+    if missing:
+        raise Refused(f"the safetensors lack {len(missing)} tensor(s) the model needs, e.g. "
+                      f"{hf_name(missing[0])}")
+    bad = [n for n, t in tensors.items() if not np.isfinite(t).all()]
+    if bad:
+        raise Refused(f"tensor {bad[0]} holds NaN or Inf")
+    return tensors
+
+
+def import_hf(folder, out):
+    cfg_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise Refused("no config.json here (pass the downloaded model's folder)")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    model = model_fields(cfg)
+    tensors = load_tensors(folder, model)
+    ini = ini_text(model, os.path.abspath(folder))
+    write_checkpoint(out, model, tensors, ini)
+    ini_path = os.path.splitext(out)[0] + ".ini"
+    with open(ini_path + ".tmp", "w") as f:
+        f.write(ini)
+    os.replace(ini_path + ".tmp", ini_path)
+    return model, tensors, ini_path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("hf_dir", help="the model's folder (config.json, *.safetensors)")
+    ap.add_argument("out", help="the checkpoint to write (OUT.h5; OUT.ini beside it)")
+    a = ap.parse_args(argv)
+    if not a.out.endswith(".h5"):
+        sys.exit(f"import_hf: error: '{a.out}': name the checkpoint OUT.h5")
+    if os.path.exists(a.out):
+        sys.exit(f"import_hf: error: '{a.out}' exists; remove it or choose another name (nothing was written)")
+    try:
+        model, tensors, ini_path = import_hf(a.hf_dir, a.out)
+    except Refused as e:
+        sys.exit(f"import_hf: error: '{a.hf_dir}': {e}; nothing was written")
+    n = sum(t.size for t in tensors.values())
+    print(f"import_hf: wrote {a.out} ({len(tensors)} tensors, {n:,} parameters: {model['n_layer']} layers, "
+          f"d_model {model['d_model']}, {model['n_head']}/{model['n_kv_head']} heads, vocab "
+          f"{model['vocab_size']}, {'tied' if model['tie_embeddings'] else 'untied'}) and {ini_path}")
+
+
+if __name__ == "__main__":
+    main()
