@@ -97,8 +97,13 @@ void ModelConfig::validate() const {
   need(vocab_size >= 2, "--vocab-size", vocab_size, "must be at least 2");
   need(n_layer >= 1, "--n-layer", n_layer, "must be at least 1");
   need(d_model >= 2, "--d-model", d_model, "must be at least 2");
-  need(n_head >= 1 && d_model % n_head == 0, "--n-head", n_head, "must divide --d-model");
+  need(head_size >= 0 && head_size <= kMaxHeadDim && head_size % 2 == 0, "--head-dim", head_size,
+       "must be even and at most 512 (0: --d-model / --n-head)");
+  need(n_head >= 1 && (head_size > 0 || d_model % n_head == 0), "--n-head", n_head,
+       "must divide --d-model (or give --head-dim)");
   need(head_dim() % 2 == 0, "--n-head", n_head, "must leave an even head size for RoPE");
+  need(head_size == 0 || int64_t(n_head) * head_size <= kMaxHeadDim * 1024, "--n-head", n_head,
+       "times --head-dim must be at most 524288");
   need(n_kv_head >= 1 && n_head % n_kv_head == 0, "--n-kv-head", n_kv_head, "must divide --n-head");
   need(d_ff >= 1, "--d-ff", d_ff, "must be at least 1");
   need(max_seq_len >= 1, "--max-seq-len", max_seq_len, "must be at least 1");
@@ -126,7 +131,8 @@ int64_t ModelConfig::num_matmul_params() const {
 }
 
 double ModelConfig::flops_per_token(int seq_len) const {
-  return 6.0 * double(num_matmul_params()) + 12.0 * n_layer * d_model * double(seq_len);
+  // Attention's scores and weighted sum run over the heads' width, q_dim().
+  return 6.0 * double(num_matmul_params()) + 12.0 * n_layer * q_dim() * double(seq_len);
 }
 
 }  // namespace fsdp

@@ -20,8 +20,16 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   bool tie_embeddings = true;
+  // --head-dim: each attention head's width, where a model sets it apart
+  // from d_model / n_head (Qwen3-0.6B: 16 heads of 128 over d_model 1024).
+  // 0: d_model / n_head. Read it through head_dim().
+  int head_size = 0;
 
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
+  // head_size as files store it: 0 where it equals d_model / n_head.
+  int explicit_head_dim() const {
+    return head_size > 0 && int64_t(head_size) * n_head != d_model ? head_size : 0;
+  }
   int q_dim() const { return n_head * head_dim(); }
   int kv_dim() const { return n_kv_head * head_dim(); }
   // The vocabulary rounded up to a multiple of 128: the rows of the embedding
@@ -30,6 +38,7 @@ struct ModelConfig {
   // (50257 included). The extra rows are zero and get no gradient; the loss
   // ignores their columns; checkpoints and exports hold only vocab_size rows.
   static constexpr int kVocabAlign = 128;
+  static constexpr int kMaxHeadDim = 512;  // the RoPE kernels' widest head
   int padded_vocab() const { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
 
   bool operator==(const ModelConfig&) const = default;

@@ -29,12 +29,18 @@ MODEL_ATTRS = (("vocab_size", np.int64), ("n_layer", np.int64), ("d_model", np.i
                ("init_std", np.float32), ("tie_embeddings", np.int64))
 
 
+def head_dim(model):
+    """Each head's width: /model's head_dim where the file has one, else
+    d_model / n_head (ModelConfig::head_dim())."""
+    return model.get("head_dim") or model["d_model"] // model["n_head"]
+
+
 def units(model):
     """The model's units, each a list of (dataset name, shape), in the order
     the trainer moves them (model/params.cpp model_units): the checksums are
     stored in that order."""
     d, ff, v = model["d_model"], model["d_ff"], model["vocab_size"]
-    hd = d // model["n_head"]
+    hd = head_dim(model)
     q, kv = model["n_head"] * hd, model["n_kv_head"] * hd
     out = [[("embed.weight", (v, d))]]
     for i in range(model["n_layer"]):
@@ -106,6 +112,9 @@ def write_checkpoint(path, model, tensors, config_text, seed=1337):
             g.attrs["name"] = _fixed_str(model.get("name", "imported"))
             for k, t in MODEL_ATTRS:
                 g.attrs[k] = t(model[k])
+            # As the trainer writes it: only where it is not d_model / n_head.
+            if head_dim(model) * model["n_head"] != model["d_model"]:
+                g.attrs["head_dim"] = np.int64(head_dim(model))
             f.create_group("optim/exp_avg")
             f.create_group("optim/exp_avg_sq")
             # The trainer lists the sampler state in creation order.

@@ -49,7 +49,7 @@ def hf_config(model):
         "num_hidden_layers": model["n_layer"],
         "num_attention_heads": heads,
         "num_key_value_heads": model["n_kv_head"],
-        "head_dim": d // heads,
+        "head_dim": model.get("head_dim") or d // heads,
         "max_position_embeddings": model["max_seq_len"],
         "rms_norm_eps": model["norm_eps"],
         "rope_theta": model["rope_theta"],

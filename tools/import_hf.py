@@ -16,11 +16,11 @@ The token files must be encoded with the model's own tokenizer
 
 What fsdptrain's model holds, and so what imports: a pre-norm decoder with
 RMSNorm, SwiGLU, grouped-query attention, RoPE (rotate_half, no scaling),
-QK-norm, head_dim = hidden_size / num_attention_heads, tied or untied
-embeddings: Qwen3ForCausalLM of that shape. Anything else (a Llama, which has
-no QK-norm; head_dim set apart from hidden_size / heads, as in Qwen3-0.6B;
-rope scaling; attention or MLP biases; sliding windows; MoE) is refused
-with one line naming the config.json field, and nothing is written.
+QK-norm, heads of any even width up to 512 (head_dim, also apart from
+hidden_size / num_attention_heads as in Qwen3-0.6B), tied or untied
+embeddings: Qwen3ForCausalLM. Anything else (a Llama, which has no QK-norm;
+rope scaling; attention or MLP biases; sliding windows; MoE) is refused with
+one line naming the config.json field, and nothing is written.
 Names: tools/hf_names.py.
 """
 
@@ -80,12 +80,10 @@ def model_fields(cfg):
     for k in ("num_experts", "num_local_experts", "moe_intermediate_size"):
         if cfg.get(k):
             raise Refused(f"{k} is {cfg[k]}: mixture-of-experts models are not supported")
-    if d % heads:
-        raise Refused(f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
-    head_dim = cfg.get("head_dim") or d // heads
-    if head_dim != d // heads:
-        raise Refused(f"head_dim is {head_dim}, not hidden_size / num_attention_heads = {d // heads}: "
-                      "fsdptrain's heads are hidden_size / num_attention_heads wide")
+    head_dim = cfg.get("head_dim") or (d // heads if d % heads == 0 else None)
+    if not isinstance(head_dim, int) or head_dim % 2 or not 2 <= head_dim <= 512:
+        raise Refused(f"head_dim is {head_dim!r} (hidden_size {d}, num_attention_heads {heads}); "
+                      "fsdptrain's heads are 2 to 512 wide, an even number")
     if heads % kv:
         raise Refused(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
     theta, scaling = rope_of(cfg)
@@ -103,6 +101,7 @@ def model_fields(cfg):
         "d_model": d,
         "n_head": heads,
         "n_kv_head": kv,
+        "head_dim": head_dim,
         "d_ff": cfg["intermediate_size"],
         "max_seq_len": int(cfg.get("max_position_embeddings") or 2048),
         "rope_theta": theta,
@@ -117,7 +116,8 @@ def ini_text(model, source):
         return str(np.float32(x)) if isinstance(x, float) else str(x)
     lines = [f"# {source}, imported by tools/import_hf.py: its model's flags"]
     for flag, key in (("vocab-size", "vocab_size"), ("n-layer", "n_layer"), ("d-model", "d_model"),
-                      ("n-head", "n_head"), ("n-kv-head", "n_kv_head"), ("d-ff", "d_ff"),
+                      ("n-head", "n_head"), ("n-kv-head", "n_kv_head"), ("head-dim", "head_dim"),
+                      ("d-ff", "d_ff"),
                       ("max-seq-len", "max_seq_len"), ("rope-theta", "rope_theta"),
                       ("norm-eps", "norm_eps"), ("init-std", "init_std")):
         lines.append(f"{flag} = {num(model[key])}")
@@ -225,7 +225,7 @@ def main(argv=None):
         sys.exit(f"import_hf: error: '{a.hf_dir}': {e}; nothing was written")
     n = sum(t.size for t in tensors.values())
     print(f"import_hf: wrote {a.out} ({len(tensors)} tensors, {n:,} parameters: {model['n_layer']} layers, "
-          f"d_model {model['d_model']}, {model['n_head']}/{model['n_kv_head']} heads, vocab "
+          f"d_model {model['d_model']}, {model['n_head']}/{model['n_kv_head']} heads of {model['head_dim']}, vocab "
           f"{model['vocab_size']}, {'tied' if model['tie_embeddings'] else 'untied'}) and {ini_path}")
 
 

@@ -13,7 +13,7 @@ What comes from where:
   * memory, unit sizes, parameter and FLOP counts: fsdptrain's own planner
     (plan_memory, make_layout, ModelConfig), printed by the fsdp_memory_plan
     executable (tools/memory_plan.cpp), which this script runs;
-  * compute: ModelConfig::flops_per_token, 6*N_matmul + 12*L*d_model*T per
+  * compute: ModelConfig::flops_per_token, 6*N_matmul + 12*L*q_dim*T per
     token (forward 1/3, backward 2/3; recomputation adds the forward again),
     at --mfu of --peak-tflops (989, H100 SXM dense bf16); or per-unit GPU
     times from --measured FILE (format below); tools/plan_compute.py;

@@ -62,6 +62,35 @@ TEST(ModelConfig, RejectsInconsistentShapes) {
   EXPECT_THROW(c.validate(), Error);
 }
 
+// --head-dim (Qwen3-0.6B: 16 heads of 128 over d_model 1024): the heads set
+// q|k|v's and Wo's inner width, d_model stays the residual's.
+TEST(ModelConfig, HeadDimApartFromWidth) {
+  ModelConfig c = model_preset("gpt-350m");
+  c.head_size = 128;
+  c.validate();
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.q_dim(), 2048);
+  EXPECT_EQ(c.kv_dim(), 512);
+  int64_t n = 0;
+  for (const auto& u : model_units(c))
+    for (const auto& p : u.params) n += p.numel();
+  EXPECT_EQ(n, c.num_params());
+  const ModelConfig plain = model_preset("gpt-350m");
+  EXPECT_GT(c.flops_per_token(1024), plain.flops_per_token(1024));
+  c.n_head = 12;  // 1024 / 12 is no integer, and need not be with --head-dim
+  c.n_kv_head = 4;
+  c.validate();
+  for (int bad : {7, 514, -2}) {
+    c.head_size = bad;
+    try {
+      c.validate();
+      ADD_FAILURE() << "--head-dim " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--head-dim"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ParamInit, SliceEqualsWholeSoShardingDoesNotChangeTheModel) {
   ParamSpec p{"blocks.0.attn.wq", {8, 16}, Init::normal, 0.02f};
   std::vector<float> whole(128), part(128);

@@ -48,7 +48,7 @@ struct ModelRun {
   }
 };
 
-void check_all_params(const ModelConfig& cfg, int B, int T) {
+void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
   const bool tied = cfg.tie_embeddings;
   ModelRun r(cfg, B, T);
   r.w.zero_grads();
@@ -76,7 +76,6 @@ void check_all_params(const ModelConfig& cfg, int B, int T) {
       // h: large enough that fp32 rounding of the loss stays small against
       // h * |<g, v>|, small enough that the curvature term is negligible.
       // Measured on `tiny` (h = 3e-2 .. 1e-3): 1e-2 sits between the two.
-      const double h = 1e-2;
       auto shifted = [&](double s) {
         for (int64_t i = 0; i < n; ++i) w[i] = float(saved[i] + s * v[i]);
         return r.loss(false);
@@ -99,6 +98,17 @@ TEST(TransformerGradcheck, TiedEmbeddings) {
 }
 TEST(TransformerGradcheck, UntiedHead) {
   check_all_params(small_config(false), 2, 6);
+}
+// Heads wider than d_model / n_head (--head-dim, as Qwen3-0.6B's 16 x 128
+// over 1024): q|k|v and Wo's inner width is n_head * head_dim, not d_model.
+TEST(TransformerGradcheck, HeadDimApartFromWidth) {
+  ModelConfig c = small_config(false);
+  c.head_size = 6;  // 4 heads of 6 over d_model 16
+  // q|k|v now widen the residual 16 -> 24, and at h = 1e-2 the finite
+  // difference's curvature term reaches 2-4% on wq and the embedding; it
+  // shrinks as h^2 (within 2e-2 at 3e-3 and 1e-3), as a wrong term would not.
+  ASSERT_EQ(c.q_dim(), 24);
+  check_all_params(c, 2, 6, 3e-3);
 }
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {

@@ -132,4 +132,6 @@ one_error(base + ["--train-data", train, "--init-from", os.path.join(work, "nope
           "--init-from: checkpoint", "a missing file")
 one_error(base + ["--train-data", train, "--d-model", "128", "--init-from", src],
           "--d-model 64", "a file of another model")
+one_error(base + ["--train-data", train, "--head-dim", "32", "--init-from", src],
+          "--head-dim 0 (this run: 32)", "a file whose heads are another width")
 finish("init_from_test")

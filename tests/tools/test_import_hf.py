@@ -4,7 +4,8 @@
   test_import_hf.py formats      FSDPTRAIN EXAMPLE_DIR WORK TOOLS_DIR
   test_import_hf.py transformers FSDPTRAIN EXAMPLE_DIR WORK TOOLS_DIR
 
-formats (no PyTorch): checkpoints fsdptrain trained (tied and untied) are
+formats (no PyTorch): checkpoints fsdptrain trained (tied; untied with
+--head-dim apart from d_model / n_head) are
 exported with tools/export_hf.py and imported back: every tensor returns bit
 for bit, --eval-only of the import equals --eval-only of the original
 exactly on 1 and 3 ranks, the writer's checksums are the trainer's, bf16
@@ -14,7 +15,7 @@ hold is one error line naming its field, with nothing written.
 
 transformers (skipped, exit 77, unless $FSDP_TORCH_PYTHON has torch and
 transformers): random Qwen3 models built and saved by transformers (GQA,
-tied and untied, fp32 and bf16) import, and fsdptrain --eval-only gives
+tied and untied, fp32 and bf16, heads of hidden_size / heads and wider) import, and fsdptrain --eval-only gives
 transformers' mean loss on the same windows within 1e-5 relative on 1, 2 and
 3 ranks; exporting the import gives back transformers' tensors bit for bit.
 """
@@ -116,13 +117,14 @@ def refused(hf_dir, needle, what):
 
 def formats():
     val = val_file(6)
-    for tied in (True, False):
+    # The untied model's heads are 24 wide, not d_model / n_head = 16 (--head-dim).
+    for tied, flags in ((True, []), (False, ["--head-dim", "24"])):
         tag = "tied" if tied else "untied"
         ck = os.path.join(work, "ck_" + tag)
+        flags = ["--tie-embeddings", str(tied).lower()] + flags
         p = run([exe, "--device", "cpu", "--model", "tiny", "--train-data",
                  os.path.join(example, "kjv_train.h5"), "--seq-len", str(SEQ), "--batch-size", "4",
-                 "--steps", "4", "--lr", "3e-3", "--tie-embeddings", str(tied).lower(),
-                 "--checkpoint-dir", ck, "--checkpoint-every", "4"])
+                 "--steps", "4", "--lr", "3e-3", *flags, "--checkpoint-dir", ck, "--checkpoint-every", "4"])
         check(p.returncode == 0, f"{tag}: the source run exits 0 ({p.stderr.strip()[-300:]})")
         orig = os.path.join(ck, "step_00000004.h5")
         want = model_tensors(orig)
@@ -143,9 +145,8 @@ def formats():
         check(set(got) == set(want) and all(np.array_equal(got[k].view(np.uint32), want[k].view(np.uint32))
                                             for k in want),
               f"{tag}: export then import gives every tensor back bit for bit")
-        ref = eval_loss(orig, val, tag=f"orig_{tag}",
-                        model=("--model", "tiny", "--tie-embeddings", str(tied).lower()))
-        for ranks in (1, 3):
+        for ranks in (1, 3):  # the same sums in the same order: equal bit for bit
+            ref = eval_loss(orig, val, ranks, tag=f"orig_{tag}_np{ranks}", model=("--model", "tiny", *flags))
             loss = eval_loss(out, val, ranks, config=ini, tag=f"imp_{tag}_np{ranks}")
             check(loss == ref, f"{tag}: --eval-only of the import on {ranks} rank(s) {loss} == the original's {ref}")
 
@@ -195,7 +196,7 @@ def formats():
     cfg = json.load(open(os.path.join(base, "config.json")))
     cases = [({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "architectures"),
              ({"model_type": "llama"}, "model_type"),
-             ({"head_dim": 12}, "head_dim"),
+             ({"head_dim": 7}, "head_dim"),
              ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "llama3"),
              ({"rope_theta": None, "rope_parameters": {"rope_theta": 1e4, "rope_type": "yarn"}}, "yarn"),
              ({"attention_bias": True}, "attention_bias"),
@@ -232,9 +233,9 @@ def formats():
 TORCH_MAKE = r"""
 import sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
-out, tied, dtype = sys.argv[1], sys.argv[2] == "tied", sys.argv[3]
+out, tied, dtype, head_dim = sys.argv[1], sys.argv[2] == "tied", sys.argv[3], int(sys.argv[4])
 cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=128,
                   rms_norm_eps=1e-6, tie_word_embeddings=tied, rope_theta=50000.0, initializer_range=0.25)
 torch.manual_seed(3 if tied else 4)
 m = Qwen3ForCausalLM(cfg)
@@ -264,10 +265,11 @@ def with_transformers():
         print("skipped: set FSDP_TORCH_PYTHON to a python with torch, transformers and h5py")
         sys.exit(77)
     val = val_file(6)
-    for tied, dtype in ((False, "float32"), (True, "float32"), (False, "bfloat16")):
-        tag = f"{'tied' if tied else 'untied'}_{dtype}"
+    # head_dim 32 over hidden_size 64 and 4 heads: wider than 64 / 4, as Qwen3-0.6B's.
+    for tied, dtype, hd in ((False, "float32", 32), (True, "float32", 16), (False, "bfloat16", 32)):
+        tag = f"{'tied' if tied else 'untied'}_{dtype}_hd{hd}"
         hf = os.path.join(work, "tf_" + tag)
-        p = run([py, "-c", TORCH_MAKE, hf, "tied" if tied else "untied", dtype])
+        p = run([py, "-c", TORCH_MAKE, hf, "tied" if tied else "untied", dtype, str(hd)])
         check(p.returncode == 0, f"{tag}: transformers builds and saves the model ({p.stderr.strip()[-300:]})")
         out = os.path.join(work, f"tf_{tag}.h5")
         ini = import_ok(hf, out, tag)

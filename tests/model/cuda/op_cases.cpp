@@ -537,6 +537,18 @@ std::vector<OpCase> op_cases() {
   // (16 + 2 * 4 of 64): v's rows (q+2kv wide) are not k's (kv wide).
   t.push_back(attention_case(2, 128, 4, 2, 64, 8 * 64));
   t.push_back(attention_case(1, 256, 16, 4, 64, 24 * 64));
+  // Heads wider than d_model / n_head (--head-dim), as Qwen3-0.6B's: 16 + 2 * 8
+  // heads of 128 over d_model 1024, so q|k|v rows are 4096 wide and Wo reads 2048.
+  {
+    const int hd = 128, H = 16, Hkv = 8, d = 1024, qd = H * hd, qkv = qd + 2 * Hkv * hd;
+    t.push_back(norm_rope_case(1, 64, H, hd, BF, qkv, 0));
+    t.push_back(norm_rope_case(1, 64, Hkv, hd, BF, qkv, qd));
+    t.push_back(attention_case(1, 64, H, Hkv, hd, qkv));
+    t.push_back(linear_case(64, qkv, d, LinDx::set, BF));
+    t.back().variant = "wq|wk|wv at head_dim 128, " + t.back().variant;
+    t.push_back(linear_case(64, d, qd, LinDx::set, BF));
+    t.back().variant = "wo at head_dim 128, " + t.back().variant;
+  }
 
   // a|b in rows: 64 columns vectorised, 37 not.
   t.push_back(swiglu_case(50, 64, true));

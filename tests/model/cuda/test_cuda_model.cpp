@@ -122,6 +122,19 @@ TEST(CudaModel, Gpt350mShapedRecomputeBlockMatchesCpu) {
   check_model(cfg, 1, 256, false, 0, Recompute::block);
 }
 
+// Heads set apart from d_model / n_head (--head-dim), as Qwen3-0.6B's: 16
+// heads of 128 and 8 kv heads over d_model 1024, so q|k|v rows are 4096
+// wide and Wo reads 2048; two layers, vocabulary 4096, to stay quick.
+TEST(CudaModel, Qwen3ShapedHeadDimMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  cfg.vocab_size = 4096;
+  cfg.n_kv_head = 8;
+  cfg.head_size = 128;
+  cfg.d_ff = 3072;
+  check_model(cfg, 1, 128);
+}
+
 TEST(CudaModel, TinyFp8MatchesCpu) {
   check_model(model_preset("tiny"), 2, 32, true);
 }
