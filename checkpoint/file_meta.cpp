@@ -93,6 +93,7 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   // Only where the heads are not d_model / n_head wide: a file without it
   // means that width (and every file before --head-dim existed has none).
   if (c.explicit_head_dim() > 0) put_i64(model.get(), "head_dim", c.head_size, path);
+  if (!c.qk_norm) put_i64(model.get(), "qk_norm", 0, path);  // likewise: only where off
   h5_close(model, path);
 
   H5 optim = create_group(file, "optim", path);
@@ -163,6 +164,7 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   c.norm_eps = get_f32(g, "norm_eps", path);
   c.init_std = get_f32(g, "init_std", path);
   c.tie_embeddings = get_i64_in(g, "tie_embeddings", 0, 1, path) != 0;
+  if (H5Aexists(g, "qk_norm") > 0) c.qk_norm = get_i64_in(g, "qk_norm", 0, 1, path) != 0;
   if (H5Aexists(g, "head_dim") > 0)
     c.head_size = int(get_i64_in(g, "head_dim", 2, ModelConfig::kMaxHeadDim, path));
   try {
@@ -217,6 +219,7 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
       {"--n-head", text(saved.n_head), text(running.n_head)},
       {"--n-kv-head", text(saved.n_kv_head), text(running.n_kv_head)},
       {"--head-dim", text(saved.explicit_head_dim()), text(running.explicit_head_dim())},
+      {"--qk-norm", text(saved.qk_norm), text(running.qk_norm)},
       {"--d-ff", text(saved.d_ff), text(running.d_ff)},
       {"--rope-theta", text(saved.rope_theta), text(running.rope_theta)},
       {"--norm-eps", text(saved.norm_eps), text(running.norm_eps)},

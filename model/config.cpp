@@ -54,7 +54,8 @@ void check_sizes(const ModelConfig& c) {
   const long double limit = std::ldexp(1.0L, 48), d = c.d_model, ff = c.d_ff;
   const long double vocab = c.padded_vocab();
   const long double embed = (c.tie_embeddings ? 1 : 2) * vocab * d;
-  const long double attn = 2 * d + 2 * c.head_dim() + 2 * d * c.q_dim() + 2 * d * c.kv_dim();
+  const long double attn =
+      2 * d + (c.qk_norm ? 2 * c.head_dim() : 0) + 2 * d * c.q_dim() + 2 * d * c.kv_dim();
   const long double mlp = 3 * d * ff;
   const long double total = embed + c.n_layer * (attn + mlp) + d;
   if (total <= limit) return;
@@ -119,8 +120,8 @@ void ModelConfig::validate() const {
 
 int64_t ModelConfig::num_params() const {
   const int64_t d = d_model, v = vocab_size;
-  int64_t block =
-      2 * d + 2 * head_dim() + d * q_dim() + 2 * d * kv_dim() + q_dim() * d + 3 * d * d_ff;
+  int64_t block = 2 * d + (qk_norm ? 2 * head_dim() : 0) + d * q_dim() + 2 * d * kv_dim() +
+                  q_dim() * d + 3 * d * d_ff;
   return v * d + n_layer * block + d + (tie_embeddings ? 0 : v * d);
 }
 

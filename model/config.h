@@ -24,6 +24,9 @@ struct ModelConfig {
   // from d_model / n_head (Qwen3-0.6B: 16 heads of 128 over d_model 1024).
   // 0: d_model / n_head. Read it through head_dim().
   int head_size = 0;
+  // QK-norm: an RMSNorm with a learned gain over each head's q and k before
+  // RoPE (Qwen3, OLMo 2). false: RoPE alone, as in Llama and SmolLM2.
+  bool qk_norm = true;
 
   int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   // head_size as files store it: 0 where it equals d_model / n_head.

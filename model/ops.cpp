@@ -183,11 +183,19 @@ void Ops::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   act(*this, y, n, "norm_rope y");
-  f32(rstd, rows, "norm_rope rstd");
   act(*this, x, rows_need(tokens, int64_t(heads) * head_dim, x_ld), "norm_rope x");
-  act(*this, g, head_dim, "norm_rope g");
+  // No gain: no normalization (a model without QK-norm), only the rotation
+  // of x's rows into y; rstd is then not written and must be empty.
+  const bool norm = g.numel > 0;
+  if (norm) {
+    f32(rstd, rows, "norm_rope rstd");
+    act(*this, g, head_dim, "norm_rope g");
+  } else {
+    FSDP_CHECK(rstd.numel == 0, "norm_rope without a gain writes no rstd");
+  }
   const OpScope scope(hook_, [&] {
-    return OpCall{key("norm_rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
+    return OpCall{key(norm ? "norm_rope" : "norm_rope (no norm)", {B * T, heads, head_dim}), 0,
+                  2.0 * double(n) * esize(x)};
   });
   do_norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta, x_ld);
 }
@@ -200,14 +208,22 @@ void Ops::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   const int64_t need_x = rows_need(tokens, int64_t(heads) * head_dim, x_ld);
   act(*this, dx, need_x, "norm_rope dx");
-  grad(*this, dg, head_dim, "norm_rope dg");
   act(*this, dy, n, "norm_rope dy");
   act(*this, x, need_x, "norm_rope x");
-  act(*this, g, head_dim, "norm_rope g");
-  f32(rstd, rows, "norm_rope rstd");
-  opt_f32(amax, 1, "norm_rope_backward amax");
+  const bool norm = g.numel > 0;  // as in norm_rope: no gain, the rotation alone
+  if (norm) {
+    grad(*this, dg, head_dim, "norm_rope dg");
+    act(*this, g, head_dim, "norm_rope g");
+    f32(rstd, rows, "norm_rope rstd");
+    opt_f32(amax, 1, "norm_rope_backward amax");
+  } else {
+    FSDP_CHECK(dg.numel == 0 && rstd.numel == 0 && amax.numel == 0,
+               "norm_rope_backward without a gain takes no dg, rstd or amax");
+  }
   const OpScope scope(hook_, [&] {
-    return OpCall{key(amax.numel ? "norm_rope_backward+amax" : "norm_rope_backward",
+    return OpCall{key(!norm        ? "norm_rope_backward (no norm)"
+                      : amax.numel ? "norm_rope_backward+amax"
+                                   : "norm_rope_backward",
                       {B * T, heads, head_dim}),
                   0, 3.0 * double(n) * esize(dy)};
   });

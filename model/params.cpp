@@ -71,13 +71,17 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   units.push_back({"embed", {vocab_matrix("embed.weight")}});
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
-    units.push_back({"blocks." + std::to_string(l),
-                     {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
-                      packed(b + "attn.wk", c.kv_dim(), d, std),
-                      packed(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
-                      gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
-                      gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
-                      packed(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}});
+    UnitSpec block{"blocks." + std::to_string(l),
+                   {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
+                    packed(b + "attn.wk", c.kv_dim(), d, std),
+                    packed(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
+                    gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
+                    gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
+                    packed(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}};
+    // Without QK-norm its two gains are left out; the rest keep their order
+    // (the model's block_param() maps the indices).
+    if (!c.qk_norm) block.params.erase(block.params.begin() + 4, block.params.begin() + 6);
+    units.push_back(std::move(block));
   }
   UnitSpec head{"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) head.params.push_back(vocab_matrix("head.weight"));

@@ -16,6 +16,12 @@ constexpr Fp8 kFp8Grad = Fp8::e4m3;
 // Parameter indices inside a block unit, in model_units() order.
 enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
 
+// A block parameter's index in this model's unit: without QK-norm its two
+// gains are absent and the later parameters move up by two.
+int at(const ModelConfig& c, BlockParam p) {
+  return !c.qk_norm && p > kKNorm ? p - 2 : p;
+}
+
 // The rest of a buffer from element `from`: a view of q, k or v inside the
 // q|k|v GEMM's output (or of b inside W1|W3's), whose rows the ops step
 // through by its row stride.
@@ -196,20 +202,22 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   // Wq|Wk|Wv are packed into one matrix: one GEMM, whose output rows hold
   // q, k and v side by side (views with row stride qkv).
   block_linear(a.qkv, h1, w, u, {kWq, 3}, M, qkv, d);
-  // QK-norm (RMSNorm over each head's vector), then the rotation, in one op.
-  ops_.norm_rope(a.q, a.q_rstd, a.qkv, w.weight(u, kQNorm), B_, T_, H, hd, eps, cfg_.rope_theta,
-                 qkv);
-  ops_.norm_rope(a.k, a.k_rstd, tail(a.qkv, qd), w.weight(u, kKNorm), B_, T_, Hkv, hd, eps,
-                 cfg_.rope_theta, qkv);
+  // QK-norm (RMSNorm over each head's vector), then the rotation, in one op;
+  // without QK-norm (no gain given) the rotation alone.
+  const bool qkn = cfg_.qk_norm;
+  ops_.norm_rope(a.q, qkn ? a.q_rstd : Tensor{}, a.qkv, qkn ? w.weight(u, kQNorm) : Tensor{}, B_,
+                 T_, H, hd, eps, cfg_.rope_theta, qkv);
+  ops_.norm_rope(a.k, qkn ? a.k_rstd : Tensor{}, tail(a.qkv, qd),
+                 qkn ? w.weight(u, kKNorm) : Tensor{}, B_, T_, Hkv, hd, eps, cfg_.rope_theta, qkv);
   ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
   const LinearInput att = linear_input(a.att, M, qd, InputCast::forward_measure, amax(kInAtt));
-  block_linear(a.mid, att, w, u, {kWo, 1}, M, d, qd, x);
+  block_linear(a.mid, att, w, u, {at(cfg_, kWo), 1}, M, d, qd, x);
 
-  ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, kMlpNorm), M, d, eps, amax(kInH2));
+  ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, at(cfg_, kMlpNorm)), M, d, eps, amax(kInH2));
   mlp_forward(layer, w);
   const LinearInput s = linear_input(a.s, M, ff, InputCast::forward, amax(kInS));
-  block_linear(res_[layer + 1], s, w, u, {kW2, 1}, M, d, ff, a.mid);
+  block_linear(res_[layer + 1], s, w, u, {at(cfg_, kW2), 1}, M, d, ff, a.mid);
 }
 
 void Transformer::mlp_forward(int layer, UnitAccess& w) {
@@ -219,7 +227,7 @@ void Transformer::mlp_forward(int layer, UnitAccess& w) {
   // recomputation re-runs only this part.
   const LinearInput h2 = linear_input(a.h2, M, d, InputCast::forward, input_amax(layer, kInH2));
   // W1|W3 are packed into one matrix: one GEMM, a and b side by side in its rows.
-  block_linear(a.ab, h2, w, u, {kW1, 2}, M, 2 * ff, d);
+  block_linear(a.ab, h2, w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d);
   ops_.swiglu(a.s, a.ab, tail(a.ab, ff), M, ff, 2 * ff, input_amax(layer, kInS));
 }
 
@@ -240,26 +248,31 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.
-  block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, {kW2, 1}, M, d, ff, false,
+  block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, {at(cfg_, kW2), 1}, M, d, ff, false,
                         grad_amax(kGradRes));
   ops_.swiglu_backward(dab_, tail(dab_, ff), ds_, a.ab, tail(a.ab, ff), M, ff, 2 * ff,
                        grad_amax(kGradAB));
-  block_linear_backward(dh_, dab_, input(a.h2, d, kInH2), w, u, {kW1, 2}, M, 2 * ff, d, false,
-                        grad_amax(kGradAB));
-  ops_.rmsnorm_backward(dres_, w.grad(u, kMlpNorm), dh_, a.mid, w.weight(u, kMlpNorm), a.rstd2, M,
-                        d, true, grad_amax(kGradRes));
+  block_linear_backward(dh_, dab_, input(a.h2, d, kInH2), w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d,
+                        false, grad_amax(kGradAB));
+  ops_.rmsnorm_backward(dres_, w.grad(u, at(cfg_, kMlpNorm)), dh_, a.mid,
+                        w.weight(u, at(cfg_, kMlpNorm)), a.rstd2, M, d, true, grad_amax(kGradRes));
 
   // Attention branch: dq, dk and dv land in dqkv_ laid out as qkv, so Wq|Wk|Wv
   // take one GEMM backward too. dq_ and dk_ are scratch that nothing reads
   // afterwards, so norm_rope_backward may rotate them in place.
-  block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, {kWo, 1}, M, d, qd, false,
-                        grad_amax(kGradRes));
+  block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, {at(cfg_, kWo), 1}, M, d, qd,
+                        false, grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, tail(dqkv_, qd + kvd), datt_, a.att, a.lse, a.q, a.k,
                           tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
-  ops_.norm_rope_backward(dqkv_, w.grad(u, kQNorm), dq_, a.qkv, w.weight(u, kQNorm), a.q_rstd, B_,
-                          T_, H, hd, cfg_.rope_theta, {}, qkv);
-  ops_.norm_rope_backward(tail(dqkv_, qd), w.grad(u, kKNorm), dk_, tail(a.qkv, qd),
-                          w.weight(u, kKNorm), a.k_rstd, B_, T_, Hkv, hd, cfg_.rope_theta, {}, qkv);
+  const bool qkn = cfg_.qk_norm;
+  auto gain = [&](BlockParam p, bool grad) {
+    return !qkn ? Tensor{} : grad ? w.grad(u, p) : w.weight(u, p);
+  };
+  ops_.norm_rope_backward(dqkv_, gain(kQNorm, true), dq_, a.qkv, gain(kQNorm, false),
+                          qkn ? a.q_rstd : Tensor{}, B_, T_, H, hd, cfg_.rope_theta, {}, qkv);
+  ops_.norm_rope_backward(tail(dqkv_, qd), gain(kKNorm, true), dk_, tail(a.qkv, qd),
+                          gain(kKNorm, false), qkn ? a.k_rstd : Tensor{}, B_, T_, Hkv, hd,
+                          cfg_.rope_theta, {}, qkv);
   block_linear_backward(dh_, dqkv_, input(a.h1, d, kInH1), w, u, {kWq, 3}, M, qkv, d, false);
   // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),

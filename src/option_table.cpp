@@ -165,6 +165,9 @@ std::vector<OptionRow> make_table() {
     model_row("d-model", &M::d_model, "override the preset: model width", "96"),
     model_row("n-head", &M::n_head, "override the preset: attention heads", "6"),
     model_row("n-kv-head", &M::n_kv_head, "override the preset: key/value heads (GQA)", "3"),
+    model_row("qk-norm", &M::qk_norm,
+              "override the preset: RMSNorm q and k per head before RoPE (Qwen3); false: "
+              "none (Llama)", "false"),
     model_row("head-dim", &M::head_size,
               "override the preset: width of each attention head (0: --d-model / --n-head)",
               "32"),

@@ -35,6 +35,11 @@ def head_dim(model):
     return model.get("head_dim") or model["d_model"] // model["n_head"]
 
 
+def has_qk_norm(model):
+    """/model's qk_norm where the file has one (written only when 0), else on."""
+    return bool(model.get("qk_norm", 1))
+
+
 def units(model):
     """The model's units, each a list of (dataset name, shape), in the order
     the trainer moves them (model/params.cpp model_units): the checksums are
@@ -45,9 +50,9 @@ def units(model):
     out = [[("embed.weight", (v, d))]]
     for i in range(model["n_layer"]):
         b = f"blocks.{i}."
+        qk_norm = [(b + "attn.q_norm", (hd,)), (b + "attn.k_norm", (hd,))] if has_qk_norm(model) else []
         out.append([(b + "attn_norm", (d,)), (b + "attn.wq", (q, d)), (b + "attn.wk", (kv, d)),
-                    (b + "attn.wv", (kv, d)), (b + "attn.q_norm", (hd,)),
-                    (b + "attn.k_norm", (hd,)), (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
+                    (b + "attn.wv", (kv, d)), *qk_norm, (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
                     (b + "mlp.w1", (ff, d)), (b + "mlp.w3", (ff, d)), (b + "mlp.w2", (d, ff))])
     head = [("final_norm", (d,))]
     if not model["tie_embeddings"]:
@@ -115,6 +120,8 @@ def write_checkpoint(path, model, tensors, config_text, seed=1337):
             # As the trainer writes it: only where it is not d_model / n_head.
             if head_dim(model) * model["n_head"] != model["d_model"]:
                 g.attrs["head_dim"] = np.int64(head_dim(model))
+            if not has_qk_norm(model):
+                g.attrs["qk_norm"] = np.int64(0)
             f.create_group("optim/exp_avg")
             f.create_group("optim/exp_avg_sq")
             # The trainer lists the sampler state in creation order.

@@ -9,7 +9,8 @@ optimizer moments are not exported.
 Our model is a Llama-style pre-norm decoder plus QK-norm: an RMSNorm over
 head_dim, with gains of shape [head_dim], applied to q and k per head before
 RoPE. Plain Llama has no such gains; Qwen3 has exactly these, so the export
-uses the Qwen3 layout (architectures ["Qwen3ForCausalLM"], model_type "qwen3").
+uses the Qwen3 layout (architectures ["Qwen3ForCausalLM"], model_type "qwen3"),
+and a model trained with --qk-norm false Llama's ("LlamaForCausalLM", "llama").
 Our RoPE already rotates the two halves of each head (the "rotate_half"
 convention of these checkpoints), so q and k need no permutation. Linear
 weights are [out, in] in both.
@@ -40,9 +41,11 @@ from inspect_checkpoint import read_meta  # noqa: E402
 
 def hf_config(model):
     d, heads = model["d_model"], model["n_head"]
-    return {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
+    qk_norm = bool(model.get("qk_norm", 1))
+    cfg = {
+        # With QK-norm the Qwen3 layout; without it, plain Llama's.
+        "architectures": ["Qwen3ForCausalLM" if qk_norm else "LlamaForCausalLM"],
+        "model_type": "qwen3" if qk_norm else "llama",
         "vocab_size": model["vocab_size"],
         "hidden_size": d,
         "intermediate_size": model["d_ff"],
@@ -57,9 +60,10 @@ def hf_config(model):
         "hidden_act": "silu",
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "use_sliding_window": False,
         "torch_dtype": "float32",
     }
+    cfg.update({"use_sliding_window": False} if qk_norm else {"mlp_bias": False})
+    return cfg
 
 
 def export(checkpoint, outdir):

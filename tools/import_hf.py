@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Imports a Hugging Face Qwen3 model as an fsdptrain checkpoint.
+"""Imports a Hugging Face Qwen3 or Llama model as an fsdptrain checkpoint.
 
   import_hf.py HF_DIR OUT.h5
 
@@ -16,11 +16,12 @@ The token files must be encoded with the model's own tokenizer
 
 What fsdptrain's model holds, and so what imports: a pre-norm decoder with
 RMSNorm, SwiGLU, grouped-query attention, RoPE (rotate_half, no scaling),
-QK-norm, heads of any even width up to 512 (head_dim, also apart from
-hidden_size / num_attention_heads as in Qwen3-0.6B), tied or untied
-embeddings: Qwen3ForCausalLM. Anything else (a Llama, which has no QK-norm;
-rope scaling; attention or MLP biases; sliding windows; MoE) is refused with
-one line naming the config.json field, and nothing is written.
+QK-norm or none, heads of any even width up to 512 (head_dim, also apart
+from hidden_size / num_attention_heads as in Qwen3-0.6B), tied or untied
+embeddings: Qwen3ForCausalLM (QK-norm) and LlamaForCausalLM (none; SmolLM2
+is one). Anything else (rope scaling such as Llama 3.1's, attention or MLP
+biases, sliding windows, MoE) is refused with one line naming the
+config.json field, and nothing is written.
 Names: tools/hf_names.py.
 """
 
@@ -36,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint_writer import units, write_checkpoint  # noqa: E402
 from hf_names import fsdp_name, hf_name  # noqa: E402
 
-ARCHITECTURES = {"Qwen3ForCausalLM": "qwen3"}
+# architecture -> (model_type, QK-norm)
+ARCHITECTURES = {"Qwen3ForCausalLM": ("qwen3", True), "LlamaForCausalLM": ("llama", False)}
 # Buffers some checkpoints carry that are recomputed, not weights.
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
@@ -61,8 +63,11 @@ def model_fields(cfg):
     arch = (cfg.get("architectures") or ["(none)"])[0]
     if arch not in ARCHITECTURES:
         raise Refused(f"architectures is {arch}; fsdptrain imports {', '.join(ARCHITECTURES)}")
-    if cfg.get("model_type") != ARCHITECTURES[arch]:
-        raise Refused(f"model_type is {cfg.get('model_type')!r}, not {ARCHITECTURES[arch]!r} for {arch}")
+    model_type, qk_norm = ARCHITECTURES[arch]
+    if cfg.get("model_type") != model_type:
+        raise Refused(f"model_type is {cfg.get('model_type')!r}, not {model_type!r} for {arch}")
+    if cfg.get("pretraining_tp", 1) != 1:
+        raise Refused(f"pretraining_tp is {cfg['pretraining_tp']}; fsdptrain reads unsplit weights only")
     required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads")
     for k in required:
@@ -95,7 +100,8 @@ def model_fields(cfg):
     if not float(np.float32(theta)) == theta:
         raise Refused(f"rope_theta {theta} is not exact in float32")
     return {
-        "name": cfg.get("_name_or_path") or ARCHITECTURES[arch],
+        "name": model_type,
+        "qk_norm": qk_norm,
         "vocab_size": cfg["vocab_size"],
         "n_layer": cfg["num_hidden_layers"],
         "d_model": d,
@@ -122,6 +128,7 @@ def ini_text(model, source):
                       ("norm-eps", "norm_eps"), ("init-std", "init_std")):
         lines.append(f"{flag} = {num(model[key])}")
     lines.append(f"tie-embeddings = {'true' if model['tie_embeddings'] else 'false'}")
+    lines.append(f"qk-norm = {'true' if model['qk_norm'] else 'false'}")
     return "\n".join(lines) + "\n"
 
 

@@ -239,6 +239,11 @@ void CpuOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, 
 void CpuOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
                           int head_dim, float eps, float theta, int64_t x_ld) {
   const int64_t tokens = int64_t(B) * T, width = int64_t(heads) * head_dim;
+  if (g.numel == 0) {  // no QK-norm: the rotation alone
+    copy_rows(y.f32(), width, x.f32(), x_ld, tokens, width);
+    CpuOps::do_rope(y, B, T, heads, head_dim, theta);
+    return;
+  }
   std::vector<float> packed(size_t(tokens * width));
   copy_rows(packed.data(), width, x.f32(), x_ld, tokens, width);
   CpuOps::do_rmsnorm(y, rstd, {packed.data(), DType::f32, tokens * width}, g, B * T * heads,
@@ -257,6 +262,10 @@ void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Te
   std::vector<float> tmp(dyi, dyi + n), xp(static_cast<size_t>(n)), dxp(static_cast<size_t>(n));
   const Tensor d{tmp.data(), DType::f32, n};
   CpuOps::do_rope_backward(d, B, T, heads, head_dim, theta);
+  if (g.numel == 0) {  // no QK-norm: dx is dy rotated back
+    copy_rows(dx.f32(), x_ld, tmp.data(), width, tokens, width);
+    return;
+  }
   copy_rows(xp.data(), width, x.f32(), x_ld, tokens, width);
   CpuOps::do_rmsnorm_backward({dxp.data(), DType::f32, n}, dg, d, {xp.data(), DType::f32, n}, g,
                               rstd, rows, head_dim, false, amax);

@@ -294,8 +294,11 @@ void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int
   const bf16* xi = bf(x);
   const bf16* gi = bf(g);
   const float* table = impl_->rope_table(T, head_dim, theta);
-  if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
-                               impl_->stream)) {
+  if (g.numel == 0) {  // no QK-norm: x's rows packed into y, then rotated
+    copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
+    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
+  } else if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
+                                      impl_->stream)) {
     if (x_ld != width) {  // y is free until written: the packed copy goes there
       copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
       xi = yo;
@@ -321,8 +324,13 @@ void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, T
   const bf16* gi = bf(g);
   const float* rs = f32(rstd);
   const float* table = impl_->rope_table(T, head_dim, theta);
-  if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads, head_dim,
-                                am, x_ld, impl_->dev, *impl_, impl_->stream)) {
+  if (g.numel == 0) {
+    // No QK-norm: dx is dy rotated back (in place: dy's contents are
+    // unspecified after the call), written into dx's rows.
+    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
+    copy_rows(dxo, x_ld, dyi, width, tokens, width, impl_->stream);
+  } else if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads,
+                                       head_dim, am, x_ld, impl_->dev, *impl_, impl_->stream)) {
     // dy's contents are unspecified after the call (Ops::norm_rope_backward),
     // so it is rotated back in place.
     cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);

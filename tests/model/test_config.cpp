@@ -31,6 +31,7 @@ TEST(ModelConfig, ParamCountMatchesUnits) {
     for (bool tied : {true, false}) {
       ModelConfig c = model_preset(name);
       c.tie_embeddings = tied;
+      c.qk_norm = tied;  // with and without QK-norm's gains
       int64_t n = 0;
       for (const auto& u : model_units(c))
         for (const auto& p : u.params) n += p.numel();

@@ -90,7 +90,8 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, tied ? 1 + 2 * 11 + 1 : 1 + 2 * 11 + 2);
+  const int per_block = cfg.qk_norm ? 11 : 9;
+  EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3));
 }
 
 TEST(TransformerGradcheck, TiedEmbeddings) {
@@ -109,6 +110,12 @@ TEST(TransformerGradcheck, HeadDimApartFromWidth) {
   // shrinks as h^2 (within 2e-2 at 3e-3 and 1e-3), as a wrong term would not.
   ASSERT_EQ(c.q_dim(), 24);
   check_all_params(c, 2, 6, 3e-3);
+}
+// Without QK-norm (Llama): RoPE alone on q and k, no q/k gains.
+TEST(TransformerGradcheck, NoQkNorm) {
+  ModelConfig c = small_config(true);
+  c.qk_norm = false;
+  check_all_params(c, 2, 6);
 }
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {

@@ -134,4 +134,6 @@ one_error(base + ["--train-data", train, "--d-model", "128", "--init-from", src]
           "--d-model 64", "a file of another model")
 one_error(base + ["--train-data", train, "--head-dim", "32", "--init-from", src],
           "--head-dim 0 (this run: 32)", "a file whose heads are another width")
+one_error(base + ["--train-data", train, "--qk-norm", "false", "--init-from", src],
+          "--qk-norm true (this run: false)", "a file with QK-norm into a model without")
 finish("init_from_test")

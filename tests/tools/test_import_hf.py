@@ -5,7 +5,7 @@
   test_import_hf.py transformers FSDPTRAIN EXAMPLE_DIR WORK TOOLS_DIR
 
 formats (no PyTorch): checkpoints fsdptrain trained (tied; untied with
---head-dim apart from d_model / n_head) are
+--head-dim apart from d_model / n_head; --qk-norm false, a Llama) are
 exported with tools/export_hf.py and imported back: every tensor returns bit
 for bit, --eval-only of the import equals --eval-only of the original
 exactly on 1 and 3 ranks, the writer's checksums are the trainer's, bf16
@@ -14,8 +14,8 @@ config.json forms of RoPE read the same, and each config fsdptrain cannot
 hold is one error line naming its field, with nothing written.
 
 transformers (skipped, exit 77, unless $FSDP_TORCH_PYTHON has torch and
-transformers): random Qwen3 models built and saved by transformers (GQA,
-tied and untied, fp32 and bf16, heads of hidden_size / heads and wider) import, and fsdptrain --eval-only gives
+transformers): random Qwen3 and Llama models built and saved by transformers
+(GQA, tied and untied, fp32 and bf16, heads of hidden_size / heads and wider) import, and fsdptrain --eval-only gives
 transformers' mean loss on the same windows within 1e-5 relative on 1, 2 and
 3 ranks; exporting the import gives back transformers' tensors bit for bit.
 """
@@ -117,9 +117,10 @@ def refused(hf_dir, needle, what):
 
 def formats():
     val = val_file(6)
-    # The untied model's heads are 24 wide, not d_model / n_head = 16 (--head-dim).
-    for tied, flags in ((True, []), (False, ["--head-dim", "24"])):
-        tag = "tied" if tied else "untied"
+    # The untied model's heads are 24 wide, not d_model / n_head = 16 (--head-dim);
+    # the third has no QK-norm, so it leaves as a Llama.
+    for tag, tied, flags in (("tied", True, []), ("untied", False, ["--head-dim", "24"]),
+                             ("llama", False, ["--qk-norm", "false"])):
         ck = os.path.join(work, "ck_" + tag)
         flags = ["--tie-embeddings", str(tied).lower()] + flags
         p = run([exe, "--device", "cpu", "--model", "tiny", "--train-data",
@@ -153,6 +154,8 @@ def formats():
         # The other config form (transformers 5's rope_parameters) reads the same.
         with open(os.path.join(hf, "config.json")) as f:
             cfg = json.load(f)
+        want_arch = "LlamaForCausalLM" if tag == "llama" else "Qwen3ForCausalLM"
+        check(cfg["architectures"] == [want_arch], f"{tag}: exported as {cfg['architectures']}, want {want_arch}")
         new = dict(cfg)
         new["rope_parameters"] = {"rope_theta": new.pop("rope_theta"), "rope_type": "default"}
         hf2 = os.path.join(work, "hf2_" + tag)
@@ -194,7 +197,7 @@ def formats():
     # What the model cannot hold: one line naming the field, nothing written.
     base = os.path.join(work, "hf_untied")
     cfg = json.load(open(os.path.join(base, "config.json")))
-    cases = [({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "architectures"),
+    cases = [({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, "architectures"),
              ({"model_type": "llama"}, "model_type"),
              ({"head_dim": 7}, "head_dim"),
              ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "llama3"),
@@ -203,7 +206,8 @@ def formats():
              ({"use_sliding_window": True}, "use_sliding_window"),
              ({"hidden_act": "gelu"}, "hidden_act"),
              ({"num_experts": 8}, "num_experts"),
-             ({"num_key_value_heads": 3}, "num_key_value_heads")]
+             ({"num_key_value_heads": 3}, "num_key_value_heads"),
+             ({"pretraining_tp": 2}, "pretraining_tp")]
     for change, needle in cases:
         d = os.path.join(work, "bad")
         shutil.rmtree(d, ignore_errors=True)
@@ -232,13 +236,15 @@ def formats():
 
 TORCH_MAKE = r"""
 import sys, torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-out, tied, dtype, head_dim = sys.argv[1], sys.argv[2] == "tied", sys.argv[3], int(sys.argv[4])
-cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=128,
-                  rms_norm_eps=1e-6, tie_word_embeddings=tied, rope_theta=50000.0, initializer_range=0.25)
+import transformers
+out, tied, dtype, head_dim, arch = sys.argv[1], sys.argv[2] == "tied", sys.argv[3], int(sys.argv[4]), sys.argv[5]
+Config, Model = {"qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+                 "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM)}[arch]
+cfg = Config(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=128,
+             rms_norm_eps=1e-6, tie_word_embeddings=tied, rope_theta=50000.0, initializer_range=0.25)
 torch.manual_seed(3 if tied else 4)
-m = Qwen3ForCausalLM(cfg)
+m = Model(cfg)
 with torch.no_grad():  # gains away from 1, so the norms' placement matters
     for n, p in m.named_parameters():
         if "norm" in n:
@@ -265,11 +271,14 @@ def with_transformers():
         print("skipped: set FSDP_TORCH_PYTHON to a python with torch, transformers and h5py")
         sys.exit(77)
     val = val_file(6)
-    # head_dim 32 over hidden_size 64 and 4 heads: wider than 64 / 4, as Qwen3-0.6B's.
-    for tied, dtype, hd in ((False, "float32", 32), (True, "float32", 16), (False, "bfloat16", 32)):
-        tag = f"{'tied' if tied else 'untied'}_{dtype}_hd{hd}"
+    # head_dim 32 over hidden_size 64 and 4 heads: wider than 64 / 4, as
+    # Qwen3-0.6B's; Llama (no QK-norm) as SmolLM2 and Llama 3.2 without rope scaling.
+    for arch, tied, dtype, hd in (("qwen3", False, "float32", 32), ("qwen3", True, "float32", 16),
+                                  ("qwen3", False, "bfloat16", 32), ("llama", True, "float32", 16),
+                                  ("llama", False, "float32", 32)):
+        tag = f"{arch}_{'tied' if tied else 'untied'}_{dtype}_hd{hd}"
         hf = os.path.join(work, "tf_" + tag)
-        p = run([py, "-c", TORCH_MAKE, hf, "tied" if tied else "untied", dtype, str(hd)])
+        p = run([py, "-c", TORCH_MAKE, hf, "tied" if tied else "untied", dtype, str(hd), arch])
         check(p.returncode == 0, f"{tag}: transformers builds and saves the model ({p.stderr.strip()[-300:]})")
         out = os.path.join(work, f"tf_{tag}.h5")
         ini = import_ok(hf, out, tag)

@@ -74,4 +74,35 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt, int64_t ld, int64_
   return c;
 }
 
+OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld, int64_t col) {
+  const int rows = B * T * H;
+  const int64_t n = int64_t(rows) * hd, tokens = int64_t(B) * T, width = int64_t(H) * hd;
+  if (ld == 0) ld = width;
+  const int64_t wide = tokens * ld;
+  OpCase c;
+  c.op = "norm_rope";
+  c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
+  c.variant = "no gain (no QK-norm): rotation only";
+  if (ld != width)
+    c.variant += fmt(", x and dx rows %lld apart from column %lld", (long long)ld, (long long)col);
+  c.dtypes = "x,y,dy,dx bf16";
+  c.fwd_bytes = c.bwd_bytes = 2.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(wide, -2.0f, 2.0f), dy = e.rnd(n), dx0 = e.rnd(wide);
+    Tensor xw = e.in(BF, x), y = e.out(BF, n), dyt = e.in(BF, dy);
+    // As in norm_rope_case: a wide dx is compared whole, so a write outside
+    // the view shows.
+    Tensor dxw = ld != width ? e.in(BF, dx0) : e.out(BF, n);
+    const Tensor xt = xw.slice(col, wide - col), dx = dxw.slice(col, dxw.numel - col);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.norm_rope(y, {}, xt, {}, B, T, H, hd, 1e-5f, kTheta, ld); };
+    b.fwd_checks = {vs_ref("norm_rope (no gain) y", y, kRound)};
+    b.bwd = [=, &o] { o.norm_rope_backward(dx, {}, dyt, xt, {}, {}, B, T, H, hd, kTheta, {}, ld); };
+    b.bwd_checks = {vs_ref("norm_rope (no gain) dx", dxw, kRound)};
+    return b;
+  };
+  return c;
+}
+
 }  // namespace fsdp::test

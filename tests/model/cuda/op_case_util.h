@@ -52,6 +52,8 @@ OpCase linear_add_case(int M, int N, int K, bool alias);
 // ld > 0: x and dx are views from column `col` of rows ld wide (q or k inside
 // the q|k|v GEMM's output); the other columns must come back untouched.
 OpCase norm_rope_case(int B, int T, int H, int hd, DType dg, int64_t ld = 0, int64_t col = 0);
+// norm_rope without a gain (a model without QK-norm): x's rows rotated into y.
+OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld = 0, int64_t col = 0);
 
 // ---- FP8 (fp8_op_cases.cpp) ---------------------------------------------------
 // quantize_fp8 over n values of dtype src spanning ~2^24 in magnitude (so

@@ -503,6 +503,13 @@ std::vector<OpCase> op_cases() {
     t.push_back(norm_rope_case(2, 40, 3, hd, BF, 5 * hd, 0));
     t.push_back(norm_rope_case(2, 40, 1, hd, BF, 5 * hd, 3 * hd));
   }
+  // Without QK-norm (--qk-norm false, Llama): the rotation alone, packed and
+  // from q|k|v rows.
+  t.push_back(rope_rows_case(2, 40, 3, 64));
+  for (int hd : {64, 128}) {
+    t.push_back(rope_rows_case(2, 40, 3, hd, 5 * hd, 0));
+    t.push_back(rope_rows_case(2, 40, 1, hd, 5 * hd, 3 * hd));
+  }
 
   // n = 100003: odd, so no kernel can assume a multiple of its vector width.
   for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
@@ -615,8 +622,13 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(quantize_fp8_t_case(M, qkv, Fp8::e4m3, BF));
   t.push_back(rope_case(B, T, c.n_head, c.head_dim()));
   // q, k and v as the model reads them: views into the q|k|v GEMM's output.
-  t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF, qkv, 0));
-  t.push_back(norm_rope_case(B, T, c.n_kv_head, c.head_dim(), BF, qkv, c.q_dim()));
+  if (c.qk_norm) {
+    t.push_back(norm_rope_case(B, T, c.n_head, c.head_dim(), BF, qkv, 0));
+    t.push_back(norm_rope_case(B, T, c.n_kv_head, c.head_dim(), BF, qkv, c.q_dim()));
+  } else {
+    t.push_back(rope_rows_case(B, T, c.n_head, c.head_dim(), qkv, 0));
+    t.push_back(rope_rows_case(B, T, c.n_kv_head, c.head_dim(), qkv, c.q_dim()));
+  }
   t.push_back(attention_case(B, T, c.n_head, c.n_kv_head, c.head_dim(), qkv));
   t.push_back(swiglu_case(M, c.d_ff, true));
   t.push_back(add_case(int64_t(M) * d, false));

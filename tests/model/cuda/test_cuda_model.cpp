@@ -135,6 +135,15 @@ TEST(CudaModel, Qwen3ShapedHeadDimMatchesCpu) {
   check_model(cfg, 1, 128);
 }
 
+// Without QK-norm (--qk-norm false, as Llama): q and k only rotated, the
+// block's later parameters two places earlier in its unit.
+TEST(CudaModel, Gpt350mShapedNoQkNormMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  cfg.qk_norm = false;
+  check_model(cfg, 1, 256);
+}
+
 TEST(CudaModel, TinyFp8MatchesCpu) {
   check_model(model_preset("tiny"), 2, 32, true);
 }
