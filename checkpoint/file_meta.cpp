@@ -94,6 +94,12 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   // means that width (and every file before --head-dim existed has none).
   if (c.explicit_head_dim() > 0) put_i64(model.get(), "head_dim", c.head_size, path);
   if (!c.qk_norm) put_i64(model.get(), "qk_norm", 0, path);  // likewise: only where off
+  if (c.rope_scaling_factor > 0) {                           // and only where it scales
+    put_f32(model.get(), "rope_scaling_factor", c.rope_scaling_factor, path);
+    put_f32(model.get(), "rope_low_freq_factor", c.rope_low_freq_factor, path);
+    put_f32(model.get(), "rope_high_freq_factor", c.rope_high_freq_factor, path);
+    put_i64(model.get(), "rope_original_context", c.rope_original_context, path);
+  }
   h5_close(model, path);
 
   H5 optim = create_group(file, "optim", path);
@@ -165,6 +171,12 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   c.init_std = get_f32(g, "init_std", path);
   c.tie_embeddings = get_i64_in(g, "tie_embeddings", 0, 1, path) != 0;
   if (H5Aexists(g, "qk_norm") > 0) c.qk_norm = get_i64_in(g, "qk_norm", 0, 1, path) != 0;
+  if (H5Aexists(g, "rope_scaling_factor") > 0) {
+    c.rope_scaling_factor = get_f32(g, "rope_scaling_factor", path);
+    c.rope_low_freq_factor = get_f32(g, "rope_low_freq_factor", path);
+    c.rope_high_freq_factor = get_f32(g, "rope_high_freq_factor", path);
+    c.rope_original_context = int(get_i64_in(g, "rope_original_context", 1, kMaxInt, path));
+  }
   if (H5Aexists(g, "head_dim") > 0)
     c.head_size = int(get_i64_in(g, "head_dim", 2, ModelConfig::kMaxHeadDim, path));
   try {
@@ -212,6 +224,9 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
         return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
     }
   };
+  // The scaling's shape counts only where both scale (else the factor says it).
+  const bool both_scaled = saved.rope_scaling_factor > 0 && running.rope_scaling_factor > 0;
+  auto scaled = [&](auto v) { return both_scaled ? text(v) : std::string(); };
   const Field fields[] = {
       {"--vocab-size", text(saved.vocab_size), text(running.vocab_size)},
       {"--n-layer", text(saved.n_layer), text(running.n_layer)},
@@ -222,6 +237,13 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
       {"--qk-norm", text(saved.qk_norm), text(running.qk_norm)},
       {"--d-ff", text(saved.d_ff), text(running.d_ff)},
       {"--rope-theta", text(saved.rope_theta), text(running.rope_theta)},
+      {"--rope-scaling-factor", text(saved.rope_scaling_factor), text(running.rope_scaling_factor)},
+      {"--rope-low-freq-factor", scaled(saved.rope_low_freq_factor),
+       scaled(running.rope_low_freq_factor)},
+      {"--rope-high-freq-factor", scaled(saved.rope_high_freq_factor),
+       scaled(running.rope_high_freq_factor)},
+      {"--rope-original-context", scaled(saved.rope_original_context),
+       scaled(running.rope_original_context)},
       {"--norm-eps", text(saved.norm_eps), text(running.norm_eps)},
       {"--tie-embeddings", text(saved.tie_embeddings), text(running.tie_embeddings)},
   };

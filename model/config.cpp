@@ -111,6 +111,17 @@ void ModelConfig::validate() const {
   // Configurations also come from checkpoints, which are untrusted input.
   need(std::isfinite(rope_theta) && rope_theta > 0, "--rope-theta", rope_theta,
        "must be positive and finite");
+  const RopeScaling s = rope().scaling;
+  need(std::isfinite(s.factor) && (s.factor == 0 || s.factor >= 1), "--rope-scaling-factor",
+       s.factor, "must be 0 (no scaling) or at least 1");
+  if (s.enabled()) {
+    need(std::isfinite(s.low_freq_factor) && s.low_freq_factor > 0, "--rope-low-freq-factor",
+         s.low_freq_factor, "must be positive");
+    need(std::isfinite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor,
+         "--rope-high-freq-factor", s.high_freq_factor, "must exceed --rope-low-freq-factor");
+    need(s.original_context >= 1, "--rope-original-context", s.original_context,
+         "must be at least 1");
+  }
   need(std::isfinite(norm_eps) && norm_eps > 0, "--norm-eps", norm_eps,
        "must be positive and finite");
   need(std::isfinite(init_std) && init_std > 0, "--init-std", init_std,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/rope.h"
+
 namespace fsdp {
 
 struct ModelConfig {
@@ -17,6 +19,11 @@ struct ModelConfig {
   int d_ff = 192;     // SwiGLU hidden width
   int max_seq_len = 64;
   float rope_theta = 10000.0f;
+  // Llama 3.1/3.2's frequency rescaling (model/rope.h); factor 0: none.
+  float rope_scaling_factor = 0;
+  float rope_low_freq_factor = 1;
+  float rope_high_freq_factor = 4;
+  int rope_original_context = 8192;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   bool tie_embeddings = true;
@@ -28,6 +35,11 @@ struct ModelConfig {
   // RoPE (Qwen3, OLMo 2). false: RoPE alone, as in Llama and SmolLM2.
   bool qk_norm = true;
 
+  Rope rope() const {
+    return {
+        rope_theta,
+        {rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context}};
+  }
   int head_dim() const { return head_size > 0 ? head_size : d_model / n_head; }
   // head_size as files store it: 0 where it equals d_model / n_head.
   int explicit_head_dim() const {

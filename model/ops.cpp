@@ -157,28 +157,28 @@ void Ops::linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K
   do_linear_add(y, x, w, r, M, N, K);
 }
 
-void Ops::rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+void Ops::rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) {
   FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
   const int64_t n = int64_t(B) * T * heads * head_dim;
   act(*this, x, n, "rope x");
   const OpScope scope(hook_, [&] {
     return OpCall{key("rope", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(x)};
   });
-  do_rope(x, B, T, heads, head_dim, theta);
+  do_rope(x, B, T, heads, head_dim, rope);
 }
 
-void Ops::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+void Ops::rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope) {
   FSDP_CHECK(head_dim % 2 == 0, "rope needs an even head_dim, got ", head_dim);
   const int64_t n = int64_t(B) * T * heads * head_dim;
   act(*this, dx, n, "rope dx");
   const OpScope scope(hook_, [&] {
     return OpCall{key("rope_backward", {B * T, heads, head_dim}), 0, 2.0 * double(n) * esize(dx)};
   });
-  do_rope_backward(dx, B, T, heads, head_dim, theta);
+  do_rope_backward(dx, B, T, heads, head_dim, rope);
 }
 
 void Ops::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                    int head_dim, float eps, float theta, int64_t x_ld) {
+                    int head_dim, float eps, const Rope& rope, int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
@@ -197,11 +197,11 @@ void Ops::norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int
     return OpCall{key(norm ? "norm_rope" : "norm_rope (no norm)", {B * T, heads, head_dim}), 0,
                   2.0 * double(n) * esize(x)};
   });
-  do_norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, theta, x_ld);
+  do_norm_rope(y, rstd, x, g, B, T, heads, head_dim, eps, rope, x_ld);
 }
 
 void Ops::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                             int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                             int B, int T, int heads, int head_dim, const Rope& rope, Tensor amax,
                              int64_t x_ld) {
   FSDP_CHECK(head_dim % 2 == 0, "norm_rope needs an even head_dim, got ", head_dim);
   const int rows = B * T * heads;
@@ -227,7 +227,7 @@ void Ops::norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g
                       {B * T, heads, head_dim}),
                   0, 3.0 * double(n) * esize(dy)};
   });
-  do_norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, theta, amax, x_ld);
+  do_norm_rope_backward(dx, dg, dy, x, g, rstd, B, T, heads, head_dim, rope, amax, x_ld);
 }
 
 namespace {

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/fp8.h"
+#include "model/rope.h"
 #include "model/tensor.h"
 
 namespace fsdp {
@@ -198,23 +199,24 @@ class Ops {
 
   // In place on x[B, T, heads, head_dim], rotating the two halves of each head
   // (the "rotate_half" convention of Llama-style checkpoints) by angle
-  // t * theta^(-2i/head_dim) for position t and pair i.
-  void rope(Tensor x, int B, int T, int heads, int head_dim, float theta);
+  // t * rope_inv_freq(i) for position t and pair i (model/rope.h).
+  void rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope);
   // In place on dx: the transpose (inverse) rotation.
-  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta);
+  void rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope);
 
   // QK-norm and RoPE in one op: for every head vector of x[B, T, heads,
   // head_dim], y = rope(rmsnorm(x) * g), i.e. rmsnorm over the B*T*heads rows
   // of width head_dim (rstd[B*T*heads], f32, kept for backward) followed by
   // rope on the result. x's token rows are x_ld apart; y is packed.
   void norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads, int head_dim,
-                 float eps, float theta, int64_t x_ld);
+                 float eps, const Rope& rope, int64_t x_ld);
   // dx = d/dx (overwritten), dg += d/dg, from dy = dL/dy and the forward's
   // rstd; dx's and x's token rows are x_ld apart, dy is packed. dy's contents
   // after the call are unspecified: a backend may rotate it back in place.
   // amax as in rmsnorm_backward: max |dx|.
   void norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd, int B,
-                          int T, int heads, int head_dim, float theta, Tensor amax, int64_t x_ld);
+                          int T, int heads, int head_dim, const Rope& rope, Tensor amax,
+                          int64_t x_ld);
 
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
@@ -367,13 +369,14 @@ class Ops {
   virtual void do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, int M, int N,
                                   int K, bool accumulate_dx) = 0;
   virtual void do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) = 0;
-  virtual void do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) = 0;
-  virtual void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) = 0;
+  virtual void do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) = 0;
+  virtual void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim,
+                                const Rope& rope) = 0;
   virtual void do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                            int head_dim, float eps, float theta, int64_t x_ld) = 0;
+                            int head_dim, float eps, const Rope& rope, int64_t x_ld) = 0;
   virtual void do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
                                      Tensor rstd, int B, int T, int heads, int head_dim,
-                                     float theta, Tensor amax, int64_t x_ld) = 0;
+                                     const Rope& rope, Tensor amax, int64_t x_ld) = 0;
   virtual void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                             int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
   virtual void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,

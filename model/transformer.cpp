@@ -206,9 +206,9 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   // without QK-norm (no gain given) the rotation alone.
   const bool qkn = cfg_.qk_norm;
   ops_.norm_rope(a.q, qkn ? a.q_rstd : Tensor{}, a.qkv, qkn ? w.weight(u, kQNorm) : Tensor{}, B_,
-                 T_, H, hd, eps, cfg_.rope_theta, qkv);
+                 T_, H, hd, eps, cfg_.rope(), qkv);
   ops_.norm_rope(a.k, qkn ? a.k_rstd : Tensor{}, tail(a.qkv, qd),
-                 qkn ? w.weight(u, kKNorm) : Tensor{}, B_, T_, Hkv, hd, eps, cfg_.rope_theta, qkv);
+                 qkn ? w.weight(u, kKNorm) : Tensor{}, B_, T_, Hkv, hd, eps, cfg_.rope(), qkv);
   ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
   const LinearInput att = linear_input(a.att, M, qd, InputCast::forward_measure, amax(kInAtt));
@@ -269,10 +269,10 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
     return !qkn ? Tensor{} : grad ? w.grad(u, p) : w.weight(u, p);
   };
   ops_.norm_rope_backward(dqkv_, gain(kQNorm, true), dq_, a.qkv, gain(kQNorm, false),
-                          qkn ? a.q_rstd : Tensor{}, B_, T_, H, hd, cfg_.rope_theta, {}, qkv);
+                          qkn ? a.q_rstd : Tensor{}, B_, T_, H, hd, cfg_.rope(), {}, qkv);
   ops_.norm_rope_backward(tail(dqkv_, qd), gain(kKNorm, true), dk_, tail(a.qkv, qd),
                           gain(kKNorm, false), qkn ? a.k_rstd : Tensor{}, B_, T_, Hkv, hd,
-                          cfg_.rope_theta, {}, qkv);
+                          cfg_.rope(), {}, qkv);
   block_linear_backward(dh_, dqkv_, input(a.h1, d, kInH1), w, u, {kWq, 3}, M, qkv, d, false);
   // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),

@@ -174,6 +174,17 @@ std::vector<OptionRow> make_table() {
     model_row("d-ff", &M::d_ff, "override the preset: SwiGLU hidden width", "200"),
     model_row("max-seq-len", &M::max_seq_len, "override the preset: context length", "128"),
     model_row("rope-theta", &M::rope_theta, "override the preset: RoPE base", "500000"),
+    model_row("rope-scaling-factor", &M::rope_scaling_factor,
+              "Llama 3.1/3.2's RoPE scaling (rope_type llama3): slow frequencies divided by "
+              "it (0: no scaling)", "32"),
+    model_row("rope-low-freq-factor", &M::rope_low_freq_factor,
+              "with --rope-scaling-factor: wavelengths above --rope-original-context / this "
+              "are scaled", "2"),
+    model_row("rope-high-freq-factor", &M::rope_high_freq_factor,
+              "with --rope-scaling-factor: wavelengths below --rope-original-context / this "
+              "are kept", "8"),
+    model_row("rope-original-context", &M::rope_original_context,
+              "with --rope-scaling-factor: the context the model was pretrained at", "16384"),
     model_row("norm-eps", &M::norm_eps, "override the preset: RMSNorm epsilon", "1e-06"),
     model_row("init-std", &M::init_std, "override the preset: initialisation std", "0.01"),
     model_row("tie-embeddings", &M::tie_embeddings,

@@ -27,6 +27,9 @@ MODEL_ATTRS = (("vocab_size", np.int64), ("n_layer", np.int64), ("d_model", np.i
                ("n_head", np.int64), ("n_kv_head", np.int64), ("d_ff", np.int64),
                ("max_seq_len", np.int64), ("rope_theta", np.float32), ("norm_eps", np.float32),
                ("init_std", np.float32), ("tie_embeddings", np.int64))
+# Written only where the RoPE is scaled, as the trainer writes them.
+ROPE_SCALING_ATTRS = (("rope_scaling_factor", np.float32), ("rope_low_freq_factor", np.float32),
+                      ("rope_high_freq_factor", np.float32), ("rope_original_context", np.int64))
 
 
 def head_dim(model):
@@ -122,6 +125,9 @@ def write_checkpoint(path, model, tensors, config_text, seed=1337):
                 g.attrs["head_dim"] = np.int64(head_dim(model))
             if not has_qk_norm(model):
                 g.attrs["qk_norm"] = np.int64(0)
+            if model.get("rope_scaling_factor", 0) > 0:  # Llama 3.1's RoPE scaling
+                for k, t in ROPE_SCALING_ATTRS:
+                    g.attrs[k] = t(model[k])
             f.create_group("optim/exp_avg")
             f.create_group("optim/exp_avg_sq")
             # The trainer lists the sampler state in creation order.

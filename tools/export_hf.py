@@ -63,6 +63,11 @@ def hf_config(model):
         "torch_dtype": "float32",
     }
     cfg.update({"use_sliding_window": False} if qk_norm else {"mlp_bias": False})
+    if model.get("rope_scaling_factor", 0) > 0:  # Llama 3.1's, in the form most configs carry
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": model["rope_scaling_factor"],
+                               "low_freq_factor": model["rope_low_freq_factor"],
+                               "high_freq_factor": model["rope_high_freq_factor"],
+                               "original_max_position_embeddings": model["rope_original_context"]}
     return cfg
 
 

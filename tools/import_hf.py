@@ -18,9 +18,10 @@ What fsdptrain's model holds, and so what imports: a pre-norm decoder with
 RMSNorm, SwiGLU, grouped-query attention, RoPE (rotate_half, no scaling),
 QK-norm or none, heads of any even width up to 512 (head_dim, also apart
 from hidden_size / num_attention_heads as in Qwen3-0.6B), tied or untied
-embeddings: Qwen3ForCausalLM (QK-norm) and LlamaForCausalLM (none; SmolLM2
-is one). Anything else (rope scaling such as Llama 3.1's, attention or MLP
-biases, sliding windows, MoE) is refused with one line naming the
+embeddings, RoPE plain or with Llama 3.1's scaling (rope_type llama3):
+Qwen3ForCausalLM (QK-norm) and LlamaForCausalLM (none; SmolLM2 and Llama
+3.2 are such). Anything else (other rope scalings such as yarn, attention
+or MLP biases, sliding windows, MoE) is refused with one line naming the
 config.json field, and nothing is written.
 Names: tools/hf_names.py.
 """
@@ -93,8 +94,23 @@ def model_fields(cfg):
         raise Refused(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
     theta, scaling = rope_of(cfg)
     rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if rope_type != "default":
-        raise Refused(f"rope scaling of type {rope_type!r} (rope_parameters / rope_scaling) is not supported")
+    if rope_type not in ("default", "llama3"):
+        raise Refused(f"rope scaling of type {rope_type!r} (rope_parameters / rope_scaling) is not supported; "
+                      "fsdptrain has llama3's")
+    rope = {"rope_scaling_factor": 0.0}
+    if rope_type == "llama3":
+        try:
+            rope = {"rope_scaling_factor": float(scaling["factor"]),
+                    "rope_low_freq_factor": float(scaling["low_freq_factor"]),
+                    "rope_high_freq_factor": float(scaling["high_freq_factor"]),
+                    "rope_original_context": int(scaling["original_max_position_embeddings"])}
+        except (KeyError, TypeError, ValueError) as e:
+            raise Refused(f"llama3 rope scaling without a usable {e} (factor, low_freq_factor, "
+                          "high_freq_factor, original_max_position_embeddings)")
+        if not (rope["rope_scaling_factor"] >= 1 and 0 < rope["rope_low_freq_factor"] < rope["rope_high_freq_factor"]
+                and rope["rope_original_context"] >= 1):
+            raise Refused(f"llama3 rope scaling {scaling} is out of range (factor >= 1, "
+                          "0 < low_freq_factor < high_freq_factor, original_max_position_embeddings >= 1)")
     if float((scaling or {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))) != 1.0:
         raise Refused("partial_rotary_factor is not 1: fsdptrain rotates every dimension")
     if not float(np.float32(theta)) == theta:
@@ -114,6 +130,7 @@ def model_fields(cfg):
         "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
         "init_std": float(cfg.get("initializer_range", 0.02)),
         "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        **rope,
     }
 
 
@@ -129,6 +146,12 @@ def ini_text(model, source):
         lines.append(f"{flag} = {num(model[key])}")
     lines.append(f"tie-embeddings = {'true' if model['tie_embeddings'] else 'false'}")
     lines.append(f"qk-norm = {'true' if model['qk_norm'] else 'false'}")
+    if model["rope_scaling_factor"] > 0:
+        for flag, key in (("rope-scaling-factor", "rope_scaling_factor"),
+                          ("rope-low-freq-factor", "rope_low_freq_factor"),
+                          ("rope-high-freq-factor", "rope_high_freq_factor"),
+                          ("rope-original-context", "rope_original_context")):
+            lines.append(f"{flag} = {num(model[key])}")
     return "\n".join(lines) + "\n"
 
 

@@ -35,16 +35,16 @@ double sigmoid(double a) {
   return 1.0 / (1.0 + std::exp(-a));
 }
 
-// cos and sin of t * theta^(-2i/head_dim) for t < T, i < head_dim/2, built in
+// cos and sin of t * rope_inv_freq(i) for t < T, i < head_dim/2, built in
 // double once per call so every head and batch row shares exactly one value.
 struct RopeTable {
   std::vector<double> cos, sin;
-  RopeTable(int T, int head_dim, float theta) {
+  RopeTable(int T, int head_dim, const Rope& rope) {
     const int half = head_dim / 2;
     cos.resize(size_t(T) * half);
     sin.resize(size_t(T) * half);
     for (int i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(double(theta), -2.0 * i / head_dim);
+      const double inv_freq = rope_inv_freq(rope, i, head_dim);
       for (int t = 0; t < T; ++t) {
         cos[size_t(t) * half + i] = std::cos(t * inv_freq);
         sin[size_t(t) * half + i] = std::sin(t * inv_freq);
@@ -55,10 +55,10 @@ struct RopeTable {
 
 // Rotates each pair (x[i], x[i + half]) by sign * angle; sign -1 is the
 // transpose, which is what backward needs because a rotation is orthogonal.
-void rotate(Tensor xt, int B, int T, int heads, int head_dim, float theta, double sign) {
+void rotate(Tensor xt, int B, int T, int heads, int head_dim, const Rope& rope, double sign) {
   float* x = xt.f32();
   const int half = head_dim / 2;
-  const RopeTable table(T, head_dim, theta);
+  const RopeTable table(T, head_dim, rope);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
       const double* c = &table.cos[size_t(t) * half];
@@ -226,34 +226,34 @@ void CpuOps::do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N,
   for (int64_t i = 0; i < n; ++i) yo[i] = tmp[size_t(i)] + ri[i];
 }
 
-void CpuOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
-  rotate(x, B, T, heads, head_dim, theta, +1.0);
+void CpuOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) {
+  rotate(x, B, T, heads, head_dim, rope, +1.0);
 }
 
-void CpuOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
-  rotate(dx, B, T, heads, head_dim, theta, -1.0);
+void CpuOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope) {
+  rotate(dx, B, T, heads, head_dim, rope, -1.0);
 }
 
 // Strided rows (x_ld) are packed into a copy first and unpacked after, so the
 // reference stays the plain composition.
 void CpuOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                          int head_dim, float eps, float theta, int64_t x_ld) {
+                          int head_dim, float eps, const Rope& rope, int64_t x_ld) {
   const int64_t tokens = int64_t(B) * T, width = int64_t(heads) * head_dim;
   if (g.numel == 0) {  // no QK-norm: the rotation alone
     copy_rows(y.f32(), width, x.f32(), x_ld, tokens, width);
-    CpuOps::do_rope(y, B, T, heads, head_dim, theta);
+    CpuOps::do_rope(y, B, T, heads, head_dim, rope);
     return;
   }
   std::vector<float> packed(size_t(tokens * width));
   copy_rows(packed.data(), width, x.f32(), x_ld, tokens, width);
   CpuOps::do_rmsnorm(y, rstd, {packed.data(), DType::f32, tokens * width}, g, B * T * heads,
                      head_dim, eps, {});
-  CpuOps::do_rope(y, B, T, heads, head_dim, theta);
+  CpuOps::do_rope(y, B, T, heads, head_dim, rope);
 }
 
 void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                   int B, int T, int heads, int head_dim, float theta, Tensor amax,
-                                   int64_t x_ld) {
+                                   int B, int T, int heads, int head_dim, const Rope& rope,
+                                   Tensor amax, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim;
@@ -261,7 +261,7 @@ void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Te
   // Rotated back in a copy, so the caller's dy stays as it was.
   std::vector<float> tmp(dyi, dyi + n), xp(static_cast<size_t>(n)), dxp(static_cast<size_t>(n));
   const Tensor d{tmp.data(), DType::f32, n};
-  CpuOps::do_rope_backward(d, B, T, heads, head_dim, theta);
+  CpuOps::do_rope_backward(d, B, T, heads, head_dim, rope);
   if (g.numel == 0) {  // no QK-norm: dx is dy rotated back
     copy_rows(dx.f32(), x_ld, tmp.data(), width, tokens, width);
     return;

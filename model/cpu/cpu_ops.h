@@ -43,14 +43,15 @@ class CpuOps : public Ops {
   // The product into a temporary, then y = product + r (so r may alias y).
   void do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
 
-  void do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
-  void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  void do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) override;
+  void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim,
+                        const Rope& rope) override;
   // The reference is the composition: rmsnorm then rope; backward rotates a
   // copy of dy back and runs rmsnorm_backward on it (dy is left untouched).
   void do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                    int head_dim, float eps, float theta, int64_t x_ld) override;
+                    int head_dim, float eps, const Rope& rope, int64_t x_ld) override;
   void do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                             int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                             int B, int T, int heads, int head_dim, const Rope& rope, Tensor amax,
                              int64_t x_ld) override;
 
   void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,

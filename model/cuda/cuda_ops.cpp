@@ -257,16 +257,15 @@ void CudaOps::do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tens
   after("linear_backward");
 }
 
-void CudaOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) {
+void CudaOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) {
   bf16* xp = bf(x);
-  cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, 1.0f, impl_->stream);
+  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, 1.0f, impl_->stream);
   after("rope");
 }
 
-void CudaOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) {
+void CudaOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope) {
   bf16* xp = bf(dx);
-  cuda::rope(xp, impl_->rope_table(T, head_dim, theta), B, T, heads, head_dim, -1.0f,
-             impl_->stream);
+  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, -1.0f, impl_->stream);
   after("rope_backward");
 }
 
@@ -285,7 +284,7 @@ void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64
 // rope; strided rows are then packed into a temporary first (and dx
 // unpacked after): a slow path, kept simple.
 void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                           int head_dim, float eps, float theta, int64_t x_ld) {
+                           int head_dim, float eps, const Rope& rope, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim;
@@ -293,7 +292,7 @@ void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int
   float* rs = f32(rstd);
   const bf16* xi = bf(x);
   const bf16* gi = bf(g);
-  const float* table = impl_->rope_table(T, head_dim, theta);
+  const float* table = impl_->rope_table(T, head_dim, rope);
   if (g.numel == 0) {  // no QK-norm: x's rows packed into y, then rotated
     copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
     cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
@@ -310,8 +309,8 @@ void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int
 }
 
 void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
-                                    Tensor rstd, int B, int T, int heads, int head_dim, float theta,
-                                    Tensor amax, int64_t x_ld) {
+                                    Tensor rstd, int B, int T, int heads, int head_dim,
+                                    const Rope& rope, Tensor amax, int64_t x_ld) {
   const int rows = B * T * heads;
   const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
   const int64_t width = int64_t(heads) * head_dim;
@@ -323,7 +322,7 @@ void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, T
   const bf16* xi = bf(x);
   const bf16* gi = bf(g);
   const float* rs = f32(rstd);
-  const float* table = impl_->rope_table(T, head_dim, theta);
+  const float* table = impl_->rope_table(T, head_dim, rope);
   if (g.numel == 0) {
     // No QK-norm: dx is dy rotated back (in place: dy's contents are
     // unspecified after the call), written into dx's rows.

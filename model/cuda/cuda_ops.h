@@ -89,14 +89,15 @@ class CudaOps final : public Ops {
                           bool accumulate_dx) override;
   void do_linear_add(Tensor y, Tensor x, Tensor w, Tensor r, int M, int N, int K) override;
 
-  void do_rope(Tensor x, int B, int T, int heads, int head_dim, float theta) override;
-  void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, float theta) override;
+  void do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) override;
+  void do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim,
+                        const Rope& rope) override;
   // One fused kernel each way (rope.cu) where the head_dim allows, else
   // rmsnorm and rope one after the other (backward: dy rotated in place).
   void do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                    int head_dim, float eps, float theta, int64_t x_ld) override;
+                    int head_dim, float eps, const Rope& rope, int64_t x_ld) override;
   void do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                             int B, int T, int heads, int head_dim, float theta, Tensor amax,
+                             int B, int T, int heads, int head_dim, const Rope& rope, Tensor amax,
                              int64_t x_ld) override;
 
   void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,

@@ -16,6 +16,7 @@
 #include "model/cuda/cuda_ops.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/kernels.h"
+#include "model/rope.h"
 
 namespace fsdp {
 namespace cuda_args {
@@ -61,7 +62,9 @@ struct CudaOps::Impl final : cuda::Scratch {
   // `scratch`, which the norms' sum_squares uses meanwhile.
   void* ns_work = nullptr;
   size_t ns_bytes = 0;
-  std::map<std::tuple<int, int, float>, float*> rope_tables;  // (T, head_dim, theta)
+  // (T, head_dim, theta, scaling factor, low and high frequency factors, original context)
+  using RopeKey = std::tuple<int, int, float, float, float, float, int>;
+  std::map<RopeKey, float*> rope_tables;
   std::vector<cudaEvent_t> marks;  // timing events; the first `marks_used` are live
   size_t marks_used = 0;
   int64_t live = 0, peak = 0;
@@ -81,15 +84,22 @@ struct CudaOps::Impl final : cuda::Scratch {
     return region;
   }
 
-  const float* rope_table(int T, int head_dim, float theta) {
-    const auto key = std::make_tuple(T, head_dim, theta);
+  const float* rope_table(int T, int head_dim, const Rope& rope) {
+    const RopeScaling& s = rope.scaling;
+    const RopeKey key{T,
+                      head_dim,
+                      rope.theta,
+                      s.factor,
+                      s.low_freq_factor,
+                      s.high_freq_factor,
+                      s.original_context};
     auto it = rope_tables.find(key);
     if (it != rope_tables.end()) return it->second;
     // Built in double with the CPU reference's formula, then rounded once.
     const int half = head_dim / 2;
     std::vector<float> host(size_t(2) * T * half);
     for (int i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(double(theta), -2.0 * i / head_dim);
+      const double inv_freq = rope_inv_freq(rope, i, head_dim);
       for (int t = 0; t < T; ++t) {
         host[size_t(t) * half + i] = float(std::cos(t * inv_freq));
         host[size_t(T) * half + size_t(t) * half + i] = float(std::sin(t * inv_freq));

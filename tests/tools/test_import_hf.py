@@ -119,8 +119,11 @@ def formats():
     val = val_file(6)
     # The untied model's heads are 24 wide, not d_model / n_head = 16 (--head-dim);
     # the third has no QK-norm, so it leaves as a Llama.
+    # The last adds Llama 3.1's RoPE scaling, as Llama 3.2 has it.
     for tag, tied, flags in (("tied", True, []), ("untied", False, ["--head-dim", "24"]),
-                             ("llama", False, ["--qk-norm", "false"])):
+                             ("llama", False, ["--qk-norm", "false"]),
+                             ("llama3", True, ["--qk-norm", "false", "--rope-scaling-factor", "8",
+                                               "--rope-original-context", "16"])):
         ck = os.path.join(work, "ck_" + tag)
         flags = ["--tie-embeddings", str(tied).lower()] + flags
         p = run([exe, "--device", "cpu", "--model", "tiny", "--train-data",
@@ -154,16 +157,21 @@ def formats():
         # The other config form (transformers 5's rope_parameters) reads the same.
         with open(os.path.join(hf, "config.json")) as f:
             cfg = json.load(f)
-        want_arch = "LlamaForCausalLM" if tag == "llama" else "Qwen3ForCausalLM"
+        want_arch = "LlamaForCausalLM" if tag.startswith("llama") else "Qwen3ForCausalLM"
         check(cfg["architectures"] == [want_arch], f"{tag}: exported as {cfg['architectures']}, want {want_arch}")
         new = dict(cfg)
-        new["rope_parameters"] = {"rope_theta": new.pop("rope_theta"), "rope_type": "default"}
+        new["rope_parameters"] = {**(new.pop("rope_scaling", None) or {"rope_type": "default"}),
+                                  "rope_theta": new.pop("rope_theta")}
         hf2 = os.path.join(work, "hf2_" + tag)
         shutil.copytree(hf, hf2)
         json.dump(new, open(os.path.join(hf2, "config.json"), "w"))
         ini2 = import_ok(hf2, os.path.join(work, f"imp2_{tag}.h5"), tag + " rope_parameters")
         check(open(ini2).read().splitlines()[1:] == open(ini).read().splitlines()[1:],
               f"{tag}: rope_parameters and top-level rope_theta give the same flags")
+        if tag == "llama3":
+            check(cfg.get("rope_scaling", {}).get("rope_type") == "llama3" and
+                  "rope-scaling-factor = 8.0" in open(ini).read(),
+                  f"{tag}: the scaling goes out as rope_scaling llama3 and comes back as flags")
 
         # bf16 shards behind an index, and one fp16 file: their values, exactly.
         st = load_file(os.path.join(hf, "model.safetensors"))
@@ -200,8 +208,11 @@ def formats():
     cases = [({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}, "architectures"),
              ({"model_type": "llama"}, "model_type"),
              ({"head_dim": 7}, "head_dim"),
-             ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "llama3"),
              ({"rope_theta": None, "rope_parameters": {"rope_theta": 1e4, "rope_type": "yarn"}}, "yarn"),
+             ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
+             ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+                                "high_freq_factor": 1.0, "original_max_position_embeddings": 32}},
+              "out of range"),
              ({"attention_bias": True}, "attention_bias"),
              ({"use_sliding_window": True}, "use_sliding_window"),
              ({"hidden_act": "gelu"}, "hidden_act"),
@@ -238,11 +249,18 @@ TORCH_MAKE = r"""
 import sys, torch
 import transformers
 out, tied, dtype, head_dim, arch = sys.argv[1], sys.argv[2] == "tied", sys.argv[3], int(sys.argv[4]), sys.argv[5]
+scaled = arch == "llama3"  # Llama 3.2's kind: Llama with llama3 RoPE scaling
+arch = "llama" if scaled else arch
 Config, Model = {"qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
                  "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM)}[arch]
 cfg = Config(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=128,
-             rms_norm_eps=1e-6, tie_word_embeddings=tied, rope_theta=50000.0, initializer_range=0.25)
+             rms_norm_eps=1e-6, tie_word_embeddings=tied, initializer_range=0.25,
+             # an original context of 32 puts head_dim 16's pairs in all three bands
+             rope_parameters={"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0,
+                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 32}
+             if scaled else {"rope_type": "default", "rope_theta": 50000.0})
 torch.manual_seed(3 if tied else 4)
 m = Model(cfg)
 with torch.no_grad():  # gains away from 1, so the norms' placement matters
@@ -272,10 +290,10 @@ def with_transformers():
         sys.exit(77)
     val = val_file(6)
     # head_dim 32 over hidden_size 64 and 4 heads: wider than 64 / 4, as
-    # Qwen3-0.6B's; Llama (no QK-norm) as SmolLM2 and Llama 3.2 without rope scaling.
+    # Qwen3-0.6B's; Llama (no QK-norm) as SmolLM2, and with llama3 RoPE scaling as Llama 3.2.
     for arch, tied, dtype, hd in (("qwen3", False, "float32", 32), ("qwen3", True, "float32", 16),
                                   ("qwen3", False, "bfloat16", 32), ("llama", True, "float32", 16),
-                                  ("llama", False, "float32", 32)):
+                                  ("llama", False, "float32", 32), ("llama3", True, "float32", 16)):
         tag = f"{arch}_{'tied' if tied else 'untied'}_{dtype}_hd{hd}"
         hf = os.path.join(work, "tf_" + tag)
         p = run([py, "-c", TORCH_MAKE, hf, "tied" if tied else "untied", dtype, str(hd), arch])
@@ -290,6 +308,17 @@ def with_transformers():
             loss = eval_loss(out, val, ranks, config=ini, tag=f"tf_{tag}_np{ranks}")
             check(abs(loss - want) <= 1e-5 * want,
                   f"{tag}: fsdptrain on {ranks} rank(s) {loss:.7f} == transformers' {want:.7f} (1e-5)")
+        if arch == "llama3":  # the scaling matters: the same weights without it miss
+            plain = hf + "_plain"
+            shutil.copytree(hf, plain)
+            cfg = json.load(open(os.path.join(plain, "config.json")))
+            cfg.pop("rope_scaling", None)
+            cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": 50000.0}
+            json.dump(cfg, open(os.path.join(plain, "config.json"), "w"))
+            plain_ini = import_ok(plain, plain + ".h5", tag + " without scaling")
+            loss = eval_loss(plain + ".h5", val, 1, config=plain_ini, tag=f"tf_{tag}_plain")
+            check(abs(loss - want) > 1e-3,
+                  f"{tag}: without the scaling fsdptrain gives {loss:.5f}, not transformers' {want:.5f}")
         back = os.path.join(work, "back_" + tag)
         p = tool("export_hf.py", out, back)
         check(p.returncode == 0, f"{tag}: export of the import exits 0")

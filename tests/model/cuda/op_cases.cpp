@@ -158,12 +158,16 @@ OpCase linear_misaligned_case(int M, int N, int K) {
 }
 
 // ---- rope -------------------------------------------------------------------
-OpCase rope_case(int B, int T, int H, int hd) {
+OpCase rope_case(int B, int T, int H, int hd, const Rope& rope = kTheta) {
   const int64_t n = int64_t(B) * T * H * hd;
   OpCase c;
   c.op = "rope";
   c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
   c.variant = "in place";
+  if (rope.scaling.enabled())
+    c.variant += fmt(", theta %g, llama3 scaling %g (low %g, high %g, context %d)", rope.theta,
+                     rope.scaling.factor, rope.scaling.low_freq_factor,
+                     rope.scaling.high_freq_factor, rope.scaling.original_context);
   c.dtypes = "x bf16";
   c.fwd_bytes = c.bwd_bytes = 2.0 * n * 2;
   c.bind = [=](Env& e) {
@@ -171,10 +175,10 @@ OpCase rope_case(int B, int T, int H, int hd) {
     Tensor xt = e.in(BF, x);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.rope(xt, B, T, H, hd, kTheta); };
+    b.fwd = [=, &o] { o.rope(xt, B, T, H, hd, rope); };
     b.fwd_checks = {vs_ref("rope", xt, kRound)};
     // Backward runs on forward's output: the inverse rotation must give x back.
-    b.bwd = [=, &o] { o.rope_backward(xt, B, T, H, hd, kTheta); };
+    b.bwd = [=, &o] { o.rope_backward(xt, B, T, H, hd, rope); };
     b.bwd_checks = {vs_host("rope then rope_backward", xt, kRound, x),
                     vs_ref("rope_backward", xt, kRound)};
     return b;
@@ -493,6 +497,9 @@ std::vector<OpCase> op_cases() {
 
   // head_dim 12: the unvectorised path.
   for (int hd : {64, 16, 12}) t.push_back(rope_case(2, 40, 3, hd));
+  // Llama 3.1's scaling, with an original context of 64 so that head_dim 64's
+  // pairs fall in all three bands (kept, blended, divided by the factor).
+  t.push_back(rope_case(2, 40, 3, 64, Rope(500000.0f, {32.0f, 1.0f, 4.0f, 64})));
   // QK-norm + RoPE: head_dim 64 and 128 take the fused kernels, 12 the
   // composition of rmsnorm and rope they fall back to.
   for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));

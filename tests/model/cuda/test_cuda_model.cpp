@@ -144,6 +144,15 @@ TEST(CudaModel, Gpt350mShapedNoQkNormMatchesCpu) {
   check_model(cfg, 1, 256);
 }
 
+// Llama 3.1's RoPE scaling (the model's rope table built once per shape):
+// an original context of 16 puts tiny's 16-wide heads in all three bands.
+TEST(CudaModel, TinyRopeScaledMatchesCpu) {
+  ModelConfig cfg = model_preset("tiny");
+  cfg.rope_scaling_factor = 8;
+  cfg.rope_original_context = 16;
+  check_model(cfg, 2, 32);
+}
+
 TEST(CudaModel, TinyFp8MatchesCpu) {
   check_model(model_preset("tiny"), 2, 32, true);
 }
