@@ -198,7 +198,12 @@ RunPosition RunCheckpoints::init_from() {
   RunPosition pos;
   const std::string& path = o_.checkpoint.init_from;
   if (path.empty()) return pos;
-  const CheckpointMeta meta = load_checkpoint(context_, path);
+  CheckpointMeta meta;
+  try {
+    meta = load_checkpoint(context_, path);
+  } catch (const Error& e) {
+    throw Error(std::string("--init-from: ") + e.what());  // every rank caught the same
+  }
   zero_optimizer_state();
   pos.initialised_from = path;
   if (lead_)

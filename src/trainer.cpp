@@ -92,8 +92,10 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // so it may run beside the training run that owns the directory.
   if (!o_.eval.only) checkpoint_lock_ = claim_checkpoint_dir(o_, W);
   // A wrong --init-from file (missing, damaged, another model) is said now,
-  // not after the model is built on the GPU.
-  if (!o_.checkpoint.init_from.empty()) {
+  // not after the model is built on the GPU. Under --resume the file is used
+  // only where no checkpoint is found, so it is checked then (a rerun that
+  // continues its own checkpoint does not need it any more).
+  if (!o_.checkpoint.init_from.empty() && o_.checkpoint.resume.empty()) {
     try {
       read_checkpoint_meta(o_.checkpoint.init_from, W, &o_.model);
     } catch (const Error& e) {

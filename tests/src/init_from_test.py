@@ -116,20 +116,27 @@ check(runs["muon"][0] == runs["np1"][0] and runs["muon"][1:] != runs["np1"][1:],
       "--optimizer muon from an AdamW file: the same first loss, then its own steps")
 
 # Preempted and rerun with the same command: the run's own checkpoint wins.
+# The --init-from file may be gone by then: the rerun no longer needs it.
 ck = os.path.join(work, "ck_rerun")
-cmd = base + common + ["--batch-size", "6", "--init-from", src, "--checkpoint-dir", ck,
+src_copy = os.path.join(work, "src_copy.h5")
+shutil.copy(src, src_copy)
+cmd = base + common + ["--batch-size", "6", "--init-from", src_copy, "--checkpoint-dir", ck,
                        "--resume", "auto", "--metrics", metrics("rerun")]
 p = run(cmd + ["--stop-at-step", "3"])
 check(p.returncode == 0 and "starting from --init-from" in p.stdout,
       f"the first part starts from --init-from ({p.stderr[-300:]})")
+os.remove(src_copy)
 p = run(cmd)
 check(p.returncode == 0 and "resumed from" in p.stdout and "the weights it saved" not in p.stdout,
-      f"the rerun resumes its own step 3, not the --init-from file ({p.stderr[-300:]})")
+      f"the rerun resumes its own step 3, the --init-from file gone ({p.stderr[-300:]})")
 rerun = [r["loss"] for r in records(metrics("rerun")) if "loss" in r]
 check(rerun == runs["np1"], f"and ends bit for bit as the uninterrupted run ({rerun} vs {runs['np1']})")
 
 one_error(base + ["--train-data", train, "--init-from", os.path.join(work, "nope.h5")],
           "--init-from: checkpoint", "a missing file")
+one_error(base + ["--train-data", train, "--init-from", os.path.join(work, "nope.h5"),
+                  "--checkpoint-dir", os.path.join(work, "ck_none"), "--resume", "auto"],
+          "--init-from: checkpoint", "a missing file where --resume auto finds nothing")
 one_error(base + ["--train-data", train, "--d-model", "128", "--init-from", src],
           "--d-model 64", "a file of another model")
 one_error(base + ["--train-data", train, "--head-dim", "32", "--init-from", src],
