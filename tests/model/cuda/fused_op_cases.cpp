@@ -1,6 +1,7 @@
-// The op table's cases for the fused ops (see op_cases.h): a GEMM with the
-// residual add in its epilogue, and QK-norm with RoPE. Each is checked
-// against the CPU reference, which composes the unfused ops.
+// The op table's cases for the fused and elementwise ops (see op_cases.h): a
+// GEMM with the residual add in its epilogue, RoPE alone and with QK-norm,
+// SwiGLU and the residual add. Each is checked against the CPU reference,
+// which composes the unfused ops.
 #include "tests/model/cuda/op_case_util.h"
 
 namespace fsdp::test {
@@ -23,6 +24,97 @@ OpCase linear_add_case(int M, int N, int K, bool alias) {
     b.fwd = [=, &o] { o.linear_add(y, xt, wt, rt, M, N, K); };
     b.fwd_checks = {vs_ref(alias ? "linear_add y, r aliasing y" : "linear_add y", y, kGemm)};
     if (!alias) b.fwd_checks.push_back(vs_host("linear_add r untouched", rt, kBitwise, r));
+    return b;
+  };
+  return c;
+}
+
+// ---- rope -------------------------------------------------------------------
+OpCase rope_case(int B, int T, int H, int hd, const Rope& rope) {
+  const int64_t n = int64_t(B) * T * H * hd;
+  OpCase c;
+  c.op = "rope";
+  c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
+  c.variant = "in place";
+  if (rope.scaling.enabled())
+    c.variant += fmt(", theta %g, llama3 scaling %g (low %g, high %g, context %d)", rope.theta,
+                     rope.scaling.factor, rope.scaling.low_freq_factor,
+                     rope.scaling.high_freq_factor, rope.scaling.original_context);
+  c.dtypes = "x bf16";
+  c.fwd_bytes = c.bwd_bytes = 2.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n);
+    Tensor xt = e.in(BF, x);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.rope(xt, B, T, H, hd, rope); };
+    b.fwd_checks = {vs_ref("rope", xt, kRound)};
+    // Backward runs on forward's output: the inverse rotation must give x back.
+    b.bwd = [=, &o] { o.rope_backward(xt, B, T, H, hd, rope); };
+    b.bwd_checks = {vs_host("rope then rope_backward", xt, kRound, x),
+                    vs_ref("rope_backward", xt, kRound)};
+    return b;
+  };
+  return c;
+}
+
+// ---- swiglu and add -----------------------------------------------------------
+// halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
+// da and db likewise; otherwise each packed.
+OpCase swiglu_case(int rows, int cols, bool halves) {
+  const int64_t n = int64_t(rows) * cols, ld = halves ? 2 * cols : cols;
+  OpCase c;
+  c.op = "swiglu";
+  c.shape = fmt("%dx%d", rows, cols);
+  c.variant = halves ? "s = silu(a) * b, a|b in one row" : "s = silu(a) * b";
+  c.dtypes = "a,b,s,ds,da,db bf16";
+  c.fwd_bytes = 3.0 * n * 2;
+  c.bwd_bytes = 5.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(halves ? 2 * n : n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
+    // With halves, a holds both: its rows' second halves are b.
+    Tensor at = e.in(BF, a), bt = halves ? at.slice(cols, 2 * n - cols) : e.in(BF, bv);
+    Tensor s = e.out(BF, n), dst = e.in(BF, ds);
+    Tensor da = e.out(BF, halves ? 2 * n : n);
+    Tensor db = halves ? da.slice(cols, 2 * n - cols) : e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 1);
+    b.fwd = [=, &o] { o.swiglu(s, at, bt, rows, cols, ld, s_amax); };
+    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
+    b.fwd_checks = {vs_ref("swiglu", s, kRound), vs_ref("max |s|", s_amax, kRound)};
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, rows, cols, ld, amax); };
+    b.bwd_checks = {vs_ref(halves ? "swiglu da|db" : "swiglu da", da, kRound),
+                    vs_ref("max of |da|, |db|", amax, kRound)};
+    if (!halves) b.bwd_checks.push_back(vs_ref("swiglu db", db, kRound));
+    return b;
+  };
+  return c;
+}
+
+// misaligned: operands at an odd element offset take the unvectorised path;
+// otherwise in place (y aliases a), as the model's residual adds call it.
+OpCase add_case(int64_t n, bool misaligned) {
+  const int64_t m = misaligned ? n - 1 : n;
+  OpCase c;
+  c.op = "add";
+  c.shape = fmt("n=%lld", (long long)m);
+  c.variant = misaligned ? "operands at an odd element offset" : "in place, y aliases a";
+  c.dtypes = "a,b,y bf16";
+  c.fwd_bytes = 3.0 * m * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n);
+    Tensor at = e.in(BF, a), bt = e.in(BF, bv);
+    Ops& o = e.ops;
+    Bound b;
+    if (misaligned) {
+      Tensor y = e.out(BF, n).slice(1, m);
+      b.fwd = [=, &o] { o.add(y, at.slice(1, m), bt.slice(1, m), m); };
+      b.fwd_checks = {vs_ref("add (misaligned)", y, kRound)};
+    } else {
+      b.fwd = [=, &o] { o.add(at, at, bt, n); };
+      b.fwd_checks = {vs_ref("add (in place)", at, kRound)};
+    }
     return b;
   };
   return c;

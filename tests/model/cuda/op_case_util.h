@@ -51,6 +51,9 @@ OpCase linear_add_case(int M, int N, int K, bool alias);
 // norm_rope: QK-norm and RoPE over [B, T, H, hd], backward with dg of dtype dg.
 // ld > 0: x and dx are views from column `col` of rows ld wide (q or k inside
 // the q|k|v GEMM's output); the other columns must come back untouched.
+OpCase rope_case(int B, int T, int H, int hd, const Rope& rope = kTheta);
+OpCase swiglu_case(int rows, int cols, bool halves);
+OpCase add_case(int64_t n, bool misaligned);
 OpCase norm_rope_case(int B, int T, int H, int hd, DType dg, int64_t ld = 0, int64_t col = 0);
 // norm_rope without a gain (a model without QK-norm): x's rows rotated into y.
 OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld = 0, int64_t col = 0);
