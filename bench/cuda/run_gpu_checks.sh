@@ -15,9 +15,10 @@
 # its own log, and prints one line: PASS, FAIL, SKIP (cannot apply here),
 # INFO (a measurement, not a verdict) or CUT (stopped at the end of BUDGET_S
 # past its usual time: no verdict, listed to rerun). The script goes on after failures.
-# Checks run in order of importance: bring-up (a, b), parity (c-f, m), speed (g,
-# h). A check whose usual duration no longer fits in BUDGET_S is left out and
-# named at the end with the STEPS=... to finish it in a second call.
+# Checks run in order of importance: bring-up (a, b), parity (c-f, m), run
+# control (t, bench/cuda/checks_t.sh), speed (g, h). A check whose usual
+# duration no longer fits in BUDGET_S is left out and named at the end with
+# the STEPS=... to finish it in a second call.
 #
 # Output ($OUT, default /tmp/gpu_checks; the tool brings back at most 8 files):
 #   summary.txt   the check lines and the final summary (also on stdout)
@@ -48,7 +49,7 @@ export CARRY=${CARRY:-$ROOT/.gpu_carry}
 export WORK=${WORK:-/tmp/gpu_work}
 export LOGS=$WORK/logs RUNS=$WORK/runs NOTES=$WORK/notes
 export BUDGET_S=${BUDGET_S:-540}
-STEPS=${STEPS:-a b c d e m f g h i}
+STEPS=${STEPS:-a b c d e m t f g h i}
 export PYTHONUNBUFFERED=1
 export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
 
@@ -473,6 +474,10 @@ chk_i3() {  # the profile of an fp8 step, into the logs
   return 78
 }
 
+# group t's checks (--time-budget, --eval-seq-len on the GPU)
+# shellcheck source=bench/cuda/checks_t.sh
+source "$ROOT/bench/cuda/checks_t.sh"
+
 # ---- the check list: id | usual seconds on an H100 | limit | command | what --------------
 # Order is priority order. Usual seconds are guesses with start-up included;
 # a check starts only if they fit in what is left of BUDGET_S.
@@ -497,6 +502,8 @@ CHECKS=(
   "m2|6|60|chk_m2|the same on the CPU (fp32 Newton-Schulz); GPU vs CPU within 2%"
   "m3|10|90|chk_m3|Muon: GPU save -> GPU resume == 20 straight, bitwise (--debug)"
   "m4|20|120|chk_m4|Muon on mpirun -np 2 $STAGED, batch 4: vs 1 rank (2%)"
+  "t1|75|150|chk_t1|--time-budget $T_BUDGET --steps 0: the budget sets the count; ends inside it, near the plan"
+  "t2|40|120|chk_t2|--eval-seq-len $T_HALF during training == --eval-only of its checkpoint at that context (1e-3)"
   "f1|45|150|chk_f1|$PARITY_MODEL: 5 steps, checkpoint, resume to 55"
   "f2|45|180|chk_f2|tools/torch_reference.py $TORCH_DTYPE on $TORCH_DEV from step 5, 50 steps within $PARITY_TOL"
 )

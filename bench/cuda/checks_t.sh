@@ -1,0 +1,71 @@
+# checks_t.sh - group t of run_gpu_checks.sh (sourced by it): run-control
+# features that ran on the CPU but not yet on a GPU (issue 30's list).
+#   t1  --time-budget setting the step count itself (--steps 0): the final
+#       validation ends inside the budget, near the plan's predicted end
+#   t2  --eval-seq-len: validation at half the training context during
+#       training equals --eval-only of the saved checkpoint at that context
+# Each check returns 0 (PASS), 1 (FAIL); its note is the summary line.
+
+# The shape both run: gpt-350m's widths on the byte data at context 1024 on a
+# GPU (tiny at 64 in a CPU rehearsal).
+if [ "$DEV" = cuda ]; then
+  export T_MODEL=${T_MODEL:---model gpt-350m --vocab-size 256} T_SHAPE="--seq-len 1024 --batch-size 8"
+  export T_BUDGET=${T_BUDGET:-60s} T_HALF=512 T_HALF_BATCH=16
+else
+  export T_MODEL=${T_MODEL:---model tiny} T_SHAPE="--seq-len 64 --batch-size 4"
+  export T_BUDGET=${T_BUDGET:-20s} T_HALF=32 T_HALF_BATCH=8
+fi
+
+chk_t1() {
+  local m=$RUNS/t1.jsonl rc
+  x fsdptrain --device "$DEV" $T_MODEL $T_SHAPE --train-data "$DATA" --val-data "$VAL" --steps 0 \
+    --time-budget "$T_BUDGET" --warmup-steps 20 --eval-every 100 --eval-batches 8 --log-every 50 \
+    --metrics "$m" 2>&1 | tee "$RUNS/t1.txt"; rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || { note "fsdptrain exited $rc"; return 1; }
+  local verdict
+  verdict=$(python3 - "$m" <<'EOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+plan = [d for d in lines if "time_budget_steps" in d]
+done = [d for d in lines if "time_used_s" in d]
+if len(plan) != 1 or len(done) != 1:
+    print(f"FAIL {len(plan)} plan and {len(done)} end records"); sys.exit()
+p, d = plan[0], done[0]
+budget, used, planned = d["time_budget_s"], d["time_used_s"], p["planned_end_s"]
+ok = used <= budget and used >= 0.8 * budget and abs(used - planned) <= 0.03 * budget
+print(f"{'PASS' if ok else 'FAIL'} {p['time_budget_steps']} steps fixed by a {budget:g} s budget "
+      f"(a step {p['step_s'] * 1e3:.1f} ms); final validation planned at {planned:.1f} s, ended at "
+      f"{used:.1f} s")
+EOF
+)
+  note "${verdict#* }"
+  [ "${verdict%% *}" = PASS ]
+}
+
+chk_t2() {
+  local m=$RUNS/t2.jsonl e=$RUNS/t2_eval.jsonl ck=$RUNS/t2_ck rc
+  rm -rf "$ck"
+  x fsdptrain --device "$DEV" $T_MODEL $T_SHAPE --train-data "$DATA" --val-data "$VAL" --steps 30 \
+    --warmup-steps 5 --eval-every 30 --eval-batches 4 --eval-seq-len "$T_HALF" --log-every 10 \
+    --checkpoint-dir "$ck" --checkpoint-every 30 --metrics "$m" || { note "training run failed"; return 1; }
+  # The same windows in the same rows: T_HALF_BATCH sequences of T_HALF per micro-batch.
+  x fsdptrain --device "$DEV" $T_MODEL --val-data "$VAL" --eval-only --resume "$ck/step_00000030.h5" \
+    --seq-len "$T_HALF" --batch-size "$T_HALF_BATCH" --eval-batches 4 --metrics "$e" \
+    || { note "--eval-only failed"; return 1; }
+  local verdict
+  verdict=$(python3 - "$m" "$e" <<'EOF'
+import json, sys
+vals = [json.loads(l)["val_loss"] for l in open(sys.argv[1]) if '"val_loss"' in l]
+ev = [json.loads(l)["val_loss"] for l in open(sys.argv[2]) if '"val_loss"' in l]
+if not vals or len(ev) != 1:
+    print(f"FAIL {len(vals)} validations, {len(ev)} eval-only records"); sys.exit()
+rel = abs(vals[-1] - ev[0]) / ev[0]
+# bf16 forwards of the same rows: the same kernels on the same shapes, so
+# equal up to the order of the loss sum (bitwise on the CPU)
+print(f"{'PASS' if rel <= 1e-3 else 'FAIL'} validation at context half of training's: "
+      f"{vals[-1]:.5f} during training, {ev[0]:.5f} by --eval-only (rel {rel:.1e}, tolerance 1e-3)")
+EOF
+)
+  note "${verdict#* }"
+  [ "${verdict%% *}" = PASS ]
+}
