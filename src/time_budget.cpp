@@ -37,4 +37,12 @@ BudgetPlan plan_budget_steps(const BudgetInputs& in) {
   return p;
 }
 
+double probe_step_seconds(std::vector<double> t) {
+  if (t.size() > 1) t.erase(t.begin());
+  if (t.empty()) return 0;
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 }  // namespace fsdp

@@ -21,12 +21,10 @@ double Trainer::budget_used_s() const {
 
 // After the timed warmup steps: the count that fits the rest of the budget.
 void Trainer::plan_time_budget(int done) {
-  // The first step of this process may pay one-time costs (buffers the
-  // optimizer allocates on first use); it is left out when there are others.
+  // The median of the timed steps but the first (src/time_budget.h).
   const std::vector<double>& t = probe_step_s_;
   const size_t skip = t.size() > 1 ? 1 : 0;
-  double step_s = 0;
-  for (size_t i = skip; i < t.size(); ++i) step_s += t[i] / double(t.size() - skip);
+  const double step_s = probe_step_seconds(t);
   // Every rank fixes the same count, from the slowest rank's times.
   float v[3] = {float(budget_used_s()), float(step_s), float(eval_s_)};
   groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
@@ -48,7 +46,7 @@ void Trainer::plan_time_budget(int done) {
                   {"planned_end_s", json_number(p.end_s)}});
   if (!lead_) return;
   std::printf(
-      "fsdptrain: --time-budget %s: %d steps (a step took %.3f s over steps %d-%d, a "
+      "fsdptrain: --time-budget %s: %d steps (a step took %.3f s, the median of steps %d-%d, a "
       "validation %.2f s; set-up, warm-up and %d step(s) used %.1f s); the final validation "
       "should end at %.1f s (%s), %.1f%% of the budget%s\n",
       format_value(budget).c_str(), steps_, double(v[1]), done - int(t.size() - skip) + 1, done,
