@@ -15,9 +15,11 @@ hold is one error line naming its field, with nothing written.
 
 transformers (skipped, exit 77, unless $FSDP_TORCH_PYTHON has torch and
 transformers): random Qwen3 and Llama models built and saved by transformers
-(GQA, tied and untied, fp32 and bf16, heads of hidden_size / heads and wider) import, and fsdptrain --eval-only gives
+(GQA, tied and untied, fp32 and bf16, heads of hidden_size / heads and
+wider, one with llama3 RoPE scaling) import, and fsdptrain --eval-only gives
 transformers' mean loss on the same windows within 1e-5 relative on 1, 2 and
-3 ranks; exporting the import gives back transformers' tensors bit for bit.
+3 ranks; exporting the import gives back transformers' tensors bit for bit;
+and fsdptrain's own runs, exported, load in transformers with the same loss.
 """
 
 import json
@@ -327,6 +329,29 @@ def with_transformers():
             keys = [k for k in a if not (tied and k == "lm_head.weight")]
             check(all(k in b and np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in keys),
                   f"{tag}: exporting the import gives transformers' {len(keys)} tensors back bit for bit")
+    exports_load_in_transformers(py, val)
+
+
+def exports_load_in_transformers(py, val):
+    """The other direction: fsdptrain's own runs, exported, load in transformers
+    and give fsdptrain's --eval-only loss (Qwen3 with wider heads; a Llama with
+    llama3 scaling)."""
+    for tag, flags in (("qwen3_hd24", ["--tie-embeddings", "false", "--head-dim", "24"]),
+                       ("llama3", ["--qk-norm", "false", "--rope-scaling-factor", "8",
+                                   "--rope-original-context", "16"])):
+        ck = os.path.join(work, "own_" + tag)
+        p = run([exe, "--device", "cpu", "--model", "tiny", "--train-data",
+                 os.path.join(example, "kjv_train.h5"), "--seq-len", str(SEQ), "--batch-size", "4",
+                 "--steps", "6", "--lr", "3e-3", *flags, "--checkpoint-dir", ck, "--checkpoint-every", "6"])
+        check(p.returncode == 0, f"own {tag}: the run exits 0 ({p.stderr.strip()[-300:]})")
+        saved = os.path.join(ck, "step_00000006.h5")
+        ours = eval_loss(saved, val, tag=f"own_{tag}", model=("--model", "tiny", *flags))
+        hf = os.path.join(work, "own_hf_" + tag)
+        check(tool("export_hf.py", saved, hf).returncode == 0, f"own {tag}: export exits 0")
+        p = run([py, "-c", TORCH_LOSS, hf, val, str(SEQ)])
+        theirs = float(p.stdout.strip() or "nan")
+        check(abs(theirs - ours) <= 1e-5 * ours,
+              f"own {tag}: the export in transformers {theirs:.7f} == fsdptrain's {ours:.7f} (1e-5)")
 
 
 shutil.rmtree(work, ignore_errors=True)
