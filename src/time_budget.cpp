@@ -39,10 +39,11 @@ BudgetPlan plan_budget_steps(const BudgetInputs& in) {
 
 double probe_step_seconds(std::vector<double> t) {
   if (t.size() > 1) t.erase(t.begin());
+  if (t.size() > 2) t.erase(std::max_element(t.begin(), t.end()));
   if (t.empty()) return 0;
-  std::sort(t.begin(), t.end());
-  const size_t n = t.size();
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  double sum = 0;
+  for (double s : t) sum += s;
+  return sum / double(t.size());
 }
 
 }  // namespace fsdp

@@ -66,11 +66,13 @@ struct BudgetPlan {
 // within the budget less its reserve; at least one more than steps_done.
 BudgetPlan plan_budget_steps(const BudgetInputs& in);
 
-// One step's time from the timed steps' host times: the median, leaving out
-// the first where there are others. A one-off slow step among them (a
-// buffer allocated at the first update, a page fault) moves a mean far
-// more: on the CPU, tiny's second step took 30 ms against 9 ms for the
-// rest, and a mean of 11.1 ms ended a 20 s budget at 15.6 s.
+// One step's time from the timed steps' host times: their mean without the
+// first and without the slowest of the rest (where three or more remain).
+// A one-off slow step (a buffer allocated at the first update, a page
+// fault) would move the plain mean far: on the CPU, tiny's second step
+// took 30 ms against 9 ms for the others, and the mean (11.1 ms) ended a
+// 20 s budget at 15.6 s. The median drops too much: it leaves out the
+// ordinary jitter every later step pays, and ran 0.8 s past 20 s.
 double probe_step_seconds(std::vector<double> step_s);
 
 }  // namespace fsdp

@@ -21,7 +21,7 @@ double Trainer::budget_used_s() const {
 
 // After the timed warmup steps: the count that fits the rest of the budget.
 void Trainer::plan_time_budget(int done) {
-  // The median of the timed steps but the first (src/time_budget.h).
+  // The timed steps' mean without the first and the slowest (src/time_budget.h).
   const std::vector<double>& t = probe_step_s_;
   const size_t skip = t.size() > 1 ? 1 : 0;
   const double step_s = probe_step_seconds(t);
@@ -46,7 +46,8 @@ void Trainer::plan_time_budget(int done) {
                   {"planned_end_s", json_number(p.end_s)}});
   if (!lead_) return;
   std::printf(
-      "fsdptrain: --time-budget %s: %d steps (a step took %.3f s, the median of steps %d-%d, a "
+      "fsdptrain: --time-budget %s: %d steps (a step took %.4f s over steps %d-%d less the "
+      "slowest, a "
       "validation %.2f s; set-up, warm-up and %d step(s) used %.1f s); the final validation "
       "should end at %.1f s (%s), %.1f%% of the budget%s\n",
       format_value(budget).c_str(), steps_, double(v[1]), done - int(t.size() - skip) + 1, done,
