@@ -79,7 +79,7 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
                     gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
                     packed(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}};
     // Without QK-norm its two gains are left out; the rest keep their order
-    // (the model's block_param() maps the indices).
+    // (transformer.cpp's at() maps the indices).
     if (!c.qk_norm) block.params.erase(block.params.begin() + 4, block.params.begin() + 6);
     units.push_back(std::move(block));
   }

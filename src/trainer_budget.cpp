@@ -46,13 +46,12 @@ void Trainer::plan_time_budget(int done) {
                   {"planned_end_s", json_number(p.end_s)}});
   if (!lead_) return;
   std::printf(
-      "fsdptrain: --time-budget %s: %d steps (a step took %.4f s over steps %d-%d less the "
-      "slowest, a "
+      "fsdptrain: --time-budget %s: %d steps (a step took %.4f s over steps %d-%d%s, a "
       "validation %.2f s; set-up, warm-up and %d step(s) used %.1f s); the final validation "
       "should end at %.1f s (%s), %.1f%% of the budget%s\n",
       format_value(budget).c_str(), steps_, double(v[1]), done - int(t.size() - skip) + 1, done,
-      val_batches_ ? double(v[2]) : 0.0, done, double(v[0]), p.end_s,
-      format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds,
+      t.size() - skip > 2 ? " less the slowest" : "", val_batches_ ? double(v[2]) : 0.0, done,
+      double(v[0]), p.end_s, format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds,
       p.capped ? " (--steps caps it)" : "");
   if (!p.fits)
     std::fprintf(stderr,

@@ -38,21 +38,22 @@ _BLOCK_BACK = {v: k for k, v in BLOCK.items()}
 _TOP_BACK = {v: k for k, v in TOP.items()}
 
 
+def _map(name, top, block, layer_from, layer_to):
+    """One direction of the mapping: a top-level name, or a layer's prefix and
+    its block-local name; None if `name` has no counterpart."""
+    if name in top:
+        return top[name]
+    m = re.fullmatch(re.escape(layer_from) + r"(\d+)\.(.+)", name)
+    if m and m.group(2) in block:
+        return f"{layer_to}{m.group(1)}.{block[m.group(2)]}"
+    return None
+
+
 def hf_name(name):
     """fsdptrain's dataset name -> the Hugging Face name, or None if it has none."""
-    if name in TOP:
-        return TOP[name]
-    m = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
-    if m and m.group(2) in BLOCK:
-        return f"model.layers.{m.group(1)}.{BLOCK[m.group(2)]}"
-    return None
+    return _map(name, TOP, BLOCK, "blocks.", "model.layers.")
 
 
 def fsdp_name(name):
     """A Hugging Face tensor name -> fsdptrain's, or None if it has none."""
-    if name in _TOP_BACK:
-        return _TOP_BACK[name]
-    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", name)
-    if m and m.group(2) in _BLOCK_BACK:
-        return f"blocks.{m.group(1)}.{_BLOCK_BACK[m.group(2)]}"
-    return None
+    return _map(name, _TOP_BACK, _BLOCK_BACK, "model.layers.", "blocks.")
