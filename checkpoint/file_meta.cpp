@@ -1,6 +1,7 @@
 // Metadata attributes and the dataset check of checkpoint files.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -59,6 +60,29 @@ std::string storage_problem(hid_t dset, hsize_t values) {
          " float32 values";
 }
 
+// --on-divergence's attributes, each optional (meta.h).
+void read_divergence_meta(hid_t file, const std::string& path, CheckpointMeta& m) {
+  const std::string damaged = "checkpoint '" + path + "' is damaged: ";
+  if (H5Aexists(file, "loss_history") > 0) {
+    m.loss_history = get_f64s(file, "loss_history", path);
+    for (double v : m.loss_history)
+      if (!std::isfinite(v))
+        throw_error(damaged, "loss_history holds ", v, "; the losses of applied steps are finite");
+  }
+  if (H5Aexists(file, "rollbacks") > 0)
+    m.rollbacks = get_i64_in(file, "rollbacks", 0, std::numeric_limits<int>::max(), path);
+  if (H5Aexists(file, "skipped_sequences") > 0) {
+    m.skipped_sequences = get_i64s(file, "skipped_sequences", path);
+    const std::vector<int64_t>& v = m.skipped_sequences;
+    if (v.size() % 2)
+      throw_error(damaged, "skipped_sequences has ", v.size(), " values, not [first, end) pairs");
+    for (size_t i = 0; i < v.size(); i += 2)
+      if (v[i] < (i ? v[i - 1] : 0) || v[i + 1] <= v[i])
+        throw_error(damaged, "skipped_sequences' range [", v[i], ", ", v[i + 1],
+                    ") is empty, negative or not after the one before it");
+  }
+}
+
 }  // namespace
 
 void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
@@ -75,6 +99,9 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
     put_i64(file, "time_budget_steps", m.budget_steps, path);
     put_f32(file, "time_budget_used_s", float(m.budget_used_s), path);
   }
+  if (!m.loss_history.empty()) put_f64s(file, "loss_history", m.loss_history, path);
+  if (m.rollbacks > 0) put_i64(file, "rollbacks", m.rollbacks, path);
+  if (!m.skipped_sequences.empty()) put_i64s(file, "skipped_sequences", m.skipped_sequences, path);
 
   H5 model = create_group(file, "model", path);
   const ModelConfig& c = m.model;
@@ -141,6 +168,7 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
                   "; it must be a time in seconds");
     m.budget_used_s = used;
   }
+  read_divergence_meta(file, path, m);
   m.seed = uint64_t(get_i64(file, "seed", path));
   m.world_size = int(get_i64_in(file, "world_size", 1, kMaxInt, path));
   m.shard_group_size = int(get_i64_in(file, "shard_group_size", 1, m.world_size, path));

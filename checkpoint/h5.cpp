@@ -152,6 +152,34 @@ H5 open_one(hid_t obj, const char* name, H5T_class_t want, const std::string& pa
   return attr;
 }
 
+void put_array(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+               size_t count, const std::string& path) {
+  const hsize_t n = count;
+  H5 space = h5_own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", path);
+  H5 attr = h5_own(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   H5Aclose, "creating an attribute", path);
+  h5_check(H5Awrite(attr.get(), mem_type, data), "H5Awrite", path);
+  h5_close(attr, path);
+}
+
+// Exactly the class, size and sign written: a narrower or converted copy
+// would have lost bits.
+template <typename T>
+std::vector<T> get_array(hid_t obj, const char* name, H5T_class_t cls, H5T_sign_t sign,
+                         hid_t mem_type, const char* what, const std::string& path) {
+  H5 attr = open_attr(obj, name, path);
+  H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
+  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
+  if (H5Tget_class(type.get()) != cls || H5Tget_size(type.get()) != sizeof(T) ||
+      (cls == H5T_INTEGER && H5Tget_sign(type.get()) != sign) ||
+      H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE ||
+      H5Sget_simple_extent_ndims(space.get()) != 1)
+    throw_error(damaged(path), attr_label(obj, name), " is not a 1-D array of ", what);
+  std::vector<T> v(size_t(H5Sget_simple_extent_npoints(space.get())));
+  h5_check(H5Aread(attr.get(), mem_type, v.data()), "H5Aread", path);
+  return v;
+}
+
 }  // namespace
 
 std::string attr_name(hid_t obj, const char* name) {
@@ -181,27 +209,28 @@ void put_str(hid_t obj, const char* name, const std::string& v, const std::strin
 
 void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v,
               const std::string& path) {
-  const hsize_t n = v.size();
-  H5 space = h5_own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", path);
-  H5 attr = h5_own(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                   H5Aclose, "creating an attribute", path);
-  h5_check(H5Awrite(attr.get(), H5T_NATIVE_UINT64, v.data()), "H5Awrite", path);
-  h5_close(attr, path);
+  put_array(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, v.data(), v.size(), path);
 }
 
 std::vector<uint64_t> get_u64s(hid_t obj, const char* name, const std::string& path) {
-  H5 attr = open_attr(obj, name, path);
-  H5 space = h5_own(H5Aget_space(attr.get()), H5Sclose, "H5Aget_space", path);
-  H5 type = h5_own(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path);
-  // Exactly the type written: a narrower or signed copy would have lost bits.
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 8 ||
-      H5Tget_sign(type.get()) != H5T_SGN_NONE ||
-      H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE ||
-      H5Sget_simple_extent_ndims(space.get()) != 1)
-    throw_error(damaged(path), attr_label(obj, name), " is not a 1-D array of uint64");
-  std::vector<uint64_t> v(size_t(H5Sget_simple_extent_npoints(space.get())));
-  h5_check(H5Aread(attr.get(), H5T_NATIVE_UINT64, v.data()), "H5Aread", path);
-  return v;
+  return get_array<uint64_t>(obj, name, H5T_INTEGER, H5T_SGN_NONE, H5T_NATIVE_UINT64, "uint64",
+                             path);
+}
+
+void put_i64s(hid_t obj, const char* name, const std::vector<int64_t>& v, const std::string& path) {
+  put_array(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v.data(), v.size(), path);
+}
+
+std::vector<int64_t> get_i64s(hid_t obj, const char* name, const std::string& path) {
+  return get_array<int64_t>(obj, name, H5T_INTEGER, H5T_SGN_2, H5T_NATIVE_INT64, "int64", path);
+}
+
+void put_f64s(hid_t obj, const char* name, const std::vector<double>& v, const std::string& path) {
+  put_array(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v.data(), v.size(), path);
+}
+
+std::vector<double> get_f64s(hid_t obj, const char* name, const std::string& path) {
+  return get_array<double>(obj, name, H5T_FLOAT, H5T_SGN_ERROR, H5T_NATIVE_DOUBLE, "float64", path);
 }
 
 int64_t get_i64(hid_t obj, const char* name, const std::string& path) {

@@ -57,9 +57,14 @@ int64_t get_i64(hid_t obj, const char* name, const std::string& path);
 int64_t get_i64_in(hid_t obj, const char* name, int64_t lo, int64_t hi, const std::string& path);
 // Finite and within float's range.
 float get_f32(hid_t obj, const char* name, const std::string& path);
-// A 1-D array of u64 (the tensor checksums); required.
+// 1-D arrays of exactly the type written (the tensor checksums, a loss
+// history, position ranges); missing or of another type throws as above.
 void put_u64s(hid_t obj, const char* name, const std::vector<uint64_t>& v, const std::string& path);
 std::vector<uint64_t> get_u64s(hid_t obj, const char* name, const std::string& path);
+void put_i64s(hid_t obj, const char* name, const std::vector<int64_t>& v, const std::string& path);
+std::vector<int64_t> get_i64s(hid_t obj, const char* name, const std::string& path);
+void put_f64s(hid_t obj, const char* name, const std::vector<double>& v, const std::string& path);
+std::vector<double> get_f64s(hid_t obj, const char* name, const std::string& path);
 // "attribute 'n_layer' of /model", for messages.
 std::string attr_name(hid_t obj, const char* name);
 std::string get_str(hid_t obj, const char* name, const std::string& path);

@@ -19,6 +19,12 @@
 //                (the count it fixed, 0 before it did) and time_budget_used_s
 //                (f32). Optional, so no new version: a build without them
 //                resumes by its --steps, which is what it was told.
+//                Likewise optional: loss_history (f64, the losses of the last
+//                applied steps, oldest first: src/divergence.h judges the
+//                next step against them), and after a rollback rollbacks
+//                (int64, how many the run made) and skipped_sequences (int64
+//                pairs [first, end) of global sequence positions the data
+//                order passed over, data/sampler.h).
 //   /model       attrs vocab_size, n_layer, d_model, n_head, n_kv_head, d_ff,
 //                max_seq_len, rope_theta, norm_eps, init_std, tie_embeddings, name;
 //                one f32 dataset per parameter, e.g. model/blocks.3.attn.wq
@@ -56,6 +62,10 @@ struct CheckpointMeta {
   bool has_budget = false;
   int64_t budget_steps = 0;  // 0: not fixed yet
   double budget_used_s = 0;
+  // --on-divergence's (src/divergence.h); each written only when not empty/0.
+  std::vector<double> loss_history;
+  int64_t rollbacks = 0;
+  std::vector<int64_t> skipped_sequences;  // [first, end) pairs, ascending
 
   // Filled by save from the engine and communicator, and by load from the file.
   int format_version = kCheckpointFormatVersion;

@@ -12,7 +12,8 @@ SamplerState::Named SamplerState::named() const {
   return {{kNames[0], std::bit_cast<int64_t>(seed)}, {kNames[1], step}, {kNames[2], consumed}};
 }
 
-SamplerState SamplerState::from_named(const Named& named, int64_t step, const std::string& what) {
+SamplerState SamplerState::from_named(const Named& named, int64_t step, const std::string& what,
+                                      int64_t skipped) {
   std::array<int64_t, kNames.size()> values{};
   std::array<bool, kNames.size()> have{};
   for (const auto& [name, v] : named) {
@@ -32,7 +33,8 @@ SamplerState SamplerState::from_named(const Named& named, int64_t step, const st
   // Each step consumes one global batch of positions (far below 2^31); the
   // cap of 2^62 keeps the sampler's int64 arithmetic from overflowing.
   constexpr int64_t kMaxPerStep = int64_t{1} << 31, kCap = int64_t{1} << 62;
-  const int64_t most = step > kCap / kMaxPerStep ? kCap : step * kMaxPerStep;
+  const int64_t by_steps = step > kCap / kMaxPerStep ? kCap : step * kMaxPerStep;
+  const int64_t most = by_steps + std::clamp(skipped, int64_t{0}, kCap - by_steps);
   if (state.consumed < 0 || state.consumed > most)
     throw_error(what, ": its 'consumed' is ", state.consumed, "; at step ", step,
                 " it must be between 0 and ", most);

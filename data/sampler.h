@@ -35,8 +35,10 @@ namespace fsdp {
 // the position (not just the step) lets a run resume with a different G.
 struct SamplerState {
   uint64_t seed = 0;
-  int64_t step = 0;      // optimizer steps completed
-  int64_t consumed = 0;  // positions used by those steps: the next step's first
+  int64_t step = 0;  // optimizer steps completed
+  // Positions used by those steps, and any a rollback skipped: the next
+  // step's first.
+  int64_t consumed = 0;
 
   // Stored as named int64 values (the seed's bits reinterpreted), e.g. one
   // HDF5 attribute per name (checkpoint/meta.h).
@@ -47,8 +49,10 @@ struct SamplerState {
   // loader would take any value, so this is where a stored state is judged:
   // throws fsdp::Error "<what> ..." naming the value when a name is unknown,
   // repeated or missing, the state is of another step, or its position is
-  // not a count that `step` steps can reach.
-  static SamplerState from_named(const Named& values, int64_t step, const std::string& what);
+  // not a count that `step` steps, and the `skipped` positions a rollback
+  // passed over (src/divergence.h), can reach.
+  static SamplerState from_named(const Named& values, int64_t step, const std::string& what,
+                                 int64_t skipped = 0);
   bool operator==(const SamplerState&) const = default;
 };
 

@@ -105,37 +105,55 @@ RunCheckpoints::RunCheckpoints(const Options& o, const CheckpointContext& contex
                                BatchLoader* loader, bool lead)
     : o_(o), context_(context), loader_(loader), lead_(lead) {}
 
-RunPosition RunCheckpoints::resume() {
-  RunPosition pos;
-  if (o_.checkpoint.resume.empty()) return init_from();
-  const MPI_Comm world = context_.world;
+namespace {
+
+int64_t skipped_total(const CheckpointMeta& meta) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < meta.skipped_sequences.size(); i += 2)
+    n += meta.skipped_sequences[i + 1] - meta.skipped_sequences[i];
+  return n;
+}
+
+}  // namespace
+
+RunCheckpoints::Loaded RunCheckpoints::load(const std::string& spec) {
   // Under auto, a damaged checkpoint (tensors failing their checksums, a
   // sampler state out of range) is skipped like one that fails to open; a
   // load rewrites all engine state, so trying the next one after a failed
   // load is safe. A sound file of another model is not damage: the user
   // changed flags, which stays an error.
   std::vector<std::string> damaged;
-  ResumeChoice choice;
-  CheckpointMeta meta;
-  SamplerState sampler;
+  Loaded l;
   while (true) {
-    choice = resolve_resume(o_.checkpoint.resume, o_.checkpoint.dir, world, damaged);
-    if (choice.path.empty()) break;
+    const ResumeChoice choice = resolve_resume(spec, o_.checkpoint.dir, context_.world, damaged);
+    l.path = choice.path;
+    l.warning = choice.warning;
+    if (l.path.empty()) return l;
     try {
-      meta = load_checkpoint(context_, choice.path);
-      sampler = SamplerState::from_named(meta.sampler, meta.step,
-                                         "checkpoint '" + choice.path + "' is damaged: /sampler");
-      break;
+      l.meta = load_checkpoint(context_, l.path);
+      l.sampler = SamplerState::from_named(l.meta.sampler, l.meta.step,
+                                           "checkpoint '" + l.path + "' is damaged: /sampler",
+                                           skipped_total(l.meta));
+      return l;
     } catch (const Error& e) {
-      if (o_.checkpoint.resume != "auto" || !checkpoint_is_damaged(e.what())) throw;
+      if (spec != "auto" || !checkpoint_is_damaged(e.what())) throw;
       if (lead_)
         std::fprintf(stderr, "fsdptrain: warning: %s; trying an earlier checkpoint\n", e.what());
-      damaged.push_back(choice.path);
+      damaged.push_back(l.path);
     }
   }
-  if (lead_ && !choice.warning.empty())
-    std::fprintf(stderr, "fsdptrain: warning: %s\n", choice.warning.c_str());
-  if (choice.path.empty()) {
+}
+
+RunPosition RunCheckpoints::resume() {
+  RunPosition pos;
+  if (o_.checkpoint.resume.empty()) return init_from();
+  const MPI_Comm world = context_.world;
+  const Loaded loaded = load(o_.checkpoint.resume);
+  const std::string& path = loaded.path;
+  const CheckpointMeta& meta = loaded.meta;
+  if (lead_ && !loaded.warning.empty())
+    std::fprintf(stderr, "fsdptrain: warning: %s\n", loaded.warning.c_str());
+  if (path.empty()) {
     if (lead_)
       std::printf("fsdptrain: no checkpoint in '%s' yet: starting %s\n", o_.checkpoint.dir.c_str(),
                   o_.checkpoint.init_from.empty() ? "fresh" : "from --init-from");
@@ -146,16 +164,19 @@ RunPosition RunCheckpoints::resume() {
   // same file, so every rank decides the same. --eval-only (no loader) uses
   // the weights alone, whichever optimizer trained them.
   if (loader_ && meta.optimizer != o_.optimizer.kind && !o_.checkpoint.reset_optimizer)
-    throw_error("--optimizer ", choice_name(o_.optimizer.kind), ": checkpoint '", choice.path,
+    throw_error("--optimizer ", choice_name(o_.optimizer.kind), ": checkpoint '", path,
                 "' was trained with --optimizer ", choice_name(meta.optimizer),
                 ", whose state does not carry over; pass --optimizer ", choice_name(meta.optimizer),
                 " to continue it, or --reset-optimizer to keep its "
                 "weights and start the optimizer state afresh");
   if (o_.checkpoint.reset_optimizer) reset_optimizer_state();
-  if (loader_) loader_->restore(sampler);
+  if (loader_) loader_->restore(loaded.sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
-  pos.resumed_from = choice.path;
+  pos.resumed_from = path;
+  pos.loss_history = meta.loss_history;
+  pos.rollbacks = int(meta.rollbacks);
+  pos.skipped_sequences = meta.skipped_sequences;
   // Under a time budget the count the checkpoint's run fixed stays the
   // count: the schedule of the steps taken assumed it.
   const bool budget = o_.run.time_budget.seconds > 0;
@@ -165,7 +186,7 @@ RunPosition RunCheckpoints::resume() {
   }
   const int probe = budget_probe_steps(o_.schedule);
   if (loader_ && budget && pos.budget_steps == 0 && pos.step >= probe)
-    throw_error("--time-budget: '", choice.path, "' is at step ", pos.step,
+    throw_error("--time-budget: '", path, "' is at step ", pos.step,
                 " and holds no step count fixed by a time budget (a budget fixes it after "
                 "timing the first ",
                 probe,
@@ -174,17 +195,17 @@ RunPosition RunCheckpoints::resume() {
   const int64_t total =
       budget ? budget_steps_at_start(pos.budget_steps, o_.run.steps, o_.schedule) : o_.run.steps;
   if (loader_ && total > 0 && pos.step >= total)
-    throw_error("--resume: '", choice.path, "' is at step ", pos.step, ", which already reaches ",
+    throw_error("--resume: '", path, "' is at step ", pos.step, ", which already reaches ",
                 budget ? "the step count its --time-budget fixed, " : "--steps ", total,
                 budget ? "; it is finished" : "; raise --steps to train further");
   if (lead_)
     std::printf("fsdptrain: %s '%s' at step %lld (saved on %d rank(s), shard group %d)\n",
-                loader_ ? "resumed from" : "loaded", choice.path.c_str(), (long long)pos.step,
+                loader_ ? "resumed from" : "loaded", path.c_str(), (long long)pos.step,
                 meta.world_size, meta.shard_group_size);
   if (lead_ && loader_) {
     int world_size = 1;
     MPI_Comm_size(world, &world_size);
-    report_changes(o_, meta, choice.path, world_size);
+    report_changes(o_, meta, path, world_size);
   }
   return pos;
 }
@@ -230,6 +251,31 @@ void RunCheckpoints::reset_optimizer_state() {
                 choice_name(o_.optimizer.kind).c_str());
 }
 
+RunPosition RunCheckpoints::roll_back(int64_t skip_to) {
+  FSDP_CHECK(loader_, "a rollback needs the training data's order");
+  const Loaded loaded = load("auto");
+  if (lead_ && !loaded.warning.empty())
+    std::fprintf(stderr, "fsdptrain: warning: %s\n", loaded.warning.c_str());
+  if (loaded.path.empty())
+    throw_agreed_error("--on-divergence rollback: '", o_.checkpoint.dir,
+                       "' holds no checkpoint to go back to (was it emptied during the run?)");
+  SamplerState sampler = loaded.sampler;
+  FSDP_CHECK(skip_to >= sampler.consumed, "a rollback to position ", sampler.consumed,
+             " that skips to ", skip_to);
+  sampler.consumed = skip_to;
+  loader_->restore(sampler);
+  RunPosition pos;
+  pos.step = loaded.meta.step;
+  pos.tokens_seen = loaded.meta.tokens_seen;
+  pos.resumed_from = loaded.path;
+  pos.loss_history = loaded.meta.loss_history;
+  pos.rollbacks = int(loaded.meta.rollbacks);
+  pos.skipped_sequences = loaded.meta.skipped_sequences;
+  pos.skipped_sequences.push_back(loaded.sampler.consumed);
+  pos.skipped_sequences.push_back(skip_to);
+  return pos;
+}
+
 std::string RunCheckpoints::save(const RunPosition& pos) {
   FSDP_CHECK(loader_, "saving needs the training data's order");
   CheckpointMeta meta;
@@ -242,6 +288,9 @@ std::string RunCheckpoints::save(const RunPosition& pos) {
   meta.has_budget = o_.run.time_budget.seconds > 0;
   meta.budget_steps = pos.budget_steps;
   meta.budget_used_s = pos.budget_used_s;
+  meta.loss_history = pos.loss_history;
+  meta.rollbacks = pos.rollbacks;
+  meta.skipped_sequences = pos.skipped_sequences;
   SaveOptions so;
   so.keep = o_.checkpoint.keep;
   so.protect = pos.resumed_from;

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "checkpoint/context.h"
+#include "checkpoint/meta.h"
 #include "checkpoint/dir_lock.h"
 #include "data/batch_loader.h"
 #include "src/options.h"
@@ -22,6 +24,12 @@ struct RunPosition {
   // and the seconds the run had used here, over every process that ran it.
   int64_t budget_steps = 0;
   double budget_used_s = 0;
+  // --on-divergence (src/divergence.h): the losses of the last applied
+  // steps, the rollbacks made, and the [first, end) ranges of global
+  // sequence positions they skipped, in pairs.
+  std::vector<double> loss_history;
+  int rollbacks = 0;
+  std::vector<int64_t> skipped_sequences;
 };
 
 // Claims --checkpoint-dir for this run before any training, on rank 0: makes
@@ -50,7 +58,25 @@ class RunCheckpoints {
   // Saves after `pos.step` steps; returns the file written. Collective.
   std::string save(const RunPosition& pos);
 
+  // --on-divergence rollback: loads the newest sound checkpoint of
+  // --checkpoint-dir and continues the data order at position `skip_to` (the
+  // bad step's end), so the positions from the checkpoint's up to there are
+  // never trained on. Returns the checkpoint's position, its range of skipped
+  // positions appended (its rollback count is the caller's to raise).
+  // Collective.
+  RunPosition roll_back(int64_t skip_to);
+
  private:
+  // A checkpoint loaded into the engine, and what it says about the run.
+  struct Loaded {
+    std::string path;     // "" where `spec` found none
+    std::string warning;  // resolve_resume's, for rank 0 to print
+    CheckpointMeta meta;
+    SamplerState sampler;
+  };
+  // Loads --resume's kind of `spec` (auto, or a file); under auto a damaged
+  // file is skipped, with a warning, for the one before it. Collective.
+  Loaded load(const std::string& spec);
   void reset_optimizer_state();  // --reset-optimizer: zero moments and momentum, step 0
   RunPosition init_from();       // --init-from: the weights, all else afresh
   void zero_optimizer_state();   // moments and momentum zero, step count 0

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "model/transformer.h"
 #include "shard/optimizer_config.h"
+#include "src/divergence.h"
 #include "src/lr_schedule.h"
 
 namespace fsdp {
@@ -61,6 +62,11 @@ template <>
 struct Choices<MuonLrAdjust> {
   static constexpr std::array<Choice<MuonLrAdjust>, 2> all{
       {{MuonLrAdjust::match_rms_adamw, "match_rms_adamw"}, {MuonLrAdjust::original, "original"}}};
+};
+template <>
+struct Choices<OnDivergence> {
+  static constexpr std::array<Choice<OnDivergence>, 2> all{
+      {{OnDivergence::stop, "stop"}, {OnDivergence::rollback, "rollback"}}};
 };
 template <>
 struct Choices<Recompute> {

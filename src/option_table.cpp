@@ -22,6 +22,12 @@ Rule<T> at_least(T lo) {
           lo == T(0) ? "must be >= 0" : "must be at least " + format_value(lo)};
 }
 
+template <typename T>
+Rule<T> between(T lo, T hi) {
+  return {[lo, hi](const T& v, const Options&) { return v >= lo && v <= hi; },
+          "must be between " + format_value(lo) + " and " + format_value(hi)};
+}
+
 Rule<float> positive() {
   return {[](const float& v, const Options&) { return v > 0; }, "must be positive"};
 }
@@ -95,6 +101,8 @@ auto& part_of(O& o) {
     return o.checkpoint;
   else if constexpr (std::is_same_v<Part, RunOptions>)
     return o.run;
+  else if constexpr (std::is_same_v<Part, DivergenceOptions>)
+    return o.divergence;
   else
     static_assert(sizeof(Part) == 0, "not a part of Options");
 }
@@ -320,6 +328,23 @@ std::vector<OptionRow> make_table() {
                     {[](const float& v, const O&) { return v >= 0; }, "must be >= 0 (0: greedy)"})),
     run_control(row("top-k", &SampleOptions::top_k,
                     "sample among the K most likely tokens (0: all)", "8", at_least(0))),
+    row("on-divergence", &DivergenceOptions::action,
+        "a diverged step (non-finite loss or gradient norm, or a loss spike) is never applied; "
+        "stop: the run ends there; rollback: every rank goes back to the newest checkpoint in "
+        "--checkpoint-dir, skips the data from there up to and including the bad step, and "
+        "trains on (a fresh run saves step 0 first, to have one)", "rollback"),
+    row("spike-factor", &DivergenceOptions::spike_factor,
+        "a step whose loss is above F times the median of the last --spike-window steps "
+        "diverged (0: only non-finite values do); healthy runs stay below 1.3", "1.5",
+        at_least(0.0f)),
+    row("spike-window", &DivergenceOptions::spike_window,
+        "applied steps whose median loss --spike-factor compares with; the test starts once "
+        "there are this many (at most 4096: checkpoints keep the window)", "16",
+        between(1, 4096)),
+    row("max-rollbacks", &DivergenceOptions::max_rollbacks,
+        "with --on-divergence rollback: how many times a run (with its resumes) may roll "
+        "back; the next diverged step stops it", "5",
+        between(0, 1000)),
     row("log-every", &RunOptions::log_every, "print a line every N steps", "5", at_least(1)),
     run_control(named(row("metrics", &RunOptions::metrics,
                           "write JSON-lines metrics to FILE (rank 0); a fresh run starts it "

@@ -123,6 +123,10 @@ void check_combinations(const Options& o) {
     throw_error(
         "--checkpoint-every/--resume auto/--stop-at-step/--keep-checkpoints need "
         "--checkpoint-dir DIR");
+  if (o.divergence.action == OnDivergence::rollback && c.dir.empty())
+    throw_error(
+        "--on-divergence rollback needs --checkpoint-dir DIR: it goes back to the newest "
+        "checkpoint there");
   if (o.eval.only && o.data.val_data.empty())
     throw_error("--eval-only needs --val-data: the HDF5 token file to evaluate on");
   if (o.eval.seq_len > 0 && o.data.val_data.empty())

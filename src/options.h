@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "shard/engine_options.h"
 #include "shard/optimizer_config.h"
+#include "src/divergence.h"
 #include "src/lr_schedule.h"
 #include "src/option_enums.h"
 #include "src/option_values.h"
@@ -101,6 +102,7 @@ struct Options {
   SampleOptions sample;
   CheckpointOptions checkpoint;
   RunOptions run;
+  DivergenceOptions divergence;  // src/divergence.h: what a diverged step is, and what then
 
   bool operator==(const Options&) const = default;
 };

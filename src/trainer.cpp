@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
@@ -76,7 +77,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
       // then stands in where a stream is needed for checks, never read.
       train_data_(o_.data.train_data.empty()
                       ? open_checked(o_.data.val_data, "--val-data", o_)
-                      : open_checked(o_.data.train_data, "--train-data", o_)) {
+                      : open_checked(o_.data.train_data, "--train-data", o_)),
+      spikes_(o_.divergence) {
   // Collective steps (data opening, process groups, resume) agree on errors
   // themselves; steps that can fail on some ranks only go through
   // all_or_none, so no rank is left waiting in a collective.
@@ -129,6 +131,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     WatchScope watch("checkpoint load (--resume, --init-from)");
     pos_ = checkpoints_->resume();
   }
+  spikes_.restore(pos_.loss_history);
+  if (const char* p = std::getenv("FSDP_TEST_SPIKE_POSITION")) test_spike_position_ = std::atoll(p);
   // The step count; under a time budget the checkpoint's fixed count, or
   // --steps where it caps the run within the timed steps, or 0 until the
   // budget fixes it (run()).
@@ -281,6 +285,7 @@ double Trainer::train_step(int step) {
   // token's loss is scaled by 1 / (tokens in the global batch).
   const double global_tokens = double(o_.data.tokens_per_step(world_.size));
   const int accum = o_.data.grad_accum;
+  const int64_t first = loader_->state().consumed;
   double loss_sum = 0, count = 0;
   for (int m = 0; m < accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
@@ -292,6 +297,11 @@ double Trainer::train_step(int step) {
   loader_->end_step();
   (void)step;
   auto [s, c] = global_sum(loss_sum, count);
+  // Tests only (tests/src/rollback_test.py): the step that reads this global
+  // position reports ten times its loss, a spike tied to the data as a bad
+  // batch's is, and judged by every rank alike.
+  const int64_t p = test_spike_position_;
+  if (p >= first && p < first + loader_->sequences_per_step()) s *= 10;
   return s / c;
 }
 
@@ -345,21 +355,6 @@ bool Trainer::stop_requested() {
   return flag > 0;
 }
 
-[[noreturn]] void Trainer::refuse_diverged_step(int step, double loss, const GradientNorms& n) {
-  metrics_.write({{"step", std::to_string(step + 1)},
-                  {"loss", json_number(loss)},
-                  {"grad_norm", json_number(n.total)},
-                  {"diverged", "true"}});
-  std::string units;
-  for (const std::string& name : n.nonfinite_units(*model_))
-    units += (units.empty() ? "" : ", ") + name;
-  throw_agreed_error("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
-                     n.total, units.empty() ? "" : " (non-finite gradients in " + units + ")",
-                     "; the step was not applied and nothing of it was saved. Lower --lr or "
-                     "raise --warmup-steps; --debug stops at the first unit whose output or "
-                     "gradient holds NaN/Inf");
-}
-
 void Trainer::save() {
   // Weights are finite after every applied step unless the update itself
   // overflowed; a checkpoint of them would be resumed by --resume auto.
@@ -367,6 +362,7 @@ void Trainer::save() {
     throw_agreed_error("not saving step ", pos_.step,
                        ": the weights hold NaN or Inf after the update; lower --lr");
   pos_.budget_used_s = budget_used_s();
+  pos_.loss_history = spikes_.history();
   std::string path;
   {
     // Collective parallel-HDF5 writes: the whole save is one wait on peers
@@ -456,6 +452,8 @@ TrainSummary Trainer::run() {
   }
   // A budget not yet fixed times a validation for its plan.
   if ((o_.eval.every > 0 && pos_.step == 0) || (budget && steps_ == 0)) validate(int(pos_.step));
+  // A rollback goes back to a checkpoint: a run that starts without one saves its start.
+  if (o_.divergence.action == OnDivergence::rollback && pos_.resumed_from.empty()) save();
   const int64_t first_step = pos_.step;
   for (int step = int(pos_.step); steps_ == 0 || step < steps_; ++step) {
     // Step time between marks on the compute stream: on a GPU what the device
@@ -472,16 +470,23 @@ TrainSummary Trainer::run() {
     FSDP_CHECK(steps_ > 0 || step < o_.schedule.warmup_steps, "step ", step, " of no count");
     const float lr = lr_at(step, steps_, o_.schedule);
     const double loss = train_step(step);
-    // The update waits until the loss and the gradient norm are known to be
-    // finite: a diverged step changes no weight and reaches no checkpoint.
+    // The update waits until the loss and the gradient norm are judged
+    // (src/divergence.h): a diverged step changes no weight and reaches no
+    // checkpoint.
     const GradientNorms norms = engine_->measure_gradients();
-    if (!std::isfinite(loss) || !norms.finite()) refuse_diverged_step(step, loss, norms);
-    engine_->apply_update(o_.optimizer, lr, norms);
+    const std::string diverged = spikes_.judge(loss, norms.total);
+    if (diverged.empty()) engine_->apply_update(o_.optimizer, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
     const double host_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
-    train_seconds_ += host_s;
+    train_seconds_ += host_s;  // a step undone by a rollback took time all the same
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
+    if (!diverged.empty()) {
+      // The loop's ++step makes it the checkpoint's step.
+      step = int(roll_back_or_stop(step, loss, norms, diverged, summary)) - 1;
+      continue;
+    }
+    spikes_.accept(loss);
     pos_.step = step + 1;
     pos_.tokens_seen += tokens_per_step;
     summary.train_loss.push_back(loss);

@@ -19,6 +19,7 @@
 #include "shard/engine.h"
 #include "shard/memory_plan.h"
 #include "src/checkpointing.h"
+#include "src/divergence.h"
 #include "src/memory_check.h"
 #include "src/metrics.h"
 #include "src/options.h"
@@ -76,7 +77,13 @@ class Trainer {
   void print_memory_plan() const;
   bool stop_requested();
   void save();
-  [[noreturn]] void refuse_diverged_step(int step, double loss, const GradientNorms& norms);
+  // A diverged step (src/trainer_rollback.cpp): refused, ending the run, or
+  // under --on-divergence rollback undone with the steps since the newest
+  // checkpoint; returns the step the run continues from.
+  int64_t roll_back_or_stop(int step, double loss, const GradientNorms& norms,
+                            const std::string& why, TrainSummary& summary);
+  [[noreturn]] void refuse_diverged_step(int step, double loss, const GradientNorms& norms,
+                                         const std::string& why);
   std::pair<double, double> global_sum(double a, double b);
 
   // First, so that a time budget counts set-up from the very start.
@@ -103,6 +110,8 @@ class Trainer {
   std::optional<TokenDecoder> decoder_;  // rank 0, for --samples
   std::string decoder_note_;             // why there is none
   RunPosition pos_;
+  SpikeDetector spikes_;              // judges each step's loss (src/divergence.h)
+  int64_t test_spike_position_ = -1;  // FSDP_TEST_SPIKE_POSITION, tests only (train_step)
   // The run's step count: --steps, or the count a time budget fixed (0 until
   // it does). Under a budget: the seconds used before this process, this
   // process's timed steps and the last validation's time.

@@ -30,8 +30,12 @@ What is read. Each line is one JSON object (src/trainer.cpp writes them):
   * evaluation records: step, val_loss (step 0 is the evaluation before the
     first step);
   * checkpoint records: step, checkpoint (ignored here);
-  * a diverged step: step, loss, grad_norm, diverged: true. The step was not
-    applied, so it is left out of the curves; --summary names it.
+  * a diverged step: step, loss, grad_norm, diverged: true, reason. The step
+    was not applied, so it is left out of the curves; --summary names it.
+    Under --on-divergence rollback it also has rollback_to_step,
+    skipped_sequences and rollbacks, and the steps after the checkpoint
+    follow again (replacing the earlier ones, as a resume's do); --summary
+    lists each rollback as "rolled back at step 6 (to 4)".
 Objects without an integer "step" and keys not listed are ignored, so later
 record kinds do not break the tool. Blank lines are skipped.
 
@@ -106,6 +110,7 @@ class Run:
         self.vals = []       # (step, val_loss) kept
         self.replaced = 0    # step records dropped for a later process's
         self.diverged = []   # steps refused as diverged (last process's view)
+        self.rollbacks = []  # (diverged step, step rolled back to)
         self.tokens_per_step = None
 
     # --- tokens ---------------------------------------------------------
@@ -171,6 +176,8 @@ def read_run(path, label):
     steps = []  # (step, record)
     vals = []   # (step, val_loss or None)
     diverged = []
+    rollbacks = []       # rollback records kept
+    since_step = []      # those written after the last step record
     last_step = None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -186,7 +193,12 @@ def read_run(path, label):
         if isinstance(step, bool) or not isinstance(step, int):
             continue
         if rec.get("diverged") is True:
-            diverged.append(step)
+            back = rec.get("rollback_to_step")
+            if isinstance(back, int) and not isinstance(back, bool):
+                rollbacks.append((step, back))
+                since_step.append((step, back))
+            else:
+                diverged.append(step)
             continue
         if "loss" in rec:
             if last_step is not None and step <= last_step:
@@ -194,7 +206,12 @@ def read_run(path, label):
                 steps = [(s, r) for s, r in steps if s < step]
                 vals = [(s, v) for s, v in vals if s < step]
                 diverged = [s for s in diverged if s < step]
+                # A process that starts after a checkpoint a rollback went
+                # back to repeats that rollback itself; the rollbacks just
+                # written are what this restart continues.
+                rollbacks = [r for r in rollbacks if r in since_step or r[1] < step - 1]
             steps.append((step, rec))
+            since_step = []
             last_step = step
         elif "val_loss" in rec:
             if last_step is not None and step < last_step:
@@ -209,6 +226,7 @@ def read_run(path, label):
     run.steps = [r for _, r in steps]
     run.vals = [(s, v) for s, v in vals if v is not None]
     run.diverged = diverged
+    run.rollbacks = rollbacks
     return run
 
 
@@ -234,6 +252,8 @@ def summary_line(run):
     parts.append("median tokens/s " + (f"{statistics.median(tps):.1f}" if tps else "n/a"))
     mfu = [y for y in (number(r.get("mfu")) for r in run.steps) if y is not None]
     parts.append("median MFU " + (f"{100 * statistics.median(mfu):.2f}%" if mfu else "n/a"))
+    for s, back in run.rollbacks:
+        parts.append(f"rolled back at step {s} (to {back})")
     if run.diverged:
         parts.append("diverged at step " + ",".join(str(s) for s in run.diverged))
     return f"{run.label}: " + ", ".join(parts)

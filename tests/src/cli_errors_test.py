@@ -93,6 +93,11 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--reduce-dtype", "bf16"], ["--reduce-dtype", "bf16"]),
     (base + ["--reduce-dtype", "fp16"], ["--reduce-dtype", "fp16"]),
     (base + ["--device-comm", "nvlink"], ["--device-comm", "nvlink"]),
+    (base + ["--on-divergence", "rollback"], ["--on-divergence rollback", "--checkpoint-dir"]),
+    (base + ["--on-divergence", "retry"], ["--on-divergence", "retry"]),
+    (base + ["--spike-factor", "-1"], ["--spike-factor", "-1"]),
+    (base + ["--spike-window", "0"], ["--spike-window", "0"]),
+    (base + ["--spike-window", "5000"], ["--spike-window", "5000"]),
 ]
 
 failures = []

@@ -150,6 +150,24 @@ r = tool(div, "--summary")
 check(r.returncode == 0 and r.stdout.startswith("div: steps 1-1 "), f"stem label: {r.stdout!r}")
 check("diverged at step 2" in r.stdout, f"diverged not named: {r.stdout!r}")
 
+# --on-divergence rollback: step 6 spiked and went back to step 4; steps 5-8
+# follow. A second process resumed from step 4's checkpoint repeats that
+# rollback, which is listed once, and replaces steps 5-8 once more.
+def rollback_rec(step, back):
+    return json.dumps({"step": step, "loss": 50.0, "grad_norm": 1.0, "diverged": True,
+                       "reason": "its loss is 10 times ...", "rollback_to_step": back,
+                       "skipped_sequences": [32, 48], "rollbacks": 1})
+
+
+process = [step_rec(5, 5.0, 100.0), rollback_rec(6, 4)] + [step_rec(s, 4.0, 100.0) for s in (5, 6, 7, 8)]
+rb = write(os.path.join(tmp, "rb.jsonl"),
+           [step_rec(s, 6.0, 100.0) for s in (1, 2, 3, 4)] + process + process)
+r = tool(rb, "--summary")
+check(r.returncode == 0 and "steps 1-8 (8 step records, 6 replaced on resume)" in r.stdout,
+      f"rollback: the replayed steps replace the undone ones: {r.stdout!r}")
+check(r.stdout.count("rolled back at step 6 (to 4)") == 1 and "diverged at" not in r.stdout,
+      f"rollback named once, not as a stop: {r.stdout!r}")
+
 # --- errors ----------------------------------------------------------------
 missing = os.path.join(tmp, "nope.jsonl")
 one_error_line(tool(missing, "--summary"), "missing file", missing, "no such file")

@@ -1,0 +1,92 @@
+// What the run does with a diverged step (src/divergence.h says which steps
+// are): refuse it and end, or go back to the newest checkpoint and skip the
+// data that led there. Every rank judged the same global loss and norm, so
+// every rank takes the same branch and no collective is left waiting.
+#include <algorithm>
+#include <cstdio>
+
+#include "comm/watchdog.h"
+#include "src/trainer.h"
+
+namespace fsdp {
+
+int64_t Trainer::roll_back_or_stop(int step, double loss, const GradientNorms& norms,
+                                   const std::string& why, TrainSummary& summary) {
+  const DivergenceOptions& d = o_.divergence;
+  if (d.action == OnDivergence::stop || pos_.rollbacks >= d.max_rollbacks)
+    refuse_diverged_step(step, loss, norms, why);
+  engine_->discard_gradients();
+  // The bad step's batch was read: the data order continues after it.
+  const int64_t skip_to = loader_->state().consumed;
+  RunPosition back;
+  {
+    // Collective parallel-HDF5 reads, watched like the resume's.
+    WatchScope watch("checkpoint load (rollback after step " + std::to_string(step + 1) + ")");
+    back = checkpoints_->roll_back(skip_to);
+  }
+  // The run's count, not the checkpoint's: a rollback before any save since
+  // the last one still counts. Its budget and clock go on too.
+  back.rollbacks = pos_.rollbacks + 1;
+  back.budget_steps = pos_.budget_steps;
+  back.budget_used_s = pos_.budget_used_s;
+  back.initialised_from = pos_.initialised_from;
+  pos_ = back;
+  spikes_.restore(pos_.loss_history);
+  // The steps undone are no longer this process's (it began at step `first`),
+  // nor their times a budget's plan.
+  const int64_t first = step - int64_t(summary.train_loss.size());
+  const size_t kept = size_t(std::max<int64_t>(0, pos_.step - first));
+  summary.train_loss.resize(std::min(summary.train_loss.size(), kept));
+  probe_step_s_.resize(std::min(probe_step_s_.size(), kept));
+  const std::vector<int64_t>& skipped = pos_.skipped_sequences;
+  const int64_t from = skipped[skipped.size() - 2], to = skipped.back();
+  char range[64];
+  std::snprintf(range, sizeof range, "[%lld, %lld]", (long long)from, (long long)to);
+  metrics_.write({{"step", std::to_string(step + 1)},
+                  {"loss", json_number(loss)},
+                  {"grad_norm", json_number(norms.total)},
+                  {"diverged", "true"},
+                  {"reason", json_string(why)},
+                  {"rollback_to_step", std::to_string(pos_.step)},
+                  {"skipped_sequences", range},
+                  {"rollbacks", std::to_string(pos_.rollbacks)}});
+  if (lead_) {
+    std::printf(
+        "step %5d/%s | loss %.4f | norm %.3f | diverged: %s; rolled back to step %lld ('%s'), "
+        "skipping sequences [%lld, %lld) (rollback %d of at most %d)\n",
+        step + 1, steps_text().c_str(), loss, norms.total, why.c_str(), (long long)pos_.step,
+        pos_.resumed_from.c_str(), (long long)from, (long long)to, pos_.rollbacks, d.max_rollbacks);
+    std::fflush(stdout);
+  }
+  return pos_.step;
+}
+
+[[noreturn]] void Trainer::refuse_diverged_step(int step, double loss, const GradientNorms& n,
+                                                const std::string& why) {
+  metrics_.write({{"step", std::to_string(step + 1)},
+                  {"loss", json_number(loss)},
+                  {"grad_norm", json_number(n.total)},
+                  {"diverged", "true"},
+                  {"reason", json_string(why)}});
+  std::string units;
+  for (const std::string& name : n.nonfinite_units(*model_))
+    units += (units.empty() ? "" : ", ") + name;
+  const DivergenceOptions& d = o_.divergence;
+  const std::string tried = d.action == OnDivergence::rollback
+                                ? "; " + std::to_string(pos_.rollbacks) +
+                                      " rollback(s) did not help (--max-rollbacks " +
+                                      std::to_string(d.max_rollbacks) + ")"
+                                : "";
+  throw_agreed_error("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
+                     n.total, " (", why, units.empty() ? "" : "; non-finite gradients in " + units,
+                     ")", tried,
+                     "; the step was not applied and nothing of it was saved. Lower --lr or raise "
+                     "--warmup-steps",
+                     d.action == OnDivergence::stop
+                         ? "; --on-divergence rollback would go back to the newest checkpoint and "
+                           "skip the data since"
+                         : "",
+                     "; --debug stops at the first unit whose output or gradient holds NaN/Inf");
+}
+
+}  // namespace fsdp
