@@ -169,7 +169,10 @@ RunPosition RunCheckpoints::resume() {
                 ", whose state does not carry over; pass --optimizer ", choice_name(meta.optimizer),
                 " to continue it, or --reset-optimizer to keep its "
                 "weights and start the optimizer state afresh");
-  if (o_.checkpoint.reset_optimizer) reset_optimizer_state();
+  if (o_.checkpoint.reset_optimizer) {
+    reset_optimizer_state();
+    reset_through_ = meta.step;
+  }
   if (loader_) loader_->restore(loaded.sampler);
   pos.step = meta.step;
   pos.tokens_seen = meta.tokens_seen;
@@ -259,6 +262,9 @@ RunPosition RunCheckpoints::roll_back(int64_t skip_to) {
   if (loaded.path.empty())
     throw_agreed_error("--on-divergence rollback: '", o_.checkpoint.dir,
                        "' holds no checkpoint to go back to (was it emptied during the run?)");
+  // A checkpoint of the run this one resumed with --reset-optimizer holds
+  // state this run threw away (perhaps of the other optimizer): reset again.
+  if (loaded.meta.step <= reset_through_) zero_optimizer_state();
   SamplerState sampler = loaded.sampler;
   FSDP_CHECK(skip_to >= sampler.consumed, "a rollback to position ", sampler.consumed,
              " that skips to ", skip_to);

@@ -84,6 +84,9 @@ class RunCheckpoints {
   CheckpointContext context_;
   BatchLoader* loader_;
   bool lead_;  // rank 0 prints
+  // --reset-optimizer: checkpoints up to this step hold optimizer state the
+  // run reset at its resume (-1: none).
+  int64_t reset_through_ = -1;
 };
 
 }  // namespace fsdp

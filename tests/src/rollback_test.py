@@ -14,7 +14,10 @@ skip positions [32, 48) (steps 5 and 6's data) and train on to step 12, and:
   * a run resumed from the step-4 checkpoint with the same fault makes the
     same choice and ends bitwise the same; one resumed from step 8 (after
     the rollback) too, the record carried along.
-On one rank: --on-divergence stop refuses the spike with one error line;
+On one rank: a run resumed from step 4 with --optimizer muon
+--reset-optimizer rolls back to that AdamW checkpoint and resets the state
+again (bitwise the run given the shorter data order); --on-divergence stop
+refuses the spike with one error line;
 NaN at --lr 1e5 is rolled back --max-rollbacks times, then refused."""
 import json
 import os
@@ -84,7 +87,7 @@ def losses(path, first):
             if "loss" in r and not r.get("diverged") and r["step"] >= first}
 
 
-def resumed_from(ranks, tag, ckpt_file, spike, edit=None):
+def resumed_from(ranks, tag, ckpt_file, spike, edit=None, extra=()):
     """A run resumed in a fresh directory that holds only `ckpt_file`."""
     d = os.path.join(work, tag)
     os.makedirs(d)
@@ -94,7 +97,7 @@ def resumed_from(ranks, tag, ckpt_file, spike, edit=None):
         with h5py.File(dst, "r+") as f:
             edit(f)
     m = os.path.join(work, tag + ".jsonl")
-    p = run(ranks, d, m, spike=spike, extra=["--resume", "auto"])
+    p = run(ranks, d, m, spike=spike, extra=["--resume", "auto", *extra])
     check(p.returncode == 0, f"{tag}: exit {p.returncode} {p.stderr.strip()[-300:]}")
     return d, m
 
@@ -145,6 +148,23 @@ for ranks in (1, 2, 4):
         why = same(final, state(os.path.join(after, "step_00000012.h5")))
         check(why == "", f"{tag}: resumed after the rollback, the same end, record included "
                          f"({why or 'bitwise'})")
+
+# A run that switched optimizers at its resume (--reset-optimizer) and rolls
+# back to the checkpoint it resumed from must reset that state again, not
+# take the other optimizer's moments as Muon's momentum: it ends as the run
+# given the data order without [32, 48) from the start of its resume.
+step4 = os.path.join(work, "np1", "step_00000004.h5")
+if os.path.exists(step4):
+    muon = ["--optimizer", "muon", "--reset-optimizer"]
+    switched, _ = resumed_from(1, "muon_switch", step4, spike=True, extra=muon)
+    ref, _ = resumed_from(1, "muon_reference", step4, spike=False, extra=muon,
+                          edit=lambda f: f["sampler"].attrs.modify("consumed", np.int64(48)))
+    a, b = (os.path.join(d, "step_00000012.h5") for d in (switched, ref))
+    if os.path.exists(a) and os.path.exists(b):
+        why = same({k: v for k, v in state(a).items() if not k.startswith("@")},
+                   {k: v for k, v in state(b).items() if not k.startswith("@")})
+        check(why == "", f"muon after --reset-optimizer: the rollback resets the optimizer state "
+                         f"again ({why or 'bitwise'})")
 
 # --on-divergence stop: the spike ends the run, nothing of it saved.
 ckpt = os.path.join(work, "stop")
