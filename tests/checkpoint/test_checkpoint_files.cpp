@@ -305,6 +305,39 @@ TEST(CheckpointUntrusted, NumbersOutOfRangeOrInconsistent) {
 }
 
 // Without its checksums nothing in the file can show a changed tensor.
+// --on-divergence's optional attributes (checkpoint/meta.h): a loss window,
+// a rollback count and ranges of skipped positions, each judged on load.
+TEST(CheckpointUntrusted, DivergenceRecordIsChecked) {
+  TestDir dir;
+  Saved s;
+  const std::string ok = s.save(dir.path(), 2);
+  set_attr(ok, "/", "loss_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+           std::vector<double>{5.5, 5.25});
+  set_attr(ok, "/", "skipped_sequences", H5T_STD_I64LE, H5T_NATIVE_INT64,
+           std::vector<int64_t>{8, 16, 16, 40});
+  set_i64(ok, "/", "rollbacks", 2);
+  EXPECT_EQ(load_error(s, ok), "");
+
+  const std::string nan = s.save(dir.path(), 3);
+  set_attr(nan, "/", "loss_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+           std::vector<double>{5.5, std::nan("")});
+  expect_damaged(load_error(s, nan), nan, "loss_history holds nan");
+  const std::string f32 = s.save(dir.path(), 4);
+  set_f32(f32, "/", "loss_history", 5.5f, 2);
+  expect_damaged(load_error(s, f32), f32, "attribute 'loss_history' is not a 1-D array of float64");
+  const std::string odd = s.save(dir.path(), 5);
+  set_attr(odd, "/", "skipped_sequences", H5T_STD_I64LE, H5T_NATIVE_INT64,
+           std::vector<int64_t>{8, 16, 24});
+  expect_damaged(load_error(s, odd), odd, "skipped_sequences has 3 values");
+  const std::string back = s.save(dir.path(), 6);
+  set_attr(back, "/", "skipped_sequences", H5T_STD_I64LE, H5T_NATIVE_INT64,
+           std::vector<int64_t>{8, 16, 12, 20});
+  expect_damaged(load_error(s, back), back, "range [12, 20) is empty, negative or not after");
+  const std::string neg = s.save(dir.path(), 7);
+  set_i64(neg, "/", "rollbacks", -1);
+  expect_damaged(load_error(s, neg), neg, "attribute 'rollbacks' is -1");
+}
+
 TEST(CheckpointUntrusted, ChecksumsAreRequired) {
   TestDir dir;
   Saved s;
