@@ -382,11 +382,31 @@ TARGETED_DATA = [
 ]
 
 
-def read_all(path, names=None):
+def h5_open(path, original):
+    """h5py.File(path) for judging a mutant of `original`. HDF5 1.10, which
+    fsdptrain reads with, ignores the superblock's file-consistency flags;
+    h5py's HDF5 (1.14 on) refuses a file with unknown bits in them. A mutant
+    whose flags were flipped is judged on its other bytes: a copy with the
+    original's flags (bytes 20-23 of a version 0/1 superblock, byte 11 of a
+    version 2/3 one)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        if "superblock status flags" not in str(e):
+            raise
+    data, orig = bytearray(open(path, "rb").read()), open(original, "rb").read()
+    flags = slice(20, 24) if orig[8] < 2 else slice(11, 12)
+    data[flags] = orig[flags]
+    copy = path + ".flags_restored.h5"
+    open(copy, "wb").write(data)
+    return h5py.File(copy, "r")
+
+
+def read_all(path, names=None, original=None):
     """The tensors `names` (default: every one) and the names listed in the
     tensor groups. Only what a loader must read is read: an object no loader
     needs (a damaged modification-time message, say) may be broken."""
-    with h5py.File(path, "r") as f:
+    with (h5_open(path, original) if original else h5py.File(path, "r")) as f:
         if names is None:
             names = [n for n in tensor_names(f) if n.startswith(("model/", "optim/"))]
         listed = {f"{g}/{k}" for g in ("model", "optim/exp_avg", "optim/exp_avg_sq")
@@ -400,11 +420,11 @@ def read_all(path, names=None):
         return tensors, listed
 
 
-def checkpoint_violations(path, base, base_tensors, base_sums, resumed_step):
-    """What a loader that accepted `path` must not have accepted."""
+def checkpoint_violations(path, original, base, base_tensors, base_sums, resumed_step):
+    """What a loader that accepted `path` (a mutant of `original`) must not have accepted."""
     bad = []
     try:
-        with h5py.File(path, "r") as f:
+        with h5_open(path, original) as f:
             a = {k: f.attrs[k] for k in f.attrs}
             ints = {}
             for k in INT_ATTRS:
@@ -442,7 +462,7 @@ def checkpoint_violations(path, base, base_tensors, base_sums, resumed_step):
                     bad.append(f"/model {k} = {got!r} but the running model has {want!r}")
             stored = f.attrs.get("tensor_checksums")
             sums_intact = stored is not None and np.array_equal(stored, base_sums)
-        tensors, listed = read_all(path, list(base_tensors))
+        tensors, listed = read_all(path, list(base_tensors), original)
     except Exception as e:
         return bad + [f"h5py cannot read it ({type(e).__name__}: {e})"]
     if listed != base_tensors.keys():
@@ -539,7 +559,7 @@ def mutate_data(rng, path, ranges):
 def data_violations(path, as_val):
     bad = []
     try:
-        with h5py.File(path, "r") as f:
+        with h5_open(path, DATA) as f:
             d = f.get("tokens")
             if not isinstance(d, h5py.Dataset):
                 return [f"/tokens is {d!r}, not a dataset"]
@@ -676,7 +696,8 @@ def main():
                 for line in out.splitlines():
                     if line.startswith("fsdptrain: resumed from") and " at step " in line:
                         resumed = int(line.split(" at step ")[1].split()[0])
-                why = checkpoint_violations(path, base_model, base_tensors, base_sums, resumed)
+                why = checkpoint_violations(path, base_ckpt, base_model, base_tensors, base_sums,
+                                            resumed)
             else:
                 why = data_violations(path, as_val)
             why = ("silent wrong load: " + "; ".join(why)) if why else ""
@@ -687,6 +708,8 @@ def main():
                 why = "a harmless control edit was refused" + (f" ({why})" if why else "")
         error = next((l for l in err.splitlines() if l.startswith("fsdptrain: error:")), "")
         log.write(f"{os.path.basename(path)} exit {rc}: {' | '.join(muts)}\n    {error}\n")
+        if os.path.exists(path + ".flags_restored.h5"):  # h5_open's copy
+            os.remove(path + ".flags_restored.h5")
         if not why:
             os.remove(path)
             continue
