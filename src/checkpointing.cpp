@@ -78,6 +78,15 @@ void report_changes(const Options& o, const CheckpointMeta& meta, const std::str
                o.data.batch_size, o.data.grad_accum, keep.c_str());
 }
 
+// Positions the data order passed over in rollbacks: a sampler state may be
+// ahead of its step count by that much.
+int64_t skipped_total(const CheckpointMeta& meta) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < meta.skipped_sequences.size(); i += 2)
+    n += meta.skipped_sequences[i + 1] - meta.skipped_sequences[i];
+  return n;
+}
+
 }  // namespace
 
 DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
@@ -104,17 +113,6 @@ DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
 RunCheckpoints::RunCheckpoints(const Options& o, const CheckpointContext& context,
                                BatchLoader* loader, bool lead)
     : o_(o), context_(context), loader_(loader), lead_(lead) {}
-
-namespace {
-
-int64_t skipped_total(const CheckpointMeta& meta) {
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < meta.skipped_sequences.size(); i += 2)
-    n += meta.skipped_sequences[i + 1] - meta.skipped_sequences[i];
-  return n;
-}
-
-}  // namespace
 
 RunCheckpoints::Loaded RunCheckpoints::load(const std::string& spec) {
   // Under auto, a damaged checkpoint (tensors failing their checksums, a

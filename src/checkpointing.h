@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "checkpoint/context.h"
-#include "checkpoint/meta.h"
 #include "checkpoint/dir_lock.h"
+#include "checkpoint/meta.h"
 #include "data/batch_loader.h"
 #include "src/options.h"
 

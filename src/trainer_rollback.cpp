@@ -72,11 +72,12 @@ int64_t Trainer::roll_back_or_stop(int step, double loss, const GradientNorms& n
   for (const std::string& name : n.nonfinite_units(*model_))
     units += (units.empty() ? "" : ", ") + name;
   const DivergenceOptions& d = o_.divergence;
-  const std::string tried = d.action == OnDivergence::rollback
-                                ? "; " + std::to_string(pos_.rollbacks) +
+  std::string tried;
+  if (d.action == OnDivergence::rollback)
+    tried = pos_.rollbacks == 0 ? "; --max-rollbacks 0 allows no rollback"
+                                : "; " + std::to_string(pos_.rollbacks) +
                                       " rollback(s) did not help (--max-rollbacks " +
-                                      std::to_string(d.max_rollbacks) + ")"
-                                : "";
+                                      std::to_string(d.max_rollbacks) + ")";
   throw_agreed_error("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
                      n.total, " (", why, units.empty() ? "" : "; non-finite gradients in " + units,
                      ")", tried,

@@ -17,11 +17,12 @@ def check(ok, what):
         failures.append(what)
 
 
-def run(cmd, ranks=1, timeout=300):
-    """cmd on `ranks` ranks ($MPIEXEC, default mpirun, when more than one)."""
+def run(cmd, ranks=1, timeout=300, env=None):
+    """cmd on `ranks` ranks ($MPIEXEC, default mpirun, when more than one),
+    in `env` (default: this process's environment)."""
     if ranks > 1:
         cmd = [os.environ.get("MPIEXEC", "mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def records(path):

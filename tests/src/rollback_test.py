@@ -19,32 +19,24 @@ On one rank: a run resumed from step 4 with --optimizer muon
 again (bitwise the run given the shorter data order); --on-divergence stop
 refuses the spike with one error line;
 NaN at --lr 1e5 is rolled back --max-rollbacks times, then refused."""
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 
+from program_checks import check, finish, records, run as run_program
+
 exe, example, work = sys.argv[1:4]
-mpiexec = os.environ.get("MPIEXEC", "mpirun")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-failures = []
 SPIKE = "41"
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
 def run(ranks, ckpt, metrics, spike=True, extra=(), action="rollback", every="4"):
-    cmd = ([mpiexec, "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []) + [
+    cmd = [
         exe, "--device", "cpu", "--model", "tiny", "--train-data",
         os.path.join(example, "kjv_train.h5"), "--seq-len", "32", "--batch-size", str(8 // ranks),
         "--steps", "12", "--checkpoint-dir", ckpt, "--checkpoint-every", every,
@@ -53,11 +45,7 @@ def run(ranks, ckpt, metrics, spike=True, extra=(), action="rollback", every="4"
     env.pop("FSDP_TEST_SPIKE_POSITION", None)
     if spike:
         env["FSDP_TEST_SPIKE_POSITION"] = SPIKE
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-
-
-def records(path):
-    return [json.loads(l) for l in open(path) if l.strip()]
+    return run_program(cmd, ranks, env=env)
 
 
 def state(path):
@@ -176,6 +164,14 @@ check(p.returncode != 0 and len(errors) == 1
 check(sorted(f for f in os.listdir(ckpt) if f.endswith(".h5")) == ["step_00000004.h5"],
       f"stop: only step 4 saved: {sorted(os.listdir(ckpt))}")
 
+# --max-rollbacks 0: rollback mode that may not roll back stops as stop does.
+p = run(1, os.path.join(work, "none"), os.path.join(work, "none.jsonl"),
+        extra=["--max-rollbacks", "0"])
+errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(p.returncode != 0 and len(errors) == 1 and "diverged at step 6:" in errors[0]
+      and "--max-rollbacks 0 allows no rollback" in errors[0],
+      f"--max-rollbacks 0: the spike is refused, saying why: {errors}")
+
 # NaN at --lr 1e5 after one step: rolled back twice, then refused, naming
 # the limit.
 ckpt, m = os.path.join(work, "nan"), os.path.join(work, "nan.jsonl")
@@ -195,5 +191,4 @@ if len(rolls) == 2:
     check([r["rollback_to_step"] for r in rolls] == [1, 1] and a["skipped_sequences"] == [8, 16]
           and b["skipped_sequences"] == [8, 24], f"nan: the ranges skipped: {rolls}")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
+finish("rollback")
