@@ -1,5 +1,9 @@
 #include "comm/runtime.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "comm/mpi_check.h"
 #include "comm/mpi_io_choice.h"
 #include "comm/watchdog.h"
@@ -66,6 +70,13 @@ WorldInfo world_info() {
             "MPI_Allreduce");
   w.packed_by_node = packed[0] == 1 && packed[1] == -packed[2];
   return w;
+}
+
+std::string node_name() {
+  if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm && *slurm) return slurm;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
 }
 
 }  // namespace fsdp

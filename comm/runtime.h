@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <string>
+
 namespace fsdp {
 
 // Owns MPI_Init/MPI_Finalize for the program. Requests MPI_THREAD_SERIALIZED:
@@ -41,5 +43,10 @@ struct WorldInfo {
 
 // Collective over MPI_COMM_WORLD.
 WorldInfo world_info();
+
+// This rank's node as a batch script names it: Slurm's node name
+// (SLURMD_NODENAME, which `scontrol update ExcNodeList=` takes) under Slurm,
+// else the host name.
+std::string node_name();
 
 }  // namespace fsdp

@@ -22,7 +22,14 @@ class Error : public std::runtime_error {
 // all ranks exit normally instead of aborting the job.
 class AgreedError : public Error {
  public:
-  explicit AgreedError(const std::string& what) : Error(what) {}
+  explicit AgreedError(const std::string& what, int exit_status = 1)
+      : Error(what), exit_status_(exit_status) {}
+  // What the program exits with: 1, or a status a batch script acts on
+  // (src/trainer.h lists them).
+  int exit_status() const { return exit_status_; }
+
+ private:
+  int exit_status_;
 };
 
 // Builds a message from pieces: throw_error("file ", path, " has no dataset ", name).

@@ -100,6 +100,10 @@ struct OpsCapabilities {
   // Dense bf16 peak FLOP/s of one device, the denominator of MFU; 0 where
   // MFU means nothing (the CPU).
   double peak_flops = 0;
+  // The same ops on the same inputs give the same bits every time (the CPU;
+  // a GPU with --debug's deterministic attention backward). Elsewhere a
+  // rerun of a step matches only to rounding (src/trainer_rerun.cpp).
+  bool bitwise_reruns = false;
 };
 
 // One op call as the profiling hook sees it: op and shape ("linear

@@ -68,7 +68,8 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
     persistent_bytes_ += int64_t(amax_.bytes() + scale_inv_.bytes());
   }
   refresh_send_buffers();
-  norm_sums_ = ops_.alloc(DType::f32, U);
+  norm_sums_ = ops_.alloc(DType::f32, 2 * U);
+  local_sum_ = ops_.alloc(DType::f32, U);
 
   if (direct_) return;  // no slots: weights and gradients stay in the shards
   std::vector<UnitLayout> layouts;
@@ -108,6 +109,7 @@ FsdpEngine::~FsdpEngine() {
     ops_.free(s.rs_out);
   }
   ops_.free(norm_sums_);
+  ops_.free(local_sum_);
   if (amax_.numel > 0) {
     ops_.free(amax_);
     ops_.free(scale_inv_);
@@ -308,6 +310,8 @@ void FsdpEngine::issue_reduce(int unit) {
   Slot& s = slots_[u.slot];
   note("reduce", unit);
   shard_.wait_stream(ops_.stream());  // the gradients were just computed there
+  // Queued after that wait, so the reduce-scatter does not wait for it.
+  take_local_sum(unit, s.grad_full.slice(0, u.layout.padded));
   ++in_flight_;
   // The first micro-batch of a step finds the shard's gradient zero (the
   // update and discard_gradients leave it so), so an f32 reduce-scatter can
@@ -356,11 +360,24 @@ void FsdpEngine::issue_replica_reduce(int unit) {
   Unit& u = units_[unit];
   if (u.replica_reduce) return;
   note("replica", unit);
+  // With one shard per replica its gradient is all this rank's, until now.
+  if (direct_) take_local_sum(unit, u.grad);
   replicate_->wait_stream(ops_.stream());  // after the gradients just queued there
   u.replica_reduce =
       replicate_->all_reduce(u.grad.data, size_t(u.layout.shard), DType::f32, ReduceOp::sum);
   ++in_flight_;
   ++replicas_in_flight_;
+}
+
+// GradientNorms::local: summed over the step's micro-batches (the first
+// overwrites), except in a direct shard, which accumulates its micro-batches
+// itself and is read once. Gradients reduced in bf16 are left out.
+void FsdpEngine::take_local_sum(int unit, Tensor local) {
+  if (local.dtype != DType::f32) return;
+  Tensor into = norm_sums_.slice(num_units() + unit, 1);
+  if (direct_ || micro_batch_ == 0) return ops_.sum_squares_each(into, {local});
+  ops_.sum_squares_each(local_sum_.slice(unit, 1), {local});
+  ops_.accumulate(into, local_sum_.slice(unit, 1), 1.0f);
 }
 
 void FsdpEngine::forward_only() {
@@ -473,13 +490,18 @@ GradientNorms FsdpEngine::measure_gradients() {
   // Every replica now holds the same gradient shards, so the norm needs only
   // the shard group's sum. One value per unit (a few dozen floats, one
   // collective) names the units behind a non-finite norm for free.
+  const int U = num_units();
   std::vector<Tensor> grads;
   for (const Unit& u : units_) grads.push_back(u.grad);
-  ops_.sum_squares_each(norm_sums_, grads);
-  std::vector<float> sums(units_.size());
+  ops_.sum_squares_each(norm_sums_.slice(0, U), grads);
+  std::vector<float> sums(2 * size_t(U));
   ops_.to_host(sums.data(), norm_sums_);  // the step's one wait for the device
-  shard_host_.all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum)->wait();
   GradientNorms n;
+  // A lone shard (no peers, no replicas) computed all of its gradient.
+  if (direct_ && !replicate_) std::copy_n(sums.begin(), U, sums.begin() + U);
+  if (direct_ || rt_ == DType::f32) n.local.assign(sums.begin() + U, sums.end());
+  sums.resize(U);
+  shard_host_.all_reduce(sums.data(), sums.size(), DType::f32, ReduceOp::sum)->wait();
   double total = 0;
   for (float s : sums) {
     n.unit.push_back(std::sqrt(double(s)));

@@ -26,6 +26,12 @@ namespace fsdp {
 struct GradientNorms {
   double total = 0;
   std::vector<double> unit;  // per unit, the same order as Transformer::units()
+  // This rank's own share of the computation, before any reduction mixed
+  // it with its peers': per unit, the sum of squares of the gradient it
+  // computed (summed over micro-batches). A rerun of the step that gives
+  // another value names this rank (src/trainer_rerun.cpp). Empty under
+  // --reduce-dtype bf16, whose low-precision buffers it does not read.
+  std::vector<float> local;
   bool finite() const;
   // Names of the units whose gradient norm is not finite.
   std::vector<std::string> nonfinite_units(const Transformer& model) const;
@@ -148,6 +154,7 @@ class FsdpEngine final : public UnitAccess {
   void issue_reduce(int unit);
   void finish_reduce(Slot& s);
   void issue_replica_reduce(int unit);
+  void take_local_sum(int unit, Tensor local);  // into GradientNorms::local
   void finish_replica_reduces(bool issue_missing);
   void progress();
   void timed_wait(Work& w);
@@ -168,7 +175,10 @@ class FsdpEngine final : public UnitAccess {
   Tensor amax_, scale_inv_;
   std::vector<Unit> units_;
   std::vector<Slot> slots_;
-  Tensor norm_sums_;                // f32 per unit: each one's share of the gradient norm
+  // f32, two per unit: each one's share of the gradient norm, then this
+  // rank's local gradient sums (GradientNorms::local), read in one copy.
+  Tensor norm_sums_;
+  Tensor local_sum_;                // f32 per unit: one micro-batch's local sum, before it is added
   std::unique_ptr<MuonStep> muon_;  // made by the first Muon step
   int steps_ = 0;
   int micro_batch_ = 0;                          // within the current step, for --debug's messages

@@ -6,6 +6,13 @@
 
 namespace fsdp {
 
+bool same_rerun_value(double first, double rerun, double tolerance) {
+  if (std::isnan(first) || std::isnan(rerun)) return std::isnan(first) && std::isnan(rerun);
+  if (first == rerun) return true;
+  if (!std::isfinite(first) || !std::isfinite(rerun)) return false;
+  return std::abs(first - rerun) <= tolerance * std::max(std::abs(first), std::abs(rerun));
+}
+
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   const size_t h = v.size() / 2;

@@ -63,6 +63,11 @@ class SpikeDetector {
   std::vector<double> recent_;  // oldest first, at most window_
 };
 
+// Whether a rerun of a step repeated a value of the first run: equal (NaN
+// counts as equal to NaN, Inf to the same Inf), or both finite and within
+// `tolerance` of the larger. A finite value and a non-finite one differ.
+bool same_rerun_value(double first, double rerun, double tolerance);
+
 // The median of `v` (the mean of the middle two for an even count); 0 for none.
 double median_of(std::vector<double> v);
 

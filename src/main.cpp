@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     // diverged step): one line, a clean exit, MPI finalised normally.
     if (rank == 0) std::fprintf(stderr, "fsdptrain: error: %s\n", e.what());
     trainer.reset();
-    return 1;
+    return e.exit_status();
   } catch (const std::exception& e) {
     int size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);

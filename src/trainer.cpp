@@ -133,6 +133,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   }
   spikes_.restore(pos_.loss_history);
   if (const char* p = std::getenv("FSDP_TEST_SPIKE_POSITION")) test_spike_position_ = std::atoll(p);
+  read_test_fault();
   // The step count; under a time budget the checkpoint's fixed count, or
   // --steps where it caps the run within the timed steps, or 0 until the
   // budget fixes it (run()).
@@ -280,29 +281,42 @@ std::pair<double, double> Trainer::global_sum(double a, double b) {
   return {v[0], v[1]};
 }
 
-double Trainer::train_step(int step) {
+StepLoss Trainer::train_step(int step) {
   // Gradients are averaged over the global batch exactly once, here: every
   // token's loss is scaled by 1 / (tokens in the global batch).
   const double global_tokens = double(o_.data.tokens_per_step(world_.size));
   const int accum = o_.data.grad_accum;
   const int64_t first = loader_->state().consumed;
+  const auto reads = [&](int64_t p) {
+    return p >= first && p < first + loader_->sequences_per_step();
+  };
+  // Tests only (tests/src/rerun_test.py): a fault of this rank's device,
+  // once: its loss and gradients 10x, or its gradients Inf; or of the
+  // exchange, the reduced loss 10x.
+  const bool fault = reads(test_fault_.position);
+  if (fault) test_fault_.position = -1;
+  const bool device_fault = fault && !test_fault_.exchange;
+  float fault_scale = 1.0f;
+  if (device_fault) fault_scale = test_fault_.gradient_only ? 1e38f : 10.0f;
+  const float grad_scale = float(1.0 / global_tokens) * fault_scale;
   double loss_sum = 0, count = 0;
   for (int m = 0; m < accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
-    model_->set_batch(inputs_.data(), targets_.data(), float(1.0 / global_tokens));
+    model_->set_batch(inputs_.data(), targets_.data(), grad_scale);
     engine_->forward_backward(m + 1 == accum);
     loss_sum += model_->loss_sum();
     count += double(model_->loss_count());
   }
   loader_->end_step();
   (void)step;
+  if (device_fault && !test_fault_.gradient_only) loss_sum *= 10;
   auto [s, c] = global_sum(loss_sum, count);
+  if (fault && test_fault_.exchange) s *= 10;
   // Tests only (tests/src/rollback_test.py): the step that reads this global
   // position reports ten times its loss, a spike tied to the data as a bad
   // batch's is, and judged by every rank alike.
-  const int64_t p = test_spike_position_;
-  if (p >= first && p < first + loader_->sequences_per_step()) s *= 10;
-  return s / c;
+  if (reads(test_spike_position_)) s *= 10;
+  return {s / c, loss_sum};
 }
 
 // Model FLOPs utilisation (docs/ARCHITECTURE.md, "FLOPs and MFU"): useful FLOPs
@@ -469,7 +483,9 @@ TrainSummary Trainer::run() {
     // does not depend on it.
     FSDP_CHECK(steps_ > 0 || step < o_.schedule.warmup_steps, "step ", step, " of no count");
     const float lr = lr_at(step, steps_, o_.schedule);
-    const double loss = train_step(step);
+    const SamplerState before = loader_->state();
+    const StepLoss step_loss = train_step(step);
+    const double loss = step_loss.mean;
     // The update waits until the loss and the gradient norm are judged
     // (src/divergence.h): a diverged step changes no weight and reaches no
     // checkpoint.
@@ -482,8 +498,10 @@ TrainSummary Trainer::run() {
     train_seconds_ += host_s;  // a step undone by a rollback took time all the same
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     if (!diverged.empty()) {
+      DivergedStep d{.step = step, .loss = loss, .norms = norms, .why = diverged};
+      rerun_diverged_step(d, before, step_loss);  // returns only if reproduced
       // The loop's ++step makes it the checkpoint's step.
-      step = int(roll_back_or_stop(step, loss, norms, diverged, summary)) - 1;
+      step = int(roll_back_or_stop(d, summary)) - 1;
       continue;
     }
     spikes_.accept(loss);

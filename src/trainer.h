@@ -38,6 +38,28 @@ struct TrainSummary {
 // not requeue on it: a preemption signal that comes before any step (a
 // --signal lead longer than the job's time) would otherwise requeue forever.
 inline constexpr int kExitStoppedBeforeFirstStep = 3;
+// The exit status of a run stopped by a transient fault: a diverged step
+// whose rerun from the same state gave another result on some rank
+// (src/trainer_rerun.cpp). Nothing of that step was saved; a batch script
+// requeues the job without the node named (slurm/h100_4node.sh).
+inline constexpr int kExitTransientFault = 4;
+
+// One step's loss: the global mean every rank agrees on, and this rank's own
+// sum before any reduction (what a rerun of the step compares).
+struct StepLoss {
+  double mean = 0;
+  double local_sum = 0;
+};
+
+// A diverged step (src/divergence.h says which are), after its rerun
+// reproduced it: what the metrics, the log and an error report.
+struct DivergedStep {
+  int step = 0;  // 0-based
+  double loss = 0;
+  GradientNorms norms;
+  std::string why;
+  double rerun_loss = 0, rerun_norm = 0;
+};
 
 class Trainer {
  public:
@@ -51,7 +73,7 @@ class Trainer {
 
  private:
   void warm_up();
-  double train_step(int step);  // returns the global mean loss
+  StepLoss train_step(int step);
   // Validation and samples (src/trainer_eval.cpp). The model's micro-batch
   // shape for validation (--eval-seq-len) or for training and samples.
   void use_validation_shape(bool validation);
@@ -77,13 +99,18 @@ class Trainer {
   void print_memory_plan() const;
   bool stop_requested();
   void save();
-  // A diverged step (src/trainer_rollback.cpp): refused, ending the run, or
+  // A diverged step is first computed again from the same state
+  // (src/trainer_rerun.cpp): a rank whose result changed had a transient
+  // fault, and the run ends (kExitTransientFault) naming it. `before` is the
+  // data position the step started from.
+  void rerun_diverged_step(DivergedStep& d, const SamplerState& before, const StepLoss& first);
+  void read_test_fault();  // FSDP_TEST_TRANSIENT_FAULT into test_fault_
+  [[noreturn]] void stop_for_transient_fault(const DivergedStep& d, const std::vector<int>& ranks);
+  // A reproduced one (src/trainer_rollback.cpp): refused, ending the run, or
   // under --on-divergence rollback undone with the steps since the newest
   // checkpoint; returns the step the run continues from.
-  int64_t roll_back_or_stop(int step, double loss, const GradientNorms& norms,
-                            const std::string& why, TrainSummary& summary);
-  [[noreturn]] void refuse_diverged_step(int step, double loss, const GradientNorms& norms,
-                                         const std::string& why);
+  int64_t roll_back_or_stop(const DivergedStep& d, TrainSummary& summary);
+  [[noreturn]] void refuse_diverged_step(const DivergedStep& d);
   std::pair<double, double> global_sum(double a, double b);
 
   // First, so that a time budget counts set-up from the very start.
@@ -112,6 +139,13 @@ class Trainer {
   RunPosition pos_;
   SpikeDetector spikes_;              // judges each step's loss (src/divergence.h)
   int64_t test_spike_position_ = -1;  // FSDP_TEST_SPIKE_POSITION, tests only (train_step)
+  // FSDP_TEST_TRANSIENT_FAULT, tests only: this rank's computation of the
+  // step that reads this global position goes wrong once (train_step).
+  struct TestFault {
+    int64_t position = -1;
+    bool gradient_only = false;  // an Inf gradient, the loss untouched
+    bool exchange = false;       // every rank's reduced loss, not one rank's own
+  } test_fault_;
   // The run's step count: --steps, or the count a time budget fixed (0 until
   // it does). Under a budget: the seconds used before this process, this
   // process's timed steps and the last validation's time.

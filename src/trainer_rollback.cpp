@@ -10,11 +10,11 @@
 
 namespace fsdp {
 
-int64_t Trainer::roll_back_or_stop(int step, double loss, const GradientNorms& norms,
-                                   const std::string& why, TrainSummary& summary) {
+int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summary) {
   const DivergenceOptions& d = o_.divergence;
   if (d.action == OnDivergence::stop || pos_.rollbacks >= d.max_rollbacks)
-    refuse_diverged_step(step, loss, norms, why);
+    refuse_diverged_step(bad);
+  const int step = bad.step;
   engine_->discard_gradients();
   // The bad step's batch was read: the data order continues after it.
   const int64_t skip_to = loader_->state().consumed;
@@ -43,31 +43,36 @@ int64_t Trainer::roll_back_or_stop(int step, double loss, const GradientNorms& n
   char range[64];
   std::snprintf(range, sizeof range, "[%lld, %lld]", (long long)from, (long long)to);
   metrics_.write({{"step", std::to_string(step + 1)},
-                  {"loss", json_number(loss)},
-                  {"grad_norm", json_number(norms.total)},
+                  {"loss", json_number(bad.loss)},
+                  {"grad_norm", json_number(bad.norms.total)},
                   {"diverged", "true"},
-                  {"reason", json_string(why)},
+                  {"reason", json_string(bad.why)},
+                  {"rerun_loss", json_number(bad.rerun_loss)},
+                  {"rerun_grad_norm", json_number(bad.rerun_norm)},
                   {"rollback_to_step", std::to_string(pos_.step)},
                   {"skipped_sequences", range},
                   {"rollbacks", std::to_string(pos_.rollbacks)}});
   if (lead_) {
     std::printf(
-        "step %5d/%s | loss %.4f | norm %.3f | diverged: %s; rolled back to step %lld ('%s'), "
-        "skipping sequences [%lld, %lld) (rollback %d of at most %d)\n",
-        step + 1, steps_text().c_str(), loss, norms.total, why.c_str(), (long long)pos_.step,
-        pos_.resumed_from.c_str(), (long long)from, (long long)to, pos_.rollbacks, d.max_rollbacks);
+        "step %5d/%s | loss %.4f | norm %.3f | diverged: %s (so did its rerun); rolled back to "
+        "step %lld ('%s'), skipping sequences [%lld, %lld) (rollback %d of at most %d)\n",
+        step + 1, steps_text().c_str(), bad.loss, bad.norms.total, bad.why.c_str(),
+        (long long)pos_.step, pos_.resumed_from.c_str(), (long long)from, (long long)to,
+        pos_.rollbacks, d.max_rollbacks);
     std::fflush(stdout);
   }
   return pos_.step;
 }
 
-[[noreturn]] void Trainer::refuse_diverged_step(int step, double loss, const GradientNorms& n,
-                                                const std::string& why) {
-  metrics_.write({{"step", std::to_string(step + 1)},
-                  {"loss", json_number(loss)},
+[[noreturn]] void Trainer::refuse_diverged_step(const DivergedStep& bad) {
+  const GradientNorms& n = bad.norms;
+  metrics_.write({{"step", std::to_string(bad.step + 1)},
+                  {"loss", json_number(bad.loss)},
                   {"grad_norm", json_number(n.total)},
                   {"diverged", "true"},
-                  {"reason", json_string(why)}});
+                  {"reason", json_string(bad.why)},
+                  {"rerun_loss", json_number(bad.rerun_loss)},
+                  {"rerun_grad_norm", json_number(bad.rerun_norm)}});
   std::string units;
   for (const std::string& name : n.nonfinite_units(*model_))
     units += (units.empty() ? "" : ", ") + name;
@@ -78,9 +83,12 @@ int64_t Trainer::roll_back_or_stop(int step, double loss, const GradientNorms& n
                                 : "; " + std::to_string(pos_.rollbacks) +
                                       " rollback(s) did not help (--max-rollbacks " +
                                       std::to_string(d.max_rollbacks) + ")";
-  throw_agreed_error("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
-                     n.total, " (", why, units.empty() ? "" : "; non-finite gradients in " + units,
-                     ")", tried,
+  throw_agreed_error("training diverged at step ", bad.step + 1, ": loss ", bad.loss,
+                     ", gradient norm ", n.total, " (", bad.why,
+                     units.empty() ? "" : "; non-finite gradients in " + units,
+                     "; its rerun from the same state did the same: the data or the numerics, "
+                     "not a device fault)",
+                     tried,
                      "; the step was not applied and nothing of it was saved. Lower --lr or raise "
                      "--warmup-steps",
                      d.action == OnDivergence::stop

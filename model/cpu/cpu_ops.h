@@ -16,7 +16,9 @@ namespace fsdp {
 class CpuOps : public Ops {
  public:
   const char* name() const override { return "cpu"; }
-  OpsCapabilities capabilities() const override { return {.host_memory = true, .muon = true}; }
+  OpsCapabilities capabilities() const override {
+    return {.host_memory = true, .muon = true, .bitwise_reruns = true};
+  }
   DType compute_dtype() const override { return DType::f32; }
   // Host memory: MemAvailable, or less under a cgroup limit (host_memory.h).
   int64_t free_memory_bytes() const override;

@@ -26,6 +26,14 @@ int cuda_device_count() {
   return n;
 }
 
+OpsCapabilities CudaOps::capabilities() const {
+  return {.host_memory = false,
+          .native_fp8 = true,
+          .muon = true,
+          .peak_flops = 989e12,
+          .bitwise_reruns = impl_->opt.deterministic};
+}
+
 CudaOps::CudaOps(const CudaOpsOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.opt = options;

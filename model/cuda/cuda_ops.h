@@ -53,9 +53,7 @@ class CudaOps final : public Ops {
   int64_t free_memory_bytes() const override;
   const char* name() const override { return "cuda"; }
   // H100/H200 SXM: 989 TFLOP/s dense bf16.
-  OpsCapabilities capabilities() const override {
-    return {.host_memory = false, .native_fp8 = true, .muon = true, .peak_flops = 989e12};
-  }
+  OpsCapabilities capabilities() const override;
   DType compute_dtype() const override { return DType::bf16; }
   // GPU, driver, runtime, cuBLASLt and cuDNN versions, then every cuDNN
   // attention engine built so far.
