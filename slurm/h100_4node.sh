@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fsdptrain on 4 nodes x 8 H100: one rank per GPU, FSDP within each node
-# (NVLink), replicas across nodes (hybrid sharding), requeued on preemption.
+# (NVLink), replicas across nodes (hybrid sharding), requeued on preemption,
+# and requeued without the node to blame on a transient GPU fault (exit 4).
 #
 #   sbatch slurm/h100_4node.sh --train-data /data/owt_train.h5 --val-data /data/owt_val.h5
 #   sbatch --nodes=2 slurm/h100_4node.sh --model gpt-125m ...   # sbatch options, then flags
@@ -57,6 +58,8 @@ done
 args+=("$@")
 # The first submission must be able to claim the folder (and its metrics).
 mkdir -p "$CKPT"
+# Where fsdptrain names the nodes of a transient fault (exit status 4, below).
+export FSDP_FAULTY_NODES_FILE=$CKPT/faulty_nodes.$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
 
 # --open-mode=append keeps every run of a requeued job in one log.
 echo "fsdptrain.sh: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} at $(date -Is)" \
@@ -84,10 +87,38 @@ stop() {
   elif [[ $1 == USR1 && $rc == 3 ]]; then
     echo "fsdptrain.sh: not requeued: stopped before the first step (is --signal's lead" \
          "longer than the run?)"
+  elif [[ $1 == USR1 && $rc == 4 ]]; then
+    requeue_without_faulty_nodes
   elif [[ $1 == USR1 ]]; then
     echo "fsdptrain.sh: not requeued: fsdptrain exited with status $rc"
   fi
   exit "$rc"
+}
+
+# Exit status 4: a diverged step whose rerun from the same state changed on
+# some rank, a transient device or node fault (fsdptrain's README, "Loss
+# spikes, rollback and faulty GPUs"). Nothing of that step was saved, and the
+# ranks wrote the nodes to blame to FSDP_FAULTY_NODES_FILE: the job is
+# requeued without them (added to its ExcNodeList, which only a pending job
+# may change: hence requeuehold, update, release) and resumes from its newest
+# checkpoint on other nodes. No node named (a fault in the exchange between
+# ranks): requeued as it is. A job that asks for every node of its partition
+# then waits until an administrator adds one.
+requeue_without_faulty_nodes() {
+  local bad excluded
+  bad=$(paste -sd, "$FSDP_FAULTY_NODES_FILE" 2>/dev/null || true)
+  excluded=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*ExcNodeList=\([^ ]*\).*/\1/p')
+  [[ $excluded != "(null)" ]] || excluded=
+  trap '' USR1 TERM  # requeueing signals this shell
+  if [[ -z $bad ]]; then
+    echo "fsdptrain.sh: transient fault, no node named: requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+    return
+  fi
+  echo "fsdptrain.sh: transient fault on $bad: requeueing job $SLURM_JOB_ID without it"
+  scontrol requeuehold "$SLURM_JOB_ID"
+  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${excluded:+$excluded,}$bad"
+  scontrol release "$SLURM_JOB_ID"
 }
 
 # srun needs PMIx in both Slurm and Open MPI; fsdptrain checks the MPI world
@@ -104,4 +135,7 @@ pid=$!
 trap 'stop USR1' USR1
 trap 'stop TERM' TERM
 [[ -z $early ]] || stop "$early"
-wait "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc != 4 ]] || requeue_without_faulty_nodes
+exit "$rc"

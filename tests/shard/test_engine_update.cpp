@@ -111,5 +111,40 @@ TEST(EngineUpdate, MastersFiniteSeesOneRanksInf) {
   EXPECT_TRUE(run->engine.masters_finite());
 }
 
+// GradientNorms::local (the rerun check's fingerprint, src/trainer_rerun.cpp)
+// is what this rank computed itself, before any reduction: each unit's sum of
+// squares equals that of a lone rank fed the same micro-batch. Sharded (one
+// micro-batch: one term) and data parallel in place (shard groups of one,
+// two micro-batches accumulated before the all-reduce across replicas).
+void expect_local_sums_are_own(int shard_group, int accum) {
+  ProcessGroups g = make_process_groups(Backend::mpi, shard_group);
+  const int world = g.world->size(), rank = g.world->rank();
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), rank, world, kB, kT,
+                accum);
+  auto self = make_communicator(Backend::mpi, MPI_COMM_SELF);
+  EngineRun alone(testing::engine_test_config(), *self, nullptr, rank, world, kB, kT, accum);
+  // No update (the two would then train apart); the second step comes after
+  // a discarded one, as a rerun does.
+  for (int s = 0; s < 2; ++s) {
+    run.forward_backward(s, *g.world);
+    alone.forward_backward(s, *self);
+    const GradientNorms n = run.engine.measure_gradients(), own = alone.engine.measure_gradients();
+    ASSERT_EQ(n.local.size(), size_t(run.engine.num_units()));
+    for (size_t u = 0; u < n.local.size(); ++u)
+      EXPECT_NEAR(n.local[u], own.unit[u] * own.unit[u], 1e-5 * own.unit[u] * own.unit[u])
+          << "step " << s << " unit " << u << " rank " << rank;
+    run.engine.discard_gradients();
+    alone.engine.discard_gradients();
+  }
+}
+
+TEST(EngineUpdate, LocalSumsAreThisRanksOwnGradientSharded) {
+  expect_local_sums_are_own(0, 1);
+}
+
+TEST(EngineUpdate, LocalSumsAreThisRanksOwnGradientDataParallel) {
+  expect_local_sums_are_own(1, 2);
+}
+
 }  // namespace
 }  // namespace fsdp

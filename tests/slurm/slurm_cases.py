@@ -21,6 +21,10 @@ itself; CTest runs each case against the `slurm_box` fixture instead):
   scancel      plain scancel: the ranks checkpoint, the job is CANCELLED
   rank_killed  kill -9 of one rank on n3: the job ends within 60 s naming it,
                no rank left, the last checkpoint resumes
+  transient    3 x 2 ranks, a one-time fault on n2's first rank at step 6
+               (FSDP_TEST_TRANSIENT_FAULT): exit 4 naming rank 2 on n2, the
+               job requeued without n2 (ExcNodeList), resumed on the other
+               nodes from step 4, finished; nothing of step 6 saved by run 1
 """
 import json
 import os
@@ -375,10 +379,49 @@ def case_rank_killed():
           f"(JobState={info['JobState']})", text[-1500:])
 
 
+def case_transient():
+    ckpt = os.path.join(work, "transient")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    # 6 ranks x 4 sequences: step 6 reads positions [120, 144). An Inf
+    # gradient (":grad") diverges the step whatever the spike window.
+    args = TRAIN + ["--steps", "12", "--checkpoint-dir", ckpt, "--checkpoint-every", "4"]
+    j, log = submit("transient", args, sbatch=["--nodes=3"],
+                    env={"FSDP_TEST_TRANSIENT_FAULT": "n2:130:grad"})
+    info = box.wait(j, lambda i: i.get("Restarts") == "1", 90, "requeue")
+    info = box.wait_done(j, 120)
+    text = read(log)
+    check(info["JobState"] == "COMPLETED" and info["Restarts"] == "1"
+          and info.get("ExcNodeList") == "n2",
+          f"transient: requeued once without n2 and COMPLETED (JobState={info['JobState']}, "
+          f"Restarts={info['Restarts']}, ExcNodeList={info.get('ExcNodeList')})", text[-1500:])
+    runs = text.split(f"fsdptrain.sh: job {j} restart ")
+    first, second = (runs + ["", "", ""])[1:3]
+    check(first.startswith("0 ") and " on n[1-3] " in first.splitlines()[0]
+          and re.search(r"transient fault at step 6: rank 2 on node n2 computed another result",
+                        first) is not None
+          and "fsdptrain.sh: transient fault on n2: requeueing job" in first,
+          "transient: run 1 on n[1-3] names rank 2 on n2 and the script requeues without it",
+          first[-1500:])
+    check(second.startswith("1 ") and "n2" not in second.splitlines()[0]
+          and re.search(rf"resumed from '{re.escape(ckpt)}/step_00000004.h5' at step 4", second)
+          is not None, "transient: run 2, on other nodes, resumes from step 4",
+          second[:1500])
+    saved = re.findall(r"step +(\d+)/12 \| saved ", first)
+    check(saved == ["4"], f"transient: run 1 saved step 4 only (steps {saved})")
+    records = [json.loads(line) for line in read(os.path.join(ckpt, "metrics.jsonl")).splitlines()]
+    faults = [r for r in records if r.get("transient_fault")]
+    check(len(faults) == 1 and faults[0]["fault_ranks"] == [2] and faults[0]["fault_nodes"] == ["n2"],
+          f"transient: the metrics name rank 2 on n2: {faults}")
+    check(sorted(losses(os.path.join(ckpt, "metrics.jsonl"))) == list(range(1, 13)),
+          "transient: the metrics hold steps 1..12")
+    no_ranks_left(j)
+
+
 CASES = {"srun": lambda: case_launch("srun"), "mpirun": lambda: case_launch("mpirun"),
          "preempt": lambda: case_preempt("srun"),
          "preempt_mpirun": lambda: case_preempt("mpirun"), "timer": case_timer, "guard": case_guard,
-         "scancel": case_scancel, "rank_killed": case_rank_killed}
+         "scancel": case_scancel, "rank_killed": case_rank_killed,
+         "transient": case_transient}
 
 
 def startup_crash(paths):

@@ -63,5 +63,27 @@ TEST(SpikeDetector, RestoreKeepsTheNewestOfALongerHistory) {
   EXPECT_EQ(again.judge(100.0, 1.0), "") << "two values do not fill a window of five";
 }
 
+// The rerun check's comparison (src/trainer_rerun.cpp): bitwise where the
+// tolerance is 0; NaN and Inf repeat only as themselves.
+TEST(SameRerunValue, EqualNanAndInfRepeatFiniteAndNonFiniteDiffer) {
+  const double nan = std::nan(""), inf = INFINITY;
+  EXPECT_TRUE(same_rerun_value(1.5, 1.5, 0));
+  EXPECT_FALSE(same_rerun_value(1.5, std::nextafter(1.5, 2.0), 0)) << "one ulp is a change";
+  EXPECT_TRUE(same_rerun_value(nan, nan, 0));
+  EXPECT_TRUE(same_rerun_value(inf, inf, 0));
+  EXPECT_FALSE(same_rerun_value(inf, -inf, 1));
+  EXPECT_FALSE(same_rerun_value(nan, 1.0, 1));
+  EXPECT_FALSE(same_rerun_value(2.0, nan, 1));
+  EXPECT_FALSE(same_rerun_value(inf, 1e300, 1)) << "Inf is no rounding of a finite value";
+}
+
+TEST(SameRerunValue, ToleranceIsRelativeToTheLarger) {
+  EXPECT_TRUE(same_rerun_value(100.0, 100.9, 1e-2));
+  EXPECT_FALSE(same_rerun_value(100.0, 101.1, 1e-2));
+  EXPECT_TRUE(same_rerun_value(-3e-8, -3.01e-8, 1e-2)) << "small values are judged by their size";
+  EXPECT_FALSE(same_rerun_value(1.0, 10.0, 1e-2)) << "a 10x fault is far outside";
+  EXPECT_TRUE(same_rerun_value(0.0, 0.0, 0));
+}
+
 }  // namespace
 }  // namespace fsdp

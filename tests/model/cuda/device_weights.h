@@ -16,8 +16,10 @@ class DeviceWeights final : public UnitAccess {
  public:
   // host_weights[u] holds unit u's flat f32 values (e.g. FullWeights'
   // unit_weights); they are converted to the backend's compute dtype.
+  // Gradients are in that dtype too, or in f32 as the engine's buffers are
+  // (f32_grads).
   DeviceWeights(Ops& ops, const std::vector<UnitSpec>& units,
-                const std::vector<std::vector<float>>& host_weights)
+                const std::vector<std::vector<float>>& host_weights, bool f32_grads = false)
       : ops_(ops), units_(units) {
     const DType ct = ops.compute_dtype();
     for (size_t u = 0; u < units.size(); ++u) {
@@ -27,7 +29,7 @@ class DeviceWeights final : public UnitAccess {
       w_.push_back(ops.alloc(ct, n));
       ops.cast(w_.back(), staging);
       ops.free(staging);
-      g_.push_back(ops.alloc(ct, n));
+      g_.push_back(ops.alloc(f32_grads ? DType::f32 : ct, n));
       ops.zero(g_.back());
     }
   }

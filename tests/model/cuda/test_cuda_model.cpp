@@ -8,6 +8,7 @@
 // order 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <utility>
@@ -175,6 +176,62 @@ TEST(CudaModel, Gpt350mShapedReshapedMatchesCpu) {
   ModelConfig cfg = model_preset("gpt-350m");
   cfg.n_layer = 2;
   check_model(cfg, 1, 256, false, 0, Recompute::none, {2, 128});
+}
+
+// The rerun check (src/trainer_rerun.cpp) compares a step with its rerun:
+// each unit's gradient sum of squares and the loss. On a GPU the attention
+// backward sums in a varying order, so a rerun must stay well inside
+// kRerunTolerance (1e-2 relative; here 1e-3, ten times inside) or every
+// diverged step would be called a device fault; with --debug's deterministic
+// attention (OpsCapabilities::bitwise_reruns) it must repeat bit for bit.
+void check_rerun(bool deterministic) {
+  FSDP_SKIP_WITHOUT_GPU();
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  const int B = 2, T = 512;
+  const auto units = model_units(cfg);
+  testing::FullWeights host(units, 99);
+  std::vector<std::vector<float>> weights;
+  for (int u = 0; u < int(units.size()); ++u) weights.push_back(host.unit_weights(u));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pick(0, cfg.vocab_size - 1);
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  for (auto& t : in) t = pick(rng);
+  for (auto& t : tg) t = pick(rng);
+  CudaOpsOptions o;
+  o.deterministic = deterministic;
+  CudaOps gpu(o);
+  ASSERT_EQ(gpu.capabilities().bitwise_reruns, deterministic);
+  test::DeviceWeights dev(gpu, units, weights, /*f32_grads=*/true);  // as the engine's
+  Transformer gm(cfg, gpu, B, T, Recompute::none, false);
+  std::vector<double> loss;
+  std::vector<std::vector<double>> sums(2);
+  for (int pass = 0; pass < 2; ++pass) {
+    dev.zero_grads();
+    loss.push_back(train_pass(gm, dev, in, tg, 1.0f / float(B * T)));
+    for (int u = 0; u < int(units.size()); ++u)
+      sums[pass].push_back(gpu.sum_squares(dev.unit_grads(u)));
+  }
+  EXPECT_EQ(loss[0], loss[1]) << "the forward is deterministic";
+  double worst = 0;
+  for (size_t u = 0; u < sums[0].size(); ++u) {
+    const double rel = std::abs(sums[0][u] - sums[1][u]) / std::max(sums[0][u], 1e-30);
+    worst = std::max(worst, rel);
+    if (deterministic)
+      EXPECT_EQ(sums[0][u], sums[1][u]) << units[u].name;
+    else
+      EXPECT_LE(rel, 1e-3) << units[u].name;
+  }
+  std::printf("  rerun%s: loss %.9g, largest relative change of a unit's gradient sum %.3g\n",
+              deterministic ? " (deterministic)" : "", loss[0], worst);
+}
+
+TEST(CudaModel, Gpt350mShapedRerunStaysInsideTheRerunTolerance) {
+  check_rerun(false);
+}
+
+TEST(CudaModel, Gpt350mShapedDeterministicRerunIsBitwise) {
+  check_rerun(true);
 }
 
 }  // namespace
