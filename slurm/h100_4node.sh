@@ -107,7 +107,7 @@ stop() {
 requeue_without_faulty_nodes() {
   local bad excluded
   bad=$(paste -sd, "$FSDP_FAULTY_NODES_FILE" 2>/dev/null || true)
-  excluded=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*ExcNodeList=\([^ ]*\).*/\1/p')
+  excluded=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*ExcNodeList=\([^ ]*\).*/\1/p' || true)
   [[ $excluded != "(null)" ]] || excluded=
   trap '' USR1 TERM  # requeueing signals this shell
   if [[ -z $bad ]]; then
@@ -117,7 +117,9 @@ requeue_without_faulty_nodes() {
   fi
   echo "fsdptrain.sh: transient fault on $bad: requeueing job $SLURM_JOB_ID without it"
   scontrol requeuehold "$SLURM_JOB_ID"
-  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${excluded:+$excluded,}$bad"
+  # Held until released: whatever the update does, the release must come.
+  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${excluded:+$excluded,}$bad" ||
+    echo "fsdptrain.sh: could not exclude $bad; the job may run there again"
   scontrol release "$SLURM_JOB_ID"
 }
 
