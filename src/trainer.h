@@ -59,6 +59,8 @@ struct DivergedStep {
   GradientNorms norms;
   std::string why;
   double rerun_loss = 0, rerun_norm = 0;
+  // Its --metrics record's fields, to which what was done about it is added.
+  std::vector<std::pair<std::string, std::string>> record() const;
 };
 
 class Trainer {

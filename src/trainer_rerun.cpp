@@ -124,16 +124,11 @@ void Trainer::rerun_diverged_step(DivergedStep& d, const SamplerState& before,
   }
   std::vector<std::string> quoted;
   for (const std::string& n : nodes) quoted.push_back(json_string(n));
-  metrics_.write({{"step", std::to_string(d.step + 1)},
-                  {"loss", json_number(d.loss)},
-                  {"grad_norm", json_number(d.norms.total)},
-                  {"diverged", "true"},
-                  {"reason", json_string(d.why)},
-                  {"rerun_loss", json_number(d.rerun_loss)},
-                  {"rerun_grad_norm", json_number(d.rerun_norm)},
-                  {"transient_fault", "true"},
-                  {"fault_ranks", "[" + join(rank_list, ", ") + "]"},
-                  {"fault_nodes", "[" + join(quoted, ", ") + "]"}});
+  auto record = d.record();
+  record.insert(record.end(), {{"transient_fault", "true"},
+                               {"fault_ranks", "[" + join(rank_list, ", ") + "]"},
+                               {"fault_nodes", "[" + join(quoted, ", ") + "]"}});
+  metrics_.write(record);
   // For the batch script: the nodes to requeue without, one per line (none
   // when the fault was in the exchange between ranks).
   if (const char* file = std::getenv("FSDP_FAULTY_NODES_FILE"); lead_ && file && *file) {

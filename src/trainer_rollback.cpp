@@ -10,6 +10,16 @@
 
 namespace fsdp {
 
+std::vector<std::pair<std::string, std::string>> DivergedStep::record() const {
+  return {{"step", std::to_string(step + 1)},
+          {"loss", json_number(loss)},
+          {"grad_norm", json_number(norms.total)},
+          {"diverged", "true"},
+          {"reason", json_string(why)},
+          {"rerun_loss", json_number(rerun_loss)},
+          {"rerun_grad_norm", json_number(rerun_norm)}};
+}
+
 int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summary) {
   const DivergenceOptions& d = o_.divergence;
   if (d.action == OnDivergence::stop || pos_.rollbacks >= d.max_rollbacks)
@@ -42,16 +52,11 @@ int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summar
   const int64_t from = skipped[skipped.size() - 2], to = skipped.back();
   char range[64];
   std::snprintf(range, sizeof range, "[%lld, %lld]", (long long)from, (long long)to);
-  metrics_.write({{"step", std::to_string(step + 1)},
-                  {"loss", json_number(bad.loss)},
-                  {"grad_norm", json_number(bad.norms.total)},
-                  {"diverged", "true"},
-                  {"reason", json_string(bad.why)},
-                  {"rerun_loss", json_number(bad.rerun_loss)},
-                  {"rerun_grad_norm", json_number(bad.rerun_norm)},
-                  {"rollback_to_step", std::to_string(pos_.step)},
-                  {"skipped_sequences", range},
-                  {"rollbacks", std::to_string(pos_.rollbacks)}});
+  auto record = bad.record();
+  record.insert(record.end(), {{"rollback_to_step", std::to_string(pos_.step)},
+                               {"skipped_sequences", range},
+                               {"rollbacks", std::to_string(pos_.rollbacks)}});
+  metrics_.write(record);
   if (lead_) {
     std::printf(
         "step %5d/%s | loss %.4f | norm %.3f | diverged: %s (so did its rerun); rolled back to "
@@ -66,13 +71,7 @@ int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summar
 
 [[noreturn]] void Trainer::refuse_diverged_step(const DivergedStep& bad) {
   const GradientNorms& n = bad.norms;
-  metrics_.write({{"step", std::to_string(bad.step + 1)},
-                  {"loss", json_number(bad.loss)},
-                  {"grad_norm", json_number(n.total)},
-                  {"diverged", "true"},
-                  {"reason", json_string(bad.why)},
-                  {"rerun_loss", json_number(bad.rerun_loss)},
-                  {"rerun_grad_norm", json_number(bad.rerun_norm)}});
+  metrics_.write(bad.record());
   std::string units;
   for (const std::string& name : n.nonfinite_units(*model_))
     units += (units.empty() ? "" : ", ") + name;

@@ -30,10 +30,43 @@ def records(path):
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 
 
+def error_lines(p):
+    """A finished run's 'fsdptrain: error:' lines."""
+    return [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+
+
+def checkpoint_state(path):
+    """A checkpoint's every dataset by name, with '@consumed' (its data
+    position), '@rollbacks' and '@skipped' (its rollback record): what two
+    runs that must end alike are compared on."""
+    import h5py  # only the tests that read checkpoints need it
+    out = {}
+    with h5py.File(path, "r") as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                out[name] = obj[()]
+        f.visititems(visit)
+        out["@consumed"] = int(f["sampler"].attrs["consumed"])
+        out["@rollbacks"] = int(f.attrs.get("rollbacks", 0))
+        out["@skipped"] = [int(v) for v in f.attrs.get("skipped_sequences", [])]
+    return out
+
+
+def state_difference(a, b, records_too=True):
+    """'' when two checkpoint_state()s are equal bit for bit, else what
+    differs first; without records_too the '@' entries are left out."""
+    import numpy as np
+    keys = [k for k in a.keys() | b.keys() if records_too or not k.startswith("@")]
+    missing = sorted(k for k in keys if k not in a or k not in b)
+    if missing:
+        return f"names differ: {missing[:4]}"
+    return next((f"{k} differs" for k in sorted(keys) if not np.array_equal(a[k], b[k])), "")
+
+
 def one_error(cmd, needle, what):
     """Bad input: exactly one 'fsdptrain: error:' line, naming `needle`, and a non-zero exit."""
     p = run(cmd)
-    errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+    errors = error_lines(p)
     check(p.returncode != 0 and len(errors) == 1 and needle in errors[0],
           f"{what}: one error line with '{needle}' (exit {p.returncode}, {errors})")
 

@@ -26,10 +26,8 @@ import shutil
 import socket
 import sys
 
-import h5py
-import numpy as np
-
-from program_checks import check, finish, records, run as run_program
+from program_checks import (check, checkpoint_state, error_lines, finish, records,
+                            run as run_program, state_difference)
 
 exe, example, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -54,25 +52,8 @@ def run(ranks, tag, fault=None, spike=None, extra=(), env_extra=None):
         env["FSDP_TEST_SPIKE_POSITION"] = spike
     env.update(env_extra or {})
     p = run_program(cmd, ranks, env=env)
-    errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+    errors = error_lines(p)
     return p, errors, ckpt, metrics
-
-
-def state(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-        f.visititems(visit)
-        out["@consumed"] = int(f["sampler"].attrs["consumed"])
-    return out
-
-
-def differs(a, b):
-    if a.keys() != b.keys():
-        return f"names differ: {sorted(a.keys() ^ b.keys())[:4]}"
-    return next((f"{k} differs" for k in a if not np.array_equal(a[k], b[k])), "")
 
 
 def transient(p, errors, ckpt, metrics, tag, ranks_named, node):
@@ -113,7 +94,7 @@ for ranks in (1, 2, 4):
             a, b = (os.path.join(d, "step_00000012.h5") for d in (ckpt, ref))
             if check(p.returncode == 0 and os.path.exists(a) and os.path.exists(b),
                      f"{tag}: resumed, it ends: {errors}"):
-                why = differs(state(a), state(b))
+                why = state_difference(checkpoint_state(a), checkpoint_state(b))
                 check(why == "", f"{tag}: resumed, it ends as the run without the fault "
                                  f"({why or 'bitwise'})")
 

@@ -27,7 +27,8 @@ import sys
 import h5py
 import numpy as np
 
-from program_checks import check, finish, records, run as run_program
+from program_checks import (check, checkpoint_state as state, error_lines, finish, records,
+                            run as run_program, state_difference)
 
 exe, example, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -46,28 +47,6 @@ def run(ranks, ckpt, metrics, spike=True, extra=(), action="rollback", every="4"
     if spike:
         env["FSDP_TEST_SPIKE_POSITION"] = SPIKE
     return run_program(cmd, ranks, env=env)
-
-
-def state(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-        f.visititems(visit)
-        out["@consumed"] = int(f["sampler"].attrs["consumed"])
-        out["@rollbacks"] = int(f.attrs.get("rollbacks", 0))
-        out["@skipped"] = [int(v) for v in f.attrs.get("skipped_sequences", [])]
-    return out
-
-
-def same(a, b):
-    if a.keys() != b.keys():
-        return f"names differ: {sorted(a.keys() ^ b.keys())[:4]}"
-    for k in a:
-        if not np.array_equal(a[k], b[k]):
-            return f"{k} differs"
-    return ""
 
 
 def losses(path, first):
@@ -120,20 +99,19 @@ for ranks in (1, 2, 4):
         f["sampler"].attrs.modify("consumed", np.int64(48))
     ref, ref_m = resumed_from(ranks, tag + "_reference", step4, spike=False, edit=to_48)
     if os.path.exists(os.path.join(ref, "step_00000012.h5")):
-        why = same({k: v for k, v in final.items() if not k.startswith("@")},
-                   {k: v for k, v in state(os.path.join(ref, "step_00000012.h5")).items()
-                    if not k.startswith("@")})
+        why = state_difference(final, state(os.path.join(ref, "step_00000012.h5")),
+                               records_too=False)
         check(why == "", f"{tag}: weights and optimizer state equal the run that never saw "
                          f"positions [32, 48) ({why or 'bitwise'})")
         check(losses(ref_m, 5) == losses(metrics, 5), f"{tag}: steps 5-12 have the same losses")
 
     again, _ = resumed_from(ranks, tag + "_again", step4, spike=True)
     if os.path.exists(os.path.join(again, "step_00000012.h5")):
-        why = same(final, state(os.path.join(again, "step_00000012.h5")))
+        why = state_difference(final, state(os.path.join(again, "step_00000012.h5")))
         check(why == "", f"{tag}: resumed before the spike, the same rollback, the same end ({why or 'bitwise'})")
     after, _ = resumed_from(ranks, tag + "_after", os.path.join(ckpt, "step_00000008.h5"), spike=True)
     if os.path.exists(os.path.join(after, "step_00000012.h5")):
-        why = same(final, state(os.path.join(after, "step_00000012.h5")))
+        why = state_difference(final, state(os.path.join(after, "step_00000012.h5")))
         check(why == "", f"{tag}: resumed after the rollback, the same end, record included "
                          f"({why or 'bitwise'})")
 
@@ -149,15 +127,14 @@ if os.path.exists(step4):
                           edit=lambda f: f["sampler"].attrs.modify("consumed", np.int64(48)))
     a, b = (os.path.join(d, "step_00000012.h5") for d in (switched, ref))
     if os.path.exists(a) and os.path.exists(b):
-        why = same({k: v for k, v in state(a).items() if not k.startswith("@")},
-                   {k: v for k, v in state(b).items() if not k.startswith("@")})
+        why = state_difference(state(a), state(b), records_too=False)
         check(why == "", f"muon after --reset-optimizer: the rollback resets the optimizer state "
                          f"again ({why or 'bitwise'})")
 
 # --on-divergence stop: the spike ends the run, nothing of it saved.
 ckpt = os.path.join(work, "stop")
 p = run(1, ckpt, os.path.join(work, "stop.jsonl"), action="stop")
-errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+errors = error_lines(p)
 check(p.returncode != 0 and len(errors) == 1
       and re.search(r"diverged at step 6: loss \S+, gradient norm \S+ \(its loss is \S+ times", errors[0])
       and "--on-divergence rollback" in errors[0], f"stop: one error line naming the spike: {errors}")
@@ -167,7 +144,7 @@ check(sorted(f for f in os.listdir(ckpt) if f.endswith(".h5")) == ["step_0000000
 # --max-rollbacks 0: rollback mode that may not roll back stops as stop does.
 p = run(1, os.path.join(work, "none"), os.path.join(work, "none.jsonl"),
         extra=["--max-rollbacks", "0"])
-errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+errors = error_lines(p)
 check(p.returncode != 0 and len(errors) == 1 and "diverged at step 6:" in errors[0]
       and "--max-rollbacks 0 allows no rollback" in errors[0],
       f"--max-rollbacks 0: the spike is refused, saying why: {errors}")
@@ -177,7 +154,7 @@ check(p.returncode != 0 and len(errors) == 1 and "diverged at step 6:" in errors
 ckpt, m = os.path.join(work, "nan"), os.path.join(work, "nan.jsonl")
 p = run(1, ckpt, m, spike=False, every="1",
         extra=["--lr", "1e5", "--warmup-steps", "0", "--max-rollbacks", "2"])
-errors = [l for l in p.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+errors = error_lines(p)
 rolls = [r for r in records(m) if r.get("rollback_to_step") is not None]
 check(p.returncode != 0 and len(errors) == 1 and "2 rollback(s) did not help (--max-rollbacks 2)" in errors[0],
       f"nan: refused after two rollbacks: {errors}")
