@@ -14,6 +14,7 @@
 
 #include "checkpoint/context.h"
 #include "checkpoint/meta.h"
+#include "checkpoint/shard_source.h"
 
 namespace fsdp {
 
@@ -22,15 +23,32 @@ struct SaveOptions {
   std::string protect;  // never delete this one (the file the run resumed from)
 };
 
+// What a save writes, and with which ranks: the model, this rank's shards
+// (the engine's, or a snapshot of them: checkpoint/shard_source.h) and the
+// communicator of every rank (under --async-checkpoint the save thread's own).
+struct SaveSource {
+  const ModelConfig& model;
+  ShardSource& shards;
+  MPI_Comm world;
+  CheckpointIoOptions io = {};
+};
+
 // Writes DIR/step_<step>.h5 crash-safely (DIR/step_<step>.h5.tmp, flush,
 // close, barrier, rename, fsync DIR), then points DIR/latest at it the same
 // way, then prunes to options.keep. Creates DIR if needed. Returns the path.
+// Collective over `src.world`.
+std::string save_checkpoint(const SaveSource& src, const std::string& dir,
+                            const CheckpointMeta& meta, const SaveOptions& options = {},
+                            CheckpointIoStats* stats = nullptr);
+// The same, straight from the context's engine.
 std::string save_checkpoint(const CheckpointContext& c, const std::string& dir,
                             const CheckpointMeta& meta, const SaveOptions& options = {},
                             CheckpointIoStats* stats = nullptr);
 
 // The file-writing half of save_checkpoint: writes `path` via `path`.tmp and
 // renames it into place, without touching `latest`.
+void write_checkpoint_file(const SaveSource& src, const std::string& path,
+                           const CheckpointMeta& meta, CheckpointIoStats* stats = nullptr);
 void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
                            const CheckpointMeta& meta, CheckpointIoStats* stats = nullptr);
 

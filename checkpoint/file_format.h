@@ -1,6 +1,7 @@
 // The contents of a checkpoint file, internal to checkpoint/: metadata
 // attributes (file_meta.cpp), the expected datasets of a model, and moving
-// each rank's tensor slices (file_tensors.cpp). Callers hold fsdp::Hdf5Lock.
+// each rank's tensor slices (file_tensors.cpp). Callers hold fsdp::Hdf5Lock,
+// except around write_tensors.
 #pragma once
 
 #include <hdf5.h>
@@ -10,6 +11,7 @@
 
 #include "checkpoint/context.h"
 #include "checkpoint/meta.h"
+#include "checkpoint/shard_source.h"
 
 namespace fsdp::ckpt {
 
@@ -41,10 +43,13 @@ struct Checksums {
 };
 constexpr const char* kChecksumAttr = "tensor_checksums";
 
-// Creates every dataset and writes this rank's slices (collective). Replicas
-// that hold a copy of a writer's shard take part with `writer` false,
-// selecting nothing.
-void write_tensors(hid_t file, const CheckpointContext& c, bool writer, const std::string& path,
+// Creates every dataset and writes this rank's slices from `shards`
+// (collective). Replicas that hold a copy of a writer's shard take part with
+// `writer` false, selecting nothing. Takes fsdp::Hdf5Lock itself, one
+// dataset at a time, so that a data reader on another thread is held up by
+// one write call at most, never by a whole save.
+void write_tensors(hid_t file, const ModelConfig& model, ShardSource& shards,
+                   const CheckpointIoOptions& io, bool writer, const std::string& path,
                    CheckpointIoStats* stats, Checksums* sums);
 // Reads this rank's slices of every dataset into the engine (collective).
 void read_tensors(hid_t file, const CheckpointContext& c, const std::string& path,

@@ -10,15 +10,13 @@
 #include "checkpoint/file_format.h"
 #include "checkpoint/h5.h"
 #include "common/error.h"
+#include "common/hdf5_lock.h"
 #include "common/mix64.h"
 #include "model/params.h"
 
 namespace fsdp::ckpt {
 
 namespace {
-
-using Getter = Tensor (FsdpEngine::*)(int) const;
-constexpr Getter kGetters[] = {&FsdpEngine::master, &FsdpEngine::exp_avg, &FsdpEngine::exp_avg_sq};
 
 struct Block {
   std::vector<hsize_t> start, count;
@@ -71,6 +69,7 @@ uint64_t element_hash(uint64_t index, float value) {
   return mix64(index << 32 | bits);
 }
 
+// A write reads `host_shard`, a read fills it.
 void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, const UnitLayout& l,
               int param, int rank, bool active, float* host_shard, uint64_t* checksum) {
   const int ranks = int(l.padded / l.shard);
@@ -136,65 +135,76 @@ int64_t max_elems(const CheckpointIoOptions& io) {
   return n;
 }
 
-// `active`: this rank moves its slices (false: a replica taking part in a
-// write with empty selections).
-void move_all(bool write, bool active, hid_t file, const CheckpointContext& c,
-              const std::string& path, CheckpointIoStats* stats, Checksums* sums) {
-  *sums = {};
-  FsdpEngine& engine = c.engine;
-  const std::vector<UnitSpec> units = model_units(c.model);
-  FSDP_CHECK(int(units.size()) == engine.num_units(), "model and engine disagree on units");
-  H5 dxpl = make_dxpl(path);
-  H5 dcpl = write ? make_dcpl(path) : H5();
-  const Transfer t{write, dxpl.get(), max_elems(c.io), path, stats};
-  std::vector<float> host;
-  for (int u = 0; u < engine.num_units(); ++u) {
-    const UnitLayout& l = engine.layout(u);
-    host.assign(size_t(l.shard), 0.0f);
-    for (size_t g = 0; g < std::size(kGroups); ++g) {
-      const Tensor shard = (engine.*kGetters[g])(u);
-      FSDP_CHECK(shard.dtype == DType::f32 && shard.numel == l.shard);
-      // Stage through the host: tensors may live on a GPU, and padding
-      // elements past the last parameter must read as zero.
-      if (write)
-        c.ops.to_host(host.data(), shard);
-      else
-        std::fill(host.begin(), host.end(), 0.0f);
-      for (size_t p = 0; p < units[u].params.size(); ++p) {
-        const ParamSpec& spec = units[u].params[p];
-        const std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
-        const std::string name = std::string(kGroups[g]) + "/" + spec.name;
-        H5 dset;
-        if (write) {
-          H5 space = h5_own(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose,
-                            "H5Screate_simple", path);
-          dset = h5_own(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                                   dcpl.get(), H5P_DEFAULT),
-                        H5Dclose, "creating a dataset", path);
-        } else {
-          dset = h5_own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2", path);
-        }
-        sums->names.push_back(name);
-        sums->sums.push_back(0);
-        transfer(t, dset.get(), dims, l, int(p), engine.shard_rank(), active, host.data(),
-                 &sums->sums.back());
-        h5_close(dset, path);
-      }
-      if (!write) c.ops.to_device(shard, host.data());
-    }
+// The dataset of `spec` in `group`, with its dims: created (write) or opened.
+H5 dataset(hid_t file, bool write, const std::string& name, const std::vector<hsize_t>& dims,
+           const std::string& path) {
+  if (!write) return h5_own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2", path);
+  H5 dcpl = make_dcpl(path);
+  H5 space = h5_own(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose,
+                    "H5Screate_simple", path);
+  return h5_own(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                           H5P_DEFAULT),
+                H5Dclose, "creating a dataset", path);
+}
+
+// Moves one unit's shard of one group (`host`, l.shard floats) to or from
+// its parameters' datasets; `active`: this rank moves its slices (false: a
+// replica taking part in a write with empty selections). A write takes the
+// HDF5 lock per dataset; a read runs under its caller's.
+void move_unit(bool write, bool active, hid_t file, const UnitSpec& unit, const UnitLayout& l,
+               int shard_rank, const char* group, float* host, const CheckpointIoOptions& io,
+               const std::string& path, CheckpointIoStats* stats, Checksums* sums) {
+  for (size_t p = 0; p < unit.params.size(); ++p) {
+    const ParamSpec& spec = unit.params[p];
+    const std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+    const std::string name = std::string(group) + "/" + spec.name;
+    sums->names.push_back(name);
+    sums->sums.push_back(0);
+    Hdf5Lock lock;
+    H5 dxpl = make_dxpl(path);
+    H5 dset = dataset(file, write, name, dims, path);
+    const Transfer t{write, dxpl.get(), max_elems(io), path, stats};
+    transfer(t, dset.get(), dims, l, int(p), shard_rank, active, host, &sums->sums.back());
+    h5_close(dset, path);
   }
 }
 
 }  // namespace
 
-void write_tensors(hid_t file, const CheckpointContext& c, bool writer, const std::string& path,
+void write_tensors(hid_t file, const ModelConfig& model, ShardSource& shards,
+                   const CheckpointIoOptions& io, bool writer, const std::string& path,
                    CheckpointIoStats* stats, Checksums* sums) {
-  move_all(true, writer, file, c, path, stats, sums);
+  *sums = {};
+  const std::vector<UnitSpec> units = model_units(model);
+  FSDP_CHECK(int(units.size()) == shards.num_units(), "model and shards disagree on units");
+  for (int u = 0; u < shards.num_units(); ++u)
+    for (size_t g = 0; g < std::size(kGroups); ++g) {
+      // Only read: H5Dwrite takes the buffer as const.
+      float* host = const_cast<float*>(shards.shard(u, int(g)));
+      move_unit(true, writer, file, units[size_t(u)], shards.layout(u), shards.shard_rank(),
+                kGroups[g], host, io, path, stats, sums);
+    }
 }
 
 void read_tensors(hid_t file, const CheckpointContext& c, const std::string& path,
                   CheckpointIoStats* stats, Checksums* sums) {
-  move_all(false, true, file, c, path, stats, sums);
+  *sums = {};
+  FsdpEngine& engine = c.engine;
+  const std::vector<UnitSpec> units = model_units(c.model);
+  FSDP_CHECK(int(units.size()) == engine.num_units(), "model and engine disagree on units");
+  std::vector<float> host;
+  for (int u = 0; u < engine.num_units(); ++u) {
+    const UnitLayout& l = engine.layout(u);
+    for (size_t g = 0; g < std::size(kGroups); ++g) {
+      const Tensor shard = engine_shard(engine, u, int(g));
+      FSDP_CHECK(shard.dtype == DType::f32 && shard.numel == l.shard);
+      // Padding elements past the last parameter must read as zero.
+      host.assign(size_t(l.shard), 0.0f);
+      move_unit(false, true, file, units[size_t(u)], l, engine.shard_rank(), kGroups[g],
+                host.data(), c.io, path, stats, sums);
+      c.ops.to_device(shard, host.data());
+    }
+  }
 }
 
 }  // namespace fsdp::ckpt

@@ -29,8 +29,7 @@ namespace fs = std::filesystem;
 
 // Replicas hold identical shards, so of the ranks with the same shard rank
 // only the lowest world rank writes; the others select nothing.
-bool is_writer(const FsdpEngine& engine, MPI_Comm world) {
-  const int me = engine.shard_rank();
+bool is_writer(int me, MPI_Comm world) {
   std::vector<int> all(size_t(size_of(world)));
   check_mpi(MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, world), "MPI_Allgather");
   for (int r = 0; r < rank_of(world); ++r)
@@ -75,12 +74,19 @@ void abandon(const std::string& tmp, H5& file, MPI_Comm world, Judge&& judge) {
   }
   check_mpi(MPI_Barrier(world), "MPI_Barrier");
   // H5Fclose is collective: only when every rank still holds the file open.
-  int open = file.valid() && H5Iis_valid(file.get()) > 0 ? 1 : 0;
+  int open = 0;
+  {
+    Hdf5Lock lock;
+    open = file.valid() && H5Iis_valid(file.get()) > 0 ? 1 : 0;
+  }
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &open, 1, MPI_INT, MPI_MIN, world), "MPI_Allreduce");
-  if (open) {
-    file.close();
-  } else {
-    file.release();
+  {
+    Hdf5Lock lock;
+    if (open) {
+      file.close();
+    } else {
+      file.release();
+    }
   }
   check_mpi(MPI_Barrier(world), "MPI_Barrier");
   if (root) {
@@ -133,14 +139,14 @@ bool ran_out_of_space(const std::string& error, const std::string& stack, int64_
 
 }  // namespace
 
-void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
+void write_checkpoint_file(const SaveSource& src, const std::string& path,
                            const CheckpointMeta& meta, CheckpointIoStats* stats) {
-  const MPI_Comm world = c.world;
+  const MPI_Comm world = src.world;
   const auto t0 = std::chrono::steady_clock::now();
   const std::string tmp = CheckpointDir::tmp_path(path);
   const fs::path parent = fs::path(path).parent_path();
   const CheckpointDir dir(parent.empty() ? "." : parent.string());
-  const int64_t need = expected_file_bytes(c.model, meta);
+  const int64_t need = expected_file_bytes(src.model, meta);
   on_root(world, [&] {
     dir.ensure_writable();
     // Refused before HDF5 opens anything, a full disk costs nothing and
@@ -153,52 +159,56 @@ void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
   });
   CheckpointMeta m = meta;
   m.format_version = kCheckpointFormatVersion;
-  m.optimizer_steps = c.engine.optimizer_steps();
+  m.optimizer_steps = src.shards.optimizer_steps();
   m.world_size = size_of(world);
-  m.shard_group_size = shard_group_size(c.engine);
-  m.model = c.model;
-  const bool writer = is_writer(c.engine, world);
+  m.shard_group_size = src.shards.shard_group_size();
+  m.model = src.model;
+  const bool writer = is_writer(src.shards.shard_rank(), world);
   if (stats) *stats = {};
 
-  std::string error;
-  {
-    Hdf5Lock lock;
-    h5_quiet();
-    // Outlives the try: a file HDF5 could not close (its last flush failed)
-    // must be closed after making room, or HDF5's own clean-up at
-    // MPI_Finalize dereferences the freed communicator and crashes.
-    H5 file;
-    std::string stack;
-    try {
+  // The HDF5 lock is taken per piece, never across the whole save: a data
+  // reader on another thread (and, under --async-checkpoint, the training
+  // it feeds) waits for one call at most.
+  std::string error, stack;
+  // Outlives the try: a file HDF5 could not close (its last flush failed)
+  // must be closed after making room, or HDF5's own clean-up at
+  // MPI_Finalize dereferences the freed communicator and crashes.
+  H5 file;
+  try {
+    {
+      Hdf5Lock lock;
+      h5_quiet();
       h5_clear_failure_stack();
       H5 fapl = make_fapl(world, tmp);
       // TRUNC: a .tmp left by a crashed save is simply overwritten.
       file = h5_own(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
                     "creating", tmp);
       write_meta(file.get(), m, tmp);
-      pause_for_tests(tmp, rank_of(world));
-      Checksums sums;
-      write_tensors(file.get(), c, writer, tmp, stats, &sums);
-      // Only the writers hashed anything, so the sum is each tensor's checksum.
-      MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T, MPI_SUM,
-                    world);
-      put_u64s(file.get(), kChecksumAttr, sums.sums, tmp);
-      // Only flush reaches MPI_File_sync; close alone leaves data in caches.
-      h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush", tmp);
-      if (H5Fclose(file.get()) < 0) h5_check(-1, "closing", tmp);
-      file.release();
-    } catch (const std::exception& e) {
-      error = e.what();
-      stack = h5_failure_stack();
     }
-    int failed = error.empty() ? 0 : 1;
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, world), "MPI_Allreduce");
-    if (failed)
-      abandon(tmp, file, world, [&](int64_t free_bytes) {
-        if (ran_out_of_space(error, stack, free_bytes, need))
-          error = disk_full(meta, path, free_bytes, need, true);
-      });
+    pause_for_tests(tmp, rank_of(world));
+    Checksums sums;
+    write_tensors(file.get(), src.model, src.shards, src.io, writer, tmp, stats, &sums);
+    // Only the writers hashed anything, so the sum is each tensor's checksum.
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T,
+                            MPI_SUM, world),
+              "MPI_Allreduce");
+    Hdf5Lock lock;
+    put_u64s(file.get(), kChecksumAttr, sums.sums, tmp);
+    // Only flush reaches MPI_File_sync; close alone leaves data in caches.
+    h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush", tmp);
+    if (H5Fclose(file.get()) < 0) h5_check(-1, "closing", tmp);
+    file.release();
+  } catch (const std::exception& e) {
+    error = e.what();
+    stack = h5_failure_stack();
   }
+  int failed = error.empty() ? 0 : 1;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, world), "MPI_Allreduce");
+  if (failed)
+    abandon(tmp, file, world, [&](int64_t free_bytes) {
+      if (ran_out_of_space(error, stack, free_bytes, need))
+        error = disk_full(meta, path, free_bytes, need, true);
+    });
   agree(world, error);
   on_root(world, [&] {
     CheckpointDir::release_reserve(tmp);
@@ -207,20 +217,33 @@ void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
   if (stats) stats->seconds = seconds_since(t0);
 }
 
-std::string save_checkpoint(const CheckpointContext& c, const std::string& dir,
+void write_checkpoint_file(const CheckpointContext& c, const std::string& path,
+                           const CheckpointMeta& meta, CheckpointIoStats* stats) {
+  EngineShards shards(c);
+  write_checkpoint_file(SaveSource{c.model, shards, c.world, c.io}, path, meta, stats);
+}
+
+std::string save_checkpoint(const SaveSource& src, const std::string& dir,
                             const CheckpointMeta& meta, const SaveOptions& options,
                             CheckpointIoStats* stats) {
   const auto t0 = std::chrono::steady_clock::now();
   const CheckpointDir d(dir);
   const std::string path = d.path_for_step(meta.step);
-  write_checkpoint_file(c, path, meta, stats);
+  write_checkpoint_file(src, path, meta, stats);
   // Only now, with the new file and the pointer to it durable, may old ones go.
-  on_root(c.world, [&] {
+  on_root(src.world, [&] {
     d.set_latest(path);
     d.prune(options.keep, options.protect);
   });
   if (stats) stats->seconds = seconds_since(t0);
   return path;
+}
+
+std::string save_checkpoint(const CheckpointContext& c, const std::string& dir,
+                            const CheckpointMeta& meta, const SaveOptions& options,
+                            CheckpointIoStats* stats) {
+  EngineShards shards(c);
+  return save_checkpoint(SaveSource{c.model, shards, c.world, c.io}, dir, meta, options, stats);
 }
 
 }  // namespace fsdp

@@ -18,8 +18,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     check_mpi(MPI_Query_thread(&thread_level_), "MPI_Query_thread");
   } else {
     prefer_romio_for_mpi_io();
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &thread_level_),
-              "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_), "MPI_Init_thread");
     owns_ = true;
   }
   if (thread_level_ < MPI_THREAD_SERIALIZED)

@@ -112,7 +112,10 @@ DirLock claim_checkpoint_dir(const Options& o, MPI_Comm world) {
 
 RunCheckpoints::RunCheckpoints(const Options& o, const CheckpointContext& context,
                                BatchLoader* loader, bool lead)
-    : o_(o), context_(context), loader_(loader), lead_(lead) {}
+    : o_(o), context_(context), loader_(loader), lead_(lead) {
+  // --eval-only (no loader) saves nothing.
+  if (o.checkpoint.async && loader_) background_.emplace(context_);
+}
 
 RunCheckpoints::Loaded RunCheckpoints::load(const std::string& spec) {
   // Under auto, a damaged checkpoint (tensors failing their checksums, a
@@ -254,6 +257,8 @@ void RunCheckpoints::reset_optimizer_state() {
 
 RunPosition RunCheckpoints::roll_back(int64_t skip_to) {
   FSDP_CHECK(loader_, "a rollback needs the training data's order");
+  FSDP_CHECK(!background_ || !background_->in_flight(),
+             "a rollback while a background save is in flight");
   const Loaded loaded = load("auto");
   if (lead_ && !loaded.warning.empty())
     std::fprintf(stderr, "fsdptrain: warning: %s\n", loaded.warning.c_str());
@@ -280,7 +285,7 @@ RunPosition RunCheckpoints::roll_back(int64_t skip_to) {
   return pos;
 }
 
-std::string RunCheckpoints::save(const RunPosition& pos) {
+RunCheckpoints::Saving RunCheckpoints::save(const RunPosition& pos) {
   FSDP_CHECK(loader_, "saving needs the training data's order");
   CheckpointMeta meta;
   meta.step = pos.step;
@@ -298,7 +303,22 @@ std::string RunCheckpoints::save(const RunPosition& pos) {
   SaveOptions so;
   so.keep = o_.checkpoint.keep;
   so.protect = pos.resumed_from;
-  return save_checkpoint(context_, o_.checkpoint.dir, meta, so);
+  Saving s;
+  if (background_) {
+    const BackgroundSave::Started b = background_->start(o_.checkpoint.dir, meta, so);
+    s.path = b.path;
+    s.background = true;
+    s.copy_bytes = b.bytes;
+    s.copy_s = b.copy_s;
+  } else {
+    s.path = save_checkpoint(context_, o_.checkpoint.dir, meta, so);
+  }
+  return s;
+}
+
+std::optional<BackgroundSave::Finished> RunCheckpoints::finish_background_save() {
+  if (!background_) return std::nullopt;
+  return background_->finish();
 }
 
 }  // namespace fsdp

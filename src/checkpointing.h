@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/background_save.h"
 #include "checkpoint/context.h"
 #include "checkpoint/dir_lock.h"
 #include "checkpoint/meta.h"
@@ -55,8 +57,21 @@ class RunCheckpoints {
   // Collective.
   RunPosition resume();
 
-  // Saves after `pos.step` steps; returns the file written. Collective.
-  std::string save(const RunPosition& pos);
+  // Saves after `pos.step` steps. Under --async-checkpoint only starts the
+  // save (checkpoint/background_save.h): no other may be in flight. Collective.
+  struct Saving {
+    std::string path;         // written, or being written in the background
+    bool background = false;  // --async-checkpoint: finish_background_save() ends it
+    int64_t copy_bytes = 0;   // the host copy the step paid for, in the background case
+    double copy_s = 0;
+  };
+  Saving save(const RunPosition& pos);
+  // --async-checkpoint: whether this rank's part of the save in flight has
+  // ended (true when none is): to be agreed over every rank before finishing.
+  bool background_save_done() const { return !background_ || background_->done(); }
+  // Waits for the save in flight; what it wrote, or nullopt when none was in
+  // flight. Throws its error on every rank alike. Collective.
+  std::optional<BackgroundSave::Finished> finish_background_save();
 
   // --on-divergence rollback: loads the newest sound checkpoint of
   // --checkpoint-dir and continues the data order at position `skip_to` (the
@@ -87,6 +102,7 @@ class RunCheckpoints {
   // --reset-optimizer: checkpoints up to this step hold optimizer state the
   // run reset at its resume (-1: none).
   int64_t reset_through_ = -1;
+  std::optional<BackgroundSave> background_;  // --async-checkpoint
 };
 
 }  // namespace fsdp

@@ -356,6 +356,12 @@ std::vector<OptionRow> make_table() {
         at_least(0)),
     row("keep-checkpoints", &CheckpointOptions::keep, "keep the newest K checkpoints (0: all)", "2",
         at_least(0)),
+    run_control(bare_switch(row("async-checkpoint", &CheckpointOptions::async,
+                    "write checkpoints on a thread of their own while training goes on: a save "
+                    "costs the step only a copy of the rank's shards to host memory; at most one "
+                    "save is in flight, and the run waits for the last one before it ends", "true",
+                    {[](const bool& v, const O& o) { return !v || !o.checkpoint.dir.empty(); },
+                     "needs --checkpoint-dir"}))),
     run_control(named(row("resume", &CheckpointOptions::resume,
                           "auto: the newest valid checkpoint in --checkpoint-dir, or a fresh start; "
                           "or a checkpoint file",

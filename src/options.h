@@ -73,6 +73,7 @@ struct CheckpointOptions {
   std::string resume;            // "", "auto" or a file
   bool reset_optimizer = false;  // resume the weights with fresh optimizer state
   std::string init_from;         // weights only, where --resume brings none
+  bool async = false;            // saves written on their own thread (checkpoint/background_save.h)
 
   bool operator==(const CheckpointOptions&) const = default;
 };

@@ -362,32 +362,16 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
   }
 }
 
-// All ranks stop at the same step: the signal may reach them at different times.
+// All ranks stop at the same step: the signal may reach them at different
+// times. Likewise a background save ends on each rank in its own time; it is
+// finished (and its outcome, perhaps an error, acted on) at the first step
+// boundary where it has ended on every rank, found by the same all-reduce.
 bool Trainer::stop_requested() {
-  float flag = stop_signal_name() ? 1.0f : 0.0f;
-  groups_.world->all_reduce(&flag, 1, DType::f32, ReduceOp::max)->wait();
-  return flag > 0;
-}
-
-void Trainer::save() {
-  // Weights are finite after every applied step unless the update itself
-  // overflowed; a checkpoint of them would be resumed by --resume auto.
-  if (!engine_->masters_finite())
-    throw_agreed_error("not saving step ", pos_.step,
-                       ": the weights hold NaN or Inf after the update; lower --lr");
-  pos_.budget_used_s = budget_used_s();
-  pos_.loss_history = spikes_.history();
-  std::string path;
-  {
-    // Collective parallel-HDF5 writes: the whole save is one wait on peers
-    // and the file system, watched like a collective.
-    WatchScope watch("checkpoint save of step " + std::to_string(pos_.step));
-    path = checkpoints_->save(pos_);
-  }
-  metrics_.write({{"step", std::to_string(pos_.step)}, {"checkpoint", json_string(path)}});
-  if (lead_)
-    std::printf("step %5lld/%s | saved %s\n", (long long)pos_.step, steps_text().c_str(),
-                path.c_str());
+  float flags[2] = {stop_signal_name() ? 1.0f : 0.0f,
+                    checkpoints_->background_save_done() ? 0.0f : 1.0f};
+  groups_.world->all_reduce(flags, 2, DType::f32, ReduceOp::max)->wait();
+  if (flags[1] == 0) finish_background_save();
+  return flags[0] > 0;
 }
 
 // One forward+backward on the shapes of a real step, gradients then dropped:
@@ -528,6 +512,8 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  // The last save may still be in flight: the run ends when it is written.
+  finish_background_save();
   if (profiler_ && lead_) std::printf("%s", profiler_->report().c_str());
   return summary;
 }

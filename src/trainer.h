@@ -101,6 +101,9 @@ class Trainer {
   void print_memory_plan() const;
   bool stop_requested();
   void save();
+  // --async-checkpoint: waits for the save in flight, if any, and reports it
+  // (metrics, log). Throws its error on every rank alike. Collective.
+  void finish_background_save();
   // A diverged step is first computed again from the same state
   // (src/trainer_rerun.cpp): a rank whose result changed had a transient
   // fault, and the run ends (kExitTransientFault) naming it. `before` is the

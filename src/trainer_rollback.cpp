@@ -28,6 +28,8 @@ int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summar
   engine_->discard_gradients();
   // The bad step's batch was read: the data order continues after it.
   const int64_t skip_to = loader_->state().consumed;
+  // The newest checkpoint may still be being written (--async-checkpoint).
+  finish_background_save();
   RunPosition back;
   {
     // Collective parallel-HDF5 reads, watched like the resume's.

@@ -26,6 +26,8 @@ import time
 import h5py
 import numpy as np
 
+from program_checks import alive, children
+
 exe, example, work = sys.argv[1:4]
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 SEED = int(os.environ.get("FSDP_CHAOS_SEED", "5"))
@@ -52,29 +54,6 @@ def command(ckpt):
             "--warmup-steps", "5", "--train-data", os.path.join(example, "kjv_val.h5"),
             "--checkpoint-dir", ckpt, "--checkpoint-every", str(EVERY), "--keep-checkpoints",
             str(KEEP), "--log-every", "50", "--resume", "auto"]
-
-
-def children(pid):
-    """The ranks: mpirun starts them as its own children."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def kill(pid):

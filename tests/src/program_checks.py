@@ -5,8 +5,10 @@ A test imports these (its own directory is on sys.path) and ends with
 finish()."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 failures = []
 
@@ -23,6 +25,46 @@ def run(cmd, ranks=1, timeout=300, env=None):
     if ranks > 1:
         cmd = [os.environ.get("MPIEXEC", "mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def children(pid):
+    """The ranks: mpirun starts them as its own children."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_job(p, seconds=30):
+    """SIGKILL to a job started with subprocess.Popen (mpirun or one rank)
+    and to every rank, as a power loss would; returns once none is left,
+    or False if some process outlived `seconds`."""
+    pids = children(p.pid) + [p.pid]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.communicate()
+    end = time.time() + seconds
+    while any(alive(pid) for pid in pids) and time.time() < end:
+        time.sleep(0.05)
+    return not any(alive(pid) for pid in pids)
 
 
 def records(path):
