@@ -366,7 +366,7 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
 // times. Likewise a background save ends on each rank in its own time; it is
 // finished (and its outcome, perhaps an error, acted on) at the first step
 // boundary where it has ended on every rank, found by the same all-reduce.
-bool Trainer::stop_requested() {
+bool Trainer::agree_at_step_boundary() {
   float flags[2] = {stop_signal_name() ? 1.0f : 0.0f,
                     checkpoints_->background_save_done() ? 0.0f : 1.0f};
   groups_.world->all_reduce(flags, 2, DType::f32, ReduceOp::max)->wait();
@@ -433,7 +433,7 @@ TrainSummary Trainer::run() {
   warm_up();
   // A signal during set-up is acted on here, before any step: nothing new
   // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).
-  if ((steps_ == 0 || pos_.step < steps_) && stop_requested()) {
+  if ((steps_ == 0 || pos_.step < steps_) && agree_at_step_boundary()) {
     if (lead_)
       std::printf(
           "fsdptrain: %s arrived before the first step of this run: nothing new to save, "
@@ -503,7 +503,7 @@ TrainSummary Trainer::run() {
     if (last || every(o_.eval.every, done)) validate(done);
     if (last && budget) report_time_budget(budget_used_s());
     if (last || every(o_.sample.every, done)) print_samples(done);
-    const bool stop = done == o_.run.stop_at_step || stop_requested();
+    const bool stop = done == o_.run.stop_at_step || agree_at_step_boundary();
     if (checkpoints && (last || stop || every(o_.checkpoint.every, done))) save();
     if (stop && !last) {
       if (lead_)

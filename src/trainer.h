@@ -99,7 +99,9 @@ class Trainer {
   MemorySettings memory_settings(int batch) const;
   int auto_batch_size_everywhere();
   void print_memory_plan() const;
-  bool stop_requested();
+  // Collective, between steps: whether a stop signal reached any rank; and
+  // a background save that has ended on every rank is finished here.
+  bool agree_at_step_boundary();
   void save();
   // --async-checkpoint: waits for the save in flight, if any, and reports it
   // (metrics, log). Throws its error on every rank alike. Collective.

@@ -15,7 +15,8 @@ the async mode it also prints what the step waited for in the save (the
 host copy, bytes and ms, and the previous save), and the background
 write's rate against `dd` writing fresh random bytes of the checkpoint's
 size from RAM to DIR with conv=fsync (a save ends with an fsync too),
-measured after each round of runs. Files go to DIR and are deleted.
+measured just before and just after each run with background saves. Files
+go to DIR and are deleted.
 
 RESULT lines, one per figure, are what a results log quotes."""
 import argparse
@@ -95,11 +96,15 @@ found = {m: [] for m in ("none", "sync", "async")}
 dd = []
 file_bytes = 0
 for i in range(a.repeat):
-    for mode in found:
-        found[mode].append(run(mode, i))
+    found["none"].append(run("none", i))
+    found["sync"].append(run("sync", i))
+    # dd just before and just after the background saves: this VM's disk
+    # rate swings by 2-3x from one minute to the next.
+    dd.append(dd_mb_s(file_bytes or (1370 << 20)))
+    found["async"].append(run("async", i))
     saves = [r for r in found["async"][-1] if r.get("background")]
     file_bytes = max([r["file_bytes"] for r in saves] + [file_bytes])
-    dd.append(dd_mb_s(file_bytes or (1 << 30)))
+    dd.append(dd_mb_s(file_bytes))
 
 print(f"gpt-125m on {a.ranks} rank(s), seq-len 64, batch 1, {a.steps} steps, "
       f"saves every {a.every}; {a.repeat} run(s) per mode, in turn")
@@ -134,5 +139,9 @@ print(f"RESULT extra_s_per_save_sync={per_save['sync']:.2f}")
 print(f"RESULT extra_s_per_save_async={per_save['async']:.2f}")
 print(f"RESULT async_host_copy_bytes={copy_bytes} async_host_copy_ms={copy_ms:.0f} "
       f"first_copy_ms={first_copy_ms:.0f} waited_for_previous_ms={wait_ms:.0f}")
+sync_mb_s = file_bytes / 1e6 / per_save["sync"] if per_save["sync"] > 0 else float("nan")
+print(f"sync : a save's {file_bytes / 1e6:.0f} MB over its {per_save['sync']:.2f} s: "
+      f"{sync_mb_s:.0f} MB/s")
 print(f"RESULT async_write_mb_s={write_mb_s:.0f} dd_mb_s={med(dd):.0f} "
-      f"ratio={write_mb_s / med(dd):.2f}")
+      f"ratio={write_mb_s / med(dd):.2f} dd_min_mb_s={min(dd):.0f} dd_max_mb_s={max(dd):.0f}")
+print(f"RESULT sync_save_mb_s={sync_mb_s:.0f}")

@@ -4,7 +4,10 @@
 #       validation ends inside the budget, near the plan's predicted end
 #   t2  --eval-seq-len: validation at half the training context during
 #       training equals --eval-only of the saved checkpoint at that context
-# Each check returns 0 (PASS), 1 (FAIL); its note is the summary line.
+#   t3  --async-checkpoint: saves written in the background while training
+#       goes on give the step-20 checkpoint of ordinary saves bit for bit
+#       (both under --debug, deterministic); the host copy's cost from GPU memory
+# Each check returns 0 (PASS), 1 (FAIL), 77 (skipped); its note is the summary line.
 
 # The shape both run: gpt-350m's widths on the byte data at context 1024 on a
 # GPU (tiny at 64 in a CPU rehearsal).
@@ -64,6 +67,52 @@ rel = abs(vals[-1] - ev[0]) / ev[0]
 # equal up to the order of the loss sum (bitwise on the CPU)
 print(f"{'PASS' if rel <= 1e-3 else 'FAIL'} validation at context half of training's: "
       f"{vals[-1]:.5f} during training, {ev[0]:.5f} by --eval-only (rel {rel:.1e}, tolerance 1e-3)")
+EOF
+)
+  note "${verdict#* }"
+  [ "${verdict%% *}" = PASS ]
+}
+
+chk_t3() {
+  have_torch || { note "no python3 with torch, h5py, numpy"; return 77; }
+  local mode extra
+  for mode in sync async; do
+    extra=(); [ "$mode" = async ] && extra=(--async-checkpoint)
+    rm -rf "$RUNS/t3_$mode"
+    x fsdptrain --device "$DEV" $T_MODEL $T_SHAPE --train-data "$DATA" --steps 20 --warmup-steps 5 \
+      --debug --log-every 10 --checkpoint-dir "$RUNS/t3_$mode" --checkpoint-every 10 \
+      --keep-checkpoints 1 --metrics "$RUNS/t3_$mode.jsonl" "${extra[@]}" \
+      || { note "the run with $mode saves failed"; return 1; }
+  done
+  local verdict
+  verdict=$(py - "$RUNS/t3_sync" "$RUNS/t3_async" <<'EOF'
+import json, os, sys
+import h5py, numpy as np
+s_dir, a_dir = sys.argv[1:3]
+def tensors(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+        out["@checksums"] = np.asarray(f.attrs["tensor_checksums"])
+        out["@consumed"] = np.asarray(f["sampler"].attrs["consumed"])
+    return out
+name = "step_00000020.h5"
+a, s = tensors(os.path.join(a_dir, name)), tensors(os.path.join(s_dir, name))
+differ = [k for k in sorted(s.keys() | a.keys())
+          if k not in a or k not in s or not np.array_equal(a[k], s[k])]
+recs = [json.loads(l) for l in open(a_dir + ".jsonl")]
+def loss(rs):
+    return [r["loss"] for r in rs if "loss" in r]
+same_loss = loss(recs) == loss([json.loads(l) for l in open(s_dir + ".jsonl")])
+starts = [r for r in recs if "checkpoint_started" in r]
+done = [r for r in recs if r.get("background")]
+c = starts[-1] if starts else {"host_copy_bytes": 0, "host_copy_s": float("nan")}
+w = done[-1] if done else {"write_mb_per_s": float("nan")}
+ok = not differ and same_loss and len(starts) == len(done) == 2
+print(f"{'PASS' if ok else 'FAIL'} step 20 by background saves == ordinary saves: "
+      f"{len(s) - 2} tensors {'equal' if not differ else 'differ: ' + ', '.join(differ[:3])}, "
+      f"losses {'equal' if same_loss else 'differ'}; host copy {c['host_copy_bytes'] / 1e6:.0f} MB "
+      f"in {c['host_copy_s'] * 1e3:.0f} ms, write {w['write_mb_per_s']:.0f} MB/s")
 EOF
 )
   note "${verdict#* }"
