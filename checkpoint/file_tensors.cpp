@@ -60,16 +60,16 @@ struct Transfer {
   CheckpointIoStats* stats;
 };
 
-// Moves this rank's part of parameter `param` (all of it, or nothing when
-// !active) between `host_shard` and `dset`, in the same number of
-// collective calls on every rank.
+// One element's share of its tensor's checksum (file_format.h).
 uint64_t element_hash(uint64_t index, float value) {
   uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof bits);
   return mix64(index << 32 | bits);
 }
 
-// A write reads `host_shard`, a read fills it.
+// Moves this rank's part of parameter `param` (all of it, or nothing when
+// !active) between `host_shard` and `dset`, in the same number of
+// collective calls on every rank: a write reads `host_shard`, a read fills it.
 void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, const UnitLayout& l,
               int param, int rank, bool active, float* host_shard, uint64_t* checksum) {
   const int ranks = int(l.padded / l.shard);
@@ -135,7 +135,7 @@ int64_t max_elems(const CheckpointIoOptions& io) {
   return n;
 }
 
-// The dataset of `spec` in `group`, with its dims: created (write) or opened.
+// Dataset `name` of shape `dims`: created (write) or opened (read).
 H5 dataset(hid_t file, bool write, const std::string& name, const std::vector<hsize_t>& dims,
            const std::string& path) {
   if (!write) return h5_own(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2", path);
