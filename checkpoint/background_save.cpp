@@ -13,7 +13,7 @@
 
 namespace fsdp {
 
-BackgroundSave::BackgroundSave(const CheckpointContext& c) : model_(c.model), context_(c) {
+BackgroundSave::BackgroundSave(const CheckpointContext& c) : context_(c) {
   int level = MPI_THREAD_SINGLE;
   check_mpi(MPI_Query_thread(&level), "MPI_Query_thread");
   if (level < MPI_THREAD_MULTIPLE)
@@ -58,8 +58,8 @@ BackgroundSave::Started BackgroundSave::start(const std::string& dir, const Chec
     try {
       // A stuck peer or file system ends the job like a stuck collective.
       WatchScope watch("background checkpoint save of step " + std::to_string(meta.step));
-      SaveSource src{model_, snapshot_, comm_, context_.io};
-      save_checkpoint(src, dir, meta, options, &result_.stats);
+      save_checkpoint(SaveSource{context_.model, snapshot_, comm_, context_.io}, dir, meta,
+                      options);
       std::error_code ec;
       const auto size = std::filesystem::file_size(result_.path, ec);
       result_.file_bytes = ec ? 0 : int64_t(size);

@@ -63,14 +63,12 @@ class BackgroundSave {
     int64_t step = 0;
     int64_t file_bytes = 0;  // the file's size
     double seconds = 0;      // from start() to the rename and `latest`, on this rank
-    CheckpointIoStats stats;
   };
   // Waits for the save in flight and says what it wrote (nullopt: none was
   // in flight). Throws its error, as fsdp::AgreedError on every rank alike.
   std::optional<Finished> finish();
 
  private:
-  const ModelConfig& model_;
   CheckpointContext context_;
   MPI_Comm comm_ = MPI_COMM_NULL;  // the save thread's
   int rank_ = 0;

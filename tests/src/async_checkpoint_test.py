@@ -30,7 +30,8 @@ import h5py
 import numpy as np
 
 from program_checks import (check, checkpoint_state as state, error_lines, finish, kill_job,
-                            one_error, records, run as run_program, state_difference)
+                            one_error, records, run as run_program, state_difference,
+                            wait_for)
 
 exe, example, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
@@ -115,15 +116,6 @@ for ranks in (1, 2):
         diff = state_difference(state(os.path.join(d, "step_00000008.h5")),
                                 state(os.path.join(u_dir, "step_00000008.h5")))
         check(diff == "", f"{tag}: step 8 equals an uninterrupted run's bit for bit {diff}")
-
-
-def wait_for(cond, seconds=120):
-    end = time.time() + seconds
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def trained(metrics):

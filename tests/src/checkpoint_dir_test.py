@@ -23,6 +23,8 @@ import time
 import h5py
 import numpy as np
 
+from program_checks import wait_for
+
 exe, example, work = sys.argv[1:4]
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 shutil.rmtree(work, ignore_errors=True)
@@ -79,13 +81,6 @@ def mount_tmpfs(path, options):
         return (m.stderr or m.stdout).strip() or f"mount exited {m.returncode}"
     mounts.append(path)
     return None
-
-
-def wait_for(cond, seconds=120):
-    deadline = time.time() + seconds
-    while time.time() < deadline and not cond():
-        time.sleep(0.05)
-    return cond()
 
 
 def no_tmp(d):

@@ -67,6 +67,14 @@ def kill_job(p, seconds=30):
     return not any(alive(pid) for pid in pids)
 
 
+def wait_for(cond, seconds=120):
+    """Polls cond() until it holds (True) or `seconds` pass (False)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and not cond():
+        time.sleep(0.05)
+    return cond()
+
+
 def records(path):
     """A --metrics file's lines as dicts ([] when there is none)."""
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
