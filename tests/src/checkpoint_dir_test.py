@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
