@@ -33,10 +33,7 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
 // unexpected or differently shaped dataset: damage), or "" when it can.
 std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path);
 
-// Per-tensor checksums, in the order the tensors are moved: the wrapping sum
-// over a tensor's elements of a hash of (index, bits). A sum does not care
-// which rank moved which slice, so each rank hashes what it moved and one
-// all-reduce gives the tensor's checksum on any world size.
+// Per-tensor checksums (checksum.h), in the order the tensors are moved.
 struct Checksums {
   std::vector<std::string> names;  // "model/blocks.0.attn.wq", ...
   std::vector<uint64_t> sums;      // this rank's part until all-reduced

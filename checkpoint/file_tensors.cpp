@@ -5,13 +5,12 @@
 // row, recursively), which HDF5 visits in row-major order, i.e. in the order
 // the elements sit in the shard.
 #include <algorithm>
-#include <cstring>
 
+#include "checkpoint/checksum.h"
 #include "checkpoint/file_format.h"
 #include "checkpoint/h5.h"
 #include "common/error.h"
 #include "common/hdf5_lock.h"
-#include "common/mix64.h"
 #include "model/params.h"
 
 namespace fsdp::ckpt {
@@ -60,13 +59,6 @@ struct Transfer {
   CheckpointIoStats* stats;
 };
 
-// One element's share of its tensor's checksum (file_format.h).
-uint64_t element_hash(uint64_t index, float value) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  return mix64(index << 32 | bits);
-}
-
 // Moves this rank's part of parameter `param` (all of it, or nothing when
 // !active) between `host_shard` and `dset`, in the same number of
 // collective calls on every rank: a write reads `host_shard`, a read fills it.
@@ -109,7 +101,7 @@ void transfer(const Transfer& t, hid_t dset, const std::vector<hsize_t>& dims, c
     else
       h5_check(H5Dread(dset, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), t.dxpl, buf), "H5Dread",
                t.path);
-    for (hsize_t k = 0; k < n; ++k) *checksum += element_hash(uint64_t(in_param + lo) + k, buf[k]);
+    *checksum += checksum_of(uint64_t(in_param + lo), buf, size_t(n));
     H5D_mpio_actual_io_mode_t mode = H5D_MPIO_NO_COLLECTIVE;
     h5_check(H5Pget_mpio_actual_io_mode(t.dxpl, &mode), "H5Pget_mpio_actual_io_mode", t.path);
     if (t.stats) {

@@ -73,7 +73,7 @@ def _mix64(x):
 
 
 def checksum(values, count=None):
-    """A tensor's checksum (file_tensors.cpp element_hash, summed): over its
+    """A tensor's checksum (checkpoint/checksum.cpp): over its
     elements in row-major order, mix64(index << 32 | float32 bits), mod 2^64.
     values=None with `count` is a tensor of zeros."""
     n = count if values is None else values.size
