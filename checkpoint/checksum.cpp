@@ -9,7 +9,7 @@ namespace fsdp::ckpt {
 // Every element a save writes or a load reads passes through here, so the
 // loop is compiled for the vector units as well, and the best clone the CPU
 // runs is picked when the program loads. Measured on one core of this
-// project's x86 VMs: 1.4 ns an element as scalar code (a sixth of a gpt-125m
+// project's x86 VMs: 1.3 ns an element as scalar code (an eighth of a gpt-125m
 // save), 0.6 ns with AVX2 (which emulates 64-bit multiplies), 0.3 ns with
 // AVX-512. Integer sums wrap the same in every lane, so all clones agree.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
