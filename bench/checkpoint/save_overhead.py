@@ -3,14 +3,15 @@
 on one rank, under `strace -T`, split into the time inside pwrite64 and fsync
 (the copy into the page cache and the flush, which `dd` pays too) and the
 rest (HDF5, checksums, the save's own bookkeeping). The rest is what the code
-can shrink; the syscalls are the disk's. On a noisy virtual disk, whose rate
-moved by 2x between minutes (bench/results/async_checkpoint_cpu_2026-11-26.txt),
-this split is steadier than a ratio to dd.
+can shrink; the syscalls are the disk's. On a noisy virtual disk, where dd
+moved between 395 and 1043 MB/s within minutes
+(bench/results/checkpoint_checksum_cpu_2026-11-26.txt), this split is
+steadier than a ratio to dd.
 
   save_overhead.py DATA DIR EXE [EXE ...] [--pairs 5]
 
-Several EXEs (builds of two commits) run in turn, round after round, so that
-they see the same disk minutes. Needs strace.
+Several EXEs (say, builds of two commits) run in turn, --pairs rounds of
+one save each, so that they see the same minutes of the disk. Needs strace.
 """
 import argparse
 import os
