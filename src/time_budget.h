@@ -9,8 +9,13 @@
 // bitwise equal to one given --steps N. Every checkpoint holds the count and
 // the time used, so a resumed run ends where the first would have.
 //
+// A GPU runs its first second or so of work at its boost clock, until the
+// power limit pulls the clock down: steps timed then are faster than the
+// run's. So a budgeted run repeats the discarded warm-up pass until the
+// device has worked for budget_settle_seconds before it times a step.
+//
 // What the plan counts, all measured in this run: set-up from the Trainer's
-// start, the warm-up pass, the timed steps, and one validation (timed before
+// start, the warm-up passes, the timed steps, and one validation (timed before
 // the first step) for each that --eval-every asks for plus the final one. It
 // keeps kBudgetReserve of the budget free for noise in the step time and for
 // checkpoint saves, which it does not time. The budget ends with the final
@@ -27,6 +32,17 @@ namespace fsdp {
 
 // The share of the budget the plan leaves free.
 inline constexpr double kBudgetReserve = 0.01;
+// How long a budgeted run's warm-up passes last at least, so that the timed
+// steps run at the clock the device keeps. On an H200 at gpt-350m (8 x 1024,
+// 37 ms steps) the SM clock held 1980 MHz for about a second, then the
+// 700 W power limit held it at 1700-1800 MHz: steps 2-10 took 37.3 ms,
+// steps 20-300 38.2 ms, with the weights changing or frozen alike, and a
+// 60 s budget planned from steps 2-10 ended 0.7 s late
+// (bench/results/h200_2026-11-26b). Short budgets give it at most 5%.
+inline double budget_settle_seconds(double budget_s) {
+  return std::min(2.0, 0.05 * budget_s);
+}
+
 // At most this many warmup steps are timed before the count is fixed.
 inline constexpr int kMaxBudgetProbeSteps = 10;
 

@@ -379,14 +379,35 @@ bool Trainer::agree_at_step_boundary() {
 // configuration the GPU libraries cannot run stops before step 1, and step 1's
 // time is a step's. Tokens 0 are valid for any vocabulary. On the CPU it
 // costs one micro-batch and exercises the same path.
+//
+// A run whose --time-budget count is still to be fixed repeats the pass
+// until the device has worked for budget_settle_seconds after the first one
+// (src/time_budget.h),
+// so that the steps it times run at the clock the rest will. The ranks agree
+// after each pass whether to go on: each pass gathers weights from all of them.
 void Trainer::warm_up() {
   const auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](auto t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   std::fill(inputs_.begin(), inputs_.end(), 0);
   std::fill(targets_.begin(), targets_.end(), 0);
   model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
-  if (!o_.eval.only) {
+  const double budget_s = o_.run.time_budget.seconds;
+  const double settle_s = budget_s > 0 && steps_ == 0 ? budget_settle_seconds(budget_s) : 0;
+  int passes = 0;
+  auto work_start = t0;  // the first pass builds plans; the work is counted after it
+  while (!o_.eval.only) {
+    const int m = settle_s > 0 ? ops_->mark() : 0;
     engine_->forward_backward();
     engine_->discard_gradients();
+    ++passes;
+    if (settle_s == 0) break;
+    ops_->seconds(m, ops_->mark());  // waits for the device's work, not only its enqueueing
+    if (passes == 1) work_start = std::chrono::steady_clock::now();
+    float short_s = float(settle_s - seconds_since(work_start));
+    groups_.world->all_reduce(&short_s, 1, DType::f32, ReduceOp::max)->wait();
+    if (short_s <= 0) break;
   }
   if (val_batches_) {  // validation's shape may need graphs of its own
     use_validation_shape(true);
@@ -394,11 +415,16 @@ void Trainer::warm_up() {
     engine_->forward_only();
     use_validation_shape(false);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   if (!lead_) return;
-  std::printf("fsdptrain: warm-up (one %s, discarded) took %.2f s\n",
-              o_.eval.only ? "forward" : "forward+backward", seconds);
+  if (passes > 1)
+    std::printf(
+        "fsdptrain: warm-up (%d forward+backward passes, discarded: --time-budget times steps "
+        "after %.1f s of work, at the clock the device keeps) took %.2f s\n",
+        passes, settle_s, seconds);
+  else
+    std::printf("fsdptrain: warm-up (one %s, discarded) took %.2f s\n",
+                o_.eval.only ? "forward" : "forward+backward", seconds);
   for (const std::string& line : ops_->runtime_report())
     std::printf("fsdptrain: %s\n", line.c_str());
   std::fflush(stdout);

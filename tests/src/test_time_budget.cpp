@@ -111,6 +111,13 @@ TEST(TimeBudgetPlan, StartsFromTheSavedCountOrACapWithinTheTimedSteps) {
   EXPECT_EQ(budget_steps_at_start(0, 4, s), 4);
 }
 
+TEST(TimeBudgetPlan, SettlesTheDeviceTwoSecondsOrAtMostFivePercent) {
+  EXPECT_DOUBLE_EQ(budget_settle_seconds(5400), 2.0);  // 1.5 h
+  EXPECT_DOUBLE_EQ(budget_settle_seconds(40), 2.0);
+  EXPECT_DOUBLE_EQ(budget_settle_seconds(20), 1.0);
+  EXPECT_DOUBLE_EQ(budget_settle_seconds(4), 0.2);
+}
+
 TEST(TimeBudgetPlan, TimesOnlyWarmupStepsWhoseRateIgnoresTheCount) {
   for (int warmup : {1, 3, 10, 50}) {
     const LrSchedule s{.lr = 1, .min_lr = 0.1f, .warmup_steps = warmup, .shape = LrShape::wsd};

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
 """--time-budget on the real program and the built-in example:
+- before it times a step, the run repeats its discarded warm-up pass for
+  5% of the budget (at most 2 s: a GPU's clock settles under its power
+  limit); a run told --steps N makes one pass;
 - the run times its first warmup steps, fixes a count N and ends at step N
   with its final validation; its losses equal a run given --steps N, bit for
   bit (the timed steps' learning rate does not depend on the count);
@@ -89,7 +92,14 @@ report = [d for d in lines("budget") if "time_used_s" in d]
 check(len(report) == 1 and report[0]["step"] == n and report[0]["time_budget_s"] == 4,
       f"the final validation's time against the budget is reported: {report}")
 check(f"--time-budget {BUDGET}: {n} steps" in r.stdout, "the plan is printed")
-run("fixed", ["--steps", str(n)])
+warm = [l for l in r.stdout.splitlines() if l.startswith("fsdptrain: warm-up (")]
+passes = warm[0].split("(")[1].split()[0] if len(warm) == 1 else ""
+took = float(warm[0].rsplit("took ", 1)[1].split()[0]) if len(warm) == 1 else 0
+check(passes.isdigit() and int(passes) > 1 and took >= 0.2,
+      f"the warm-up passes went on for 5% of the {BUDGET} budget before the timed steps: {warm}")
+r = run("fixed", ["--steps", str(n)])
+check("fsdptrain: warm-up (one forward+backward, discarded)" in r.stdout,
+      "a run told its count makes one warm-up pass")
 a, b = losses("budget"), losses("fixed")
 check(list(a) == list(range(1, n + 1)), f"the budget run took steps 1..{n}")
 check(a == b, f"the budget run equals --steps {n} bit for bit")
