@@ -167,6 +167,10 @@ void CheckpointDir::publish(const std::string& from, const std::string& to) {
   fsync_path(parent_of(to), O_RDONLY | O_DIRECTORY);
 }
 
+void CheckpointDir::sync_file(const std::string& path) {
+  fsync_path(path, O_RDONLY);
+}
+
 void CheckpointDir::set_latest(const std::string& path) const {
   const std::string target = (fs::path(dir_) / kLatest).string();
   const std::string tmp = tmp_path(target);

@@ -47,6 +47,9 @@ class CheckpointDir {
   // The path `latest` names, if the pointer exists and names a file in DIR.
   std::optional<std::string> latest() const;
 
+  // Writes what this process left of `path` in the page cache to disk
+  // (fsync through a descriptor of its own, outside HDF5).
+  static void sync_file(const std::string& path);
   // Durably replaces `to` by `from` (rename, then fsync DIR), so after a
   // crash either the old or the new file is there, never a partial one.
   static void publish(const std::string& from, const std::string& to);

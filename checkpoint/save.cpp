@@ -192,6 +192,12 @@ void write_checkpoint_file(const SaveSource& src, const std::string& path,
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, sums.sums.data(), int(sums.sums.size()), MPI_UINT64_T,
                             MPI_SUM, world),
               "MPI_Allreduce");
+    // The flush below syncs the whole file (MPI_File_sync) under the HDF5
+    // lock, which the data reader needs every step: with gigabytes in the
+    // page cache that is seconds of training stalled behind a background
+    // save (an H200 node: 0.7 and 0.9 s on two steps after a 3.3 GB save).
+    // Syncing them here first, outside the lock, leaves the flush little to do.
+    if (writer) CheckpointDir::sync_file(tmp);
     Hdf5Lock lock;
     put_u64s(file.get(), kChecksumAttr, sums.sums, tmp);
     // Only flush reaches MPI_File_sync; close alone leaves data in caches.

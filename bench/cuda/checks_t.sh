@@ -121,14 +121,26 @@ starts = [r for r in recs if "checkpoint_started" in r]
 done = [r for r in recs if r.get("background")]
 c = starts[-1] if starts else {"host_copy_bytes": 0, "host_copy_s": float("nan")}
 w = done[-1] if done else {"write_mb_per_s": float("nan")}
+# What step 10's save cost the run: the time between steps 10 and 20 past
+# ten median steps. Async: the host copy (step 11) plus the steps slowed
+# beside the write (12-20), which shares the node's disk, memory and HDF5 lock.
+def gaps(rs):
+    t = {r["step"]: r["elapsed_s"] for r in rs if "loss" in r}
+    return [t[i + 1] - t[i] for i in range(1, 20)]
+def cost(g):
+    return sum(g[9:19]) - 10 * sorted(g)[len(g) // 2]
+ga, gs = gaps(recs), gaps([json.loads(l) for l in open(s_dir + ".jsonl")])
 ok = not differ and same_loss and len(starts) == len(done) == 2
 print(f"{'PASS' if ok else 'FAIL'} step 20 by background saves == ordinary saves: "
       f"{len(s) - 2} tensors {'equal' if not differ else 'differ: ' + ', '.join(differ[:3])}, "
       f"losses {'equal' if same_loss else 'differ'}; host copy {c['host_copy_bytes'] / 1e6:.0f} MB "
       f"in {c['host_copy_s'] * 1e3:.0f} ms, write {w['write_mb_per_s']:.0f} MB/s = "
-      f"{w['write_mb_per_s'] / dd_mb_s:.2f} of dd's {dd_mb_s:.0f} MB/s")
+      f"{w['write_mb_per_s'] / dd_mb_s:.2f} of dd's {dd_mb_s:.0f} MB/s; step 10's save cost "
+      f"{cost(gs):.2f} s ordinary, {cost(ga):.2f} s in the background (steps 12-20 beside the write "
+      f"{sum(ga[10:19]) - 9 * sorted(ga)[len(ga) // 2]:.2f} s)")
 EOF
 )
+  echo "$verdict"
   note "${verdict#* }"
   [ "${verdict%% *}" = PASS ]
 }

@@ -8,6 +8,9 @@
 # If B keeps its first steps' time, the drift follows the weights' values
 # (power drawn by the tensor cores), not the clock of a GPU warming up.
 #   run(command="bash bench/cuda/step_drift.sh", carry=[".gpu_carry"])
+# Writes, in bench/results' run-folder layout: header.log (GPU, commit),
+# summary.txt, results.txt (RESULT lines) and logs.tar.gz (logs/: the runs'
+# output and nvidia-smi samples; runs/: their metrics).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd); cd "$ROOT"
 OUT=${OUT:-/tmp/step_drift}; W=/tmp/step_drift_work; mkdir -p "$OUT" "$W"
@@ -30,13 +33,21 @@ for run in A:1e-3 B:1e-9; do
   echo "run $name exit $?"
   kill $smi; wait $smi 2>/dev/null
 done
-python3 - "$OUT" <<'PY'
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+python3 - "$OUT" "$GPU" <<'PY' | tee "$OUT/results.txt"
 import json, sys
-out = sys.argv[1]
+out, gpu = sys.argv[1:3]
 for n in "AB":
     S = {d["step"]: d for d in map(json.loads, open(f"{out}/m_{n}.jsonl")) if "loss" in d}
     def ms(a, b): return (S[b]["train_s"] - S[a]["train_s"]) / (b - a) * 1e3
     print(f"RESULT step_drift run={n} ms_2_10={ms(2,10):.2f} ms_10_20={ms(10,20):.2f} "
           f"ms_20_50={ms(20,50):.2f} ms_50_150={ms(50,150):.2f} ms_150_300={ms(150,300):.2f} "
-          f"loss_300={S[300]['loss']:.3f}")
+          f"loss_300={S[300]['loss']:.3f} device={gpu}")
 PY
+# the run-folder layout
+{ echo "# bash bench/cuda/step_drift.sh $(date -u +%FT%TZ)"; cat "$OUT/smi_head.txt"; } > "$OUT/header.log"
+cp "$OUT/results.txt" "$OUT/summary.txt"
+mkdir -p "$W/pack/logs" "$W/pack/runs"
+mv "$OUT"/log_* "$OUT"/smi_* "$OUT"/env.log "$OUT"/start_* "$W/pack/logs/"
+mv "$OUT"/m_*.jsonl "$W/pack/runs/"
+tar -czf "$OUT/logs.tar.gz" -C "$W/pack" logs runs
