@@ -24,9 +24,16 @@ BackgroundSave::BackgroundSave(const CheckpointContext& c) : context_(c) {
   rank_ = ckpt::rank_of(comm_);
 }
 
+// A run that ends on an error still finishes the save in flight (its
+// snapshot was taken before the error), and says so: the log is where a
+// user looks for the step to resume from.
 BackgroundSave::~BackgroundSave() {
   try {
-    finish();
+    if (const auto f = finish(); f && rank_ == 0)
+      std::printf(
+          "fsdptrain: saved %s (step %lld, written in the background: %.0f MB in %.1f s, "
+          "finished as the run ended)\n",
+          f->path.c_str(), (long long)f->step, double(f->file_bytes) / 1e6, f->seconds);
   } catch (const std::exception& e) {
     if (rank_ == 0)
       std::fprintf(stderr, "fsdptrain: warning: the background save of step %lld failed: %s\n",

@@ -4,6 +4,8 @@ and scontrol that record what they are given (the real cluster runs are in
 slurm_cases.py; this one runs everywhere, in a second):
 - bash accepts the script; its defaults are flags fsdptrain parses (it must
   stop only because this machine has no GPU);
+- saves are written in the background (--async-checkpoint) unless
+  ASYNC_CHECKPOINT=0 or the user passes the flag himself;
 - each default is dropped when the user passes the same flag, as `--flag
   value` or `--flag=value`; --metrics follows --checkpoint-dir, which the
   script creates; CHECKPOINT_DIR and FSDPTRAIN still work;
@@ -99,7 +101,7 @@ bin_default = os.path.join(work, "build", "src", "fsdptrain")
 expect = ["--mpi=pmix", "--kill-on-bad-exit=1", bin_default,
           "--model", "gpt-350m", "--device", "cuda", "--precision", "bf16",
           "--checkpoint-dir", ck, "--checkpoint-every", "1000", "--resume", "auto",
-          "--metrics", ck + "/metrics.jsonl", "--train-data", data]
+          "--metrics", ck + "/metrics.jsonl", "--async-checkpoint", "--train-data", data]
 check(rc == 0 and args == expect, "defaults: srun gets the default flags", f"{args} / {out}")
 check(os.path.isdir(ck), "defaults: the checkpoint folder is created before the start")
 check("fsdptrain.sh: job 7 restart 0 at " in out and "on n[1-4] (32 tasks, srun)" in out,
@@ -116,7 +118,7 @@ rc, out, args = job(["--model", "tiny", "--device=cpu", "--precision", "fp32",
                      "--checkpoint-dir", d, "--resume=" + d + "/step_00000005.h5",
                      "--train-data", data], env={"FSDPTRAIN": exe})
 expect = ["--mpi=pmix", "--kill-on-bad-exit=1", exe, "--checkpoint-every", "1000",
-          "--metrics", d + "/metrics.jsonl", "--model", "tiny", "--device=cpu",
+          "--metrics", d + "/metrics.jsonl", "--async-checkpoint", "--model", "tiny", "--device=cpu",
           "--precision", "fp32", "--checkpoint-dir", d, "--resume=" + d + "/step_00000005.h5",
           "--train-data", data]
 check(rc == 0 and args == expect, "overrides: user flags replace defaults (--flag v, --flag=v)",
@@ -126,6 +128,12 @@ rc, out, args = job([f"--checkpoint-dir={d}2", "--metrics=" + d + "/m.jsonl"])
 check(rc == 0 and args.count(f"--checkpoint-dir={d}2") == 1 and "--checkpoint-dir" not in args
       and "--metrics" not in args and os.path.isdir(d + "2"),
       "overrides: --checkpoint-dir=D and --metrics=F replace theirs", str(args))
+rc, out, args = job(env={"ASYNC_CHECKPOINT": "0"})
+check(rc == 0 and "--async-checkpoint" not in args and "--resume" in args,
+      "ASYNC_CHECKPOINT=0: saves stop the steps (no --async-checkpoint)", str(args))
+rc, out, args = job(["--async-checkpoint"])
+check(rc == 0 and args.count("--async-checkpoint") == 1,
+      "--async-checkpoint given by the user is passed once", str(args))
 rc, out, args = job(env={"CHECKPOINT_DIR": d + "3"})
 check(rc == 0 and args[args.index("--checkpoint-dir") + 1] == d + "3" and
       args[args.index("--metrics") + 1] == d + "3/metrics.jsonl" and os.path.isdir(d + "3"),
