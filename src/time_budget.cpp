@@ -46,4 +46,19 @@ double probe_step_seconds(std::vector<double> t) {
   return sum / double(t.size());
 }
 
+int64_t budget_replan_step(int64_t total, const LrSchedule& s) {
+  if (s.shape != LrShape::wsd) return 0;
+  const auto at = int64_t(kBudgetReplanAt * double(wsd_decay_start(total, s)));
+  return at > budget_probe_steps(s) ? at : 0;
+}
+
+ReplanRange budget_replan_range(int64_t done, const LrSchedule& s) {
+  // Both functions of the count only grow with it (by 0 or 1 a step).
+  ReplanRange r{done + 1, done + 1};
+  while (wsd_decay_start(r.least, s) < done) ++r.least;
+  r.most = r.least;
+  while (budget_replan_step(r.most + 1, s) <= done) ++r.most;
+  return r;
+}
+
 }  // namespace fsdp

@@ -7,7 +7,9 @@
 // for every count), so the run times them, then fixes the count that fits
 // what is left of the budget. From then on it is a run of that many steps,
 // bitwise equal to one given --steps N. Every checkpoint holds the count and
-// the time used, so a resumed run ends where the first would have.
+// the time used, so a resumed run ends where the first would have. wsd's
+// stable phase does not depend on the count either, so a wsd run fixes it
+// once more late in that phase, from many more steps (budget_replan_step).
 //
 // A GPU runs its first second or so of work at its boost clock, until the
 // power limit pulls the clock down: steps timed then are faster than the
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +63,36 @@ inline int64_t budget_steps_at_start(int64_t saved, int max_steps, const LrSched
   if (saved > 0) return saved;
   return max_steps > 0 && max_steps <= budget_probe_steps(s) ? max_steps : 0;
 }
+
+// wsd holds the peak rate until its decay, whatever the count, so a wsd run
+// fixes its count once more late in the stable phase (at kBudgetReplanAt of
+// it), from the mean of every step it has timed by then: the first steps
+// cannot tell the clock a GPU keeps for an hour (on an H200 steps 2-10 ran
+// 1.6% faster than steps 500-1100 even after the warm-up's 2 s;
+// bench/results/h200_2026-11-26b). The new count keeps the steps taken in
+// the stable phase (the decay starts after them), and may not move the
+// point of this second plan past the step it is made at, so a resumed run
+// plans again exactly where the first did, and no run plans a third time.
+inline constexpr double kBudgetReplanAt = 0.9;
+
+// The first step of wsd's decay in a run of `total` steps (lr_schedule.h).
+inline int64_t wsd_decay_start(int64_t total, const LrSchedule& s) {
+  const int64_t decay =
+      std::max<int64_t>(1, std::llround(double(s.decay_fraction) * double(total)));
+  return std::max<int64_t>(s.warmup_steps, total - decay);
+}
+
+// After how many steps a run of `total` plans again (0: never: not wsd, or
+// a stable phase too short to reach past the first plan's timed steps).
+int64_t budget_replan_step(int64_t total, const LrSchedule& s);
+
+// The counts the second plan may choose after `done` steps: at least the
+// fewest whose decay starts at or after `done`, at most the most whose
+// second plan comes at or before `done`.
+struct ReplanRange {
+  int64_t least = 0, most = 0;
+};
+ReplanRange budget_replan_range(int64_t done, const LrSchedule& s);
 
 struct BudgetInputs {
   double budget_s = 0;     // the whole budget

@@ -506,6 +506,7 @@ TrainSummary Trainer::run() {
     const double host_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
     train_seconds_ += host_s;  // a step undone by a rollback took time all the same
+    if (step > int(first_step)) run_step_s_ += host_s, ++run_steps_;
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
     if (!diverged.empty()) {
       DivergedStep d{.step = step, .loss = loss, .norms = norms, .why = diverged};
@@ -524,6 +525,8 @@ TrainSummary Trainer::run() {
     if (steps_ == 0) {
       probe_step_s_.push_back(host_s);
       if (done == budget_probe_steps(o_.schedule)) plan_time_budget(done);
+    } else if (budget && done == budget_replan_step(steps_, o_.schedule)) {
+      replan_time_budget(done);
     }
     const bool last = done == steps_;
     if (last || every(o_.eval.every, done)) validate(done);

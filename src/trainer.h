@@ -88,6 +88,7 @@ class Trainer {
   // report of how the final validation's end met the budget.
   double budget_used_s() const;
   void plan_time_budget(int done);
+  void replan_time_budget(int done);
   void report_time_budget(double used_s);
   std::string steps_text() const;  // the step count, "?" until a budget fixes it
   void log_step(int step, double loss, float lr, double norm, double seconds);
@@ -159,6 +160,9 @@ class Trainer {
   int steps_ = 0;
   double used_before_s_ = 0;
   std::vector<double> probe_step_s_;
+  // Every step of this process but its first, for wsd's second plan.
+  double run_step_s_ = 0;
+  int64_t run_steps_ = 0;
   double eval_s_ = 0;
   std::chrono::steady_clock::time_point start_;
   // Host seconds in this process's training steps: evaluation, samples,

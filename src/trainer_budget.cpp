@@ -2,6 +2,7 @@
 // every process of a run, the plan after the timed warmup steps, and how the
 // final validation's end met the budget. Kept apart from trainer.cpp, whose
 // loop calls these at two points.
+#include <algorithm>
 #include <cstdio>
 
 #include "src/option_values.h"
@@ -59,6 +60,59 @@ void Trainer::plan_time_budget(int done) {
                  "one more step and ends late; give more time or a smaller model\n",
                  format_value(budget).c_str(), done + 1);
   std::fflush(stdout);
+}
+
+// wsd's second plan (src/time_budget.h): late in the stable phase, from the
+// mean of this process's steps, within the counts that keep the steps taken.
+void Trainer::replan_time_budget(int done) {
+  if (run_steps_ == 0) return;  // resumed just before it: nothing timed (same on every rank)
+  float v[3] = {float(budget_used_s()), float(run_step_s_ / double(run_steps_)), float(eval_s_)};
+  groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
+  const Duration& budget = o_.run.time_budget;
+  const BudgetInputs in{.budget_s = budget.seconds,
+                        .used_s = v[0],
+                        .steps_done = done,
+                        .step_s = v[1],
+                        .eval_s = val_batches_ ? v[2] : 0,
+                        .eval_every = o_.eval.every,
+                        .max_steps = o_.run.steps};
+  const BudgetPlan want = plan_budget_steps(in);
+  const ReplanRange range = budget_replan_range(done, o_.schedule);
+  const int64_t cap = o_.run.steps > 0 ? std::min<int64_t>(o_.run.steps, range.most) : range.most;
+  const int64_t n = std::clamp(want.steps, range.least, std::max(range.least, cap));
+  // Where the count was moved into the range, its own end (the same walk).
+  const BudgetPlan p = n == want.steps ? want
+                                       : plan_budget_steps({.budget_s = 1e30,
+                                                            .used_s = in.used_s,
+                                                            .steps_done = done,
+                                                            .step_s = in.step_s,
+                                                            .eval_s = in.eval_s,
+                                                            .eval_every = in.eval_every,
+                                                            .max_steps = n});
+  const int before = steps_;
+  steps_ = int(n);
+  pos_.budget_steps = steps_;
+  metrics_.write({{"step", std::to_string(done)},
+                  {"time_budget_steps", std::to_string(steps_)},
+                  {"replanned_from", std::to_string(before)},
+                  {"step_s", json_number(v[1])},
+                  {"eval_s", json_number(in.eval_s)},
+                  {"used_s", json_number(v[0])},
+                  {"planned_end_s", json_number(p.end_s)}});
+  if (!lead_) return;
+  std::printf(
+      "fsdptrain: --time-budget %s: planned again before the decay, from steps %lld-%d (a step "
+      "took %.4f s): %d steps instead of %d; the final validation should end at %.1f s (%s), "
+      "%.1f%% of the budget\n",
+      format_value(budget).c_str(), (long long)(done - run_steps_ + 1), done, double(v[1]), steps_,
+      before, p.end_s, format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds);
+  std::fflush(stdout);
+  if (want.steps < range.least)
+    std::fprintf(stderr,
+                 "fsdptrain: warning: --time-budget %s: the steps ran so much slower than the "
+                 "first plan's that %lld would be the count; the decay cannot start before the "
+                 "%d steps taken, so the run takes %d and ends late\n",
+                 format_value(budget).c_str(), (long long)want.steps, done, steps_);
 }
 
 // When the final validation ended against the budget, slowest rank's clock.

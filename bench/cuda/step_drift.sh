@@ -40,8 +40,8 @@ out, gpu = sys.argv[1:3]
 for n in "AB":
     S = {d["step"]: d for d in map(json.loads, open(f"{out}/m_{n}.jsonl")) if "loss" in d}
     def ms(a, b): return (S[b]["train_s"] - S[a]["train_s"]) / (b - a) * 1e3
-    print(f"RESULT step_drift run={n} ms_2_10={ms(2,10):.2f} ms_10_20={ms(10,20):.2f} "
-          f"ms_20_50={ms(20,50):.2f} ms_50_150={ms(50,150):.2f} ms_150_300={ms(150,300):.2f} "
+    print(f"RESULT system=fsdptrain check=step_drift run={n} ms_2_10={ms(2,10):.2f} "
+          f"ms_10_20={ms(10,20):.2f} ms_20_50={ms(20,50):.2f} ms_50_150={ms(50,150):.2f} ms_150_300={ms(150,300):.2f} "
           f"loss_300={S[300]['loss']:.3f} device={gpu}")
 PY
 # the run-folder layout

@@ -118,6 +118,65 @@ TEST(TimeBudgetPlan, SettlesTheDeviceTwoSecondsOrAtMostFivePercent) {
   EXPECT_DOUBLE_EQ(budget_settle_seconds(4), 0.2);
 }
 
+TEST(TimeBudgetReplan, DecayStartIsTheFirstStepBelowThePeak) {
+  for (int warmup : {1, 12, 100})
+    for (float f : {0.1f, 0.2f, 0.5f})
+      for (int total = warmup + 2; total < 3000; total += 7) {
+        const LrSchedule s{.lr = 1,
+                           .min_lr = 0.1f,
+                           .warmup_steps = warmup,
+                           .shape = LrShape::wsd,
+                           .decay_fraction = f};
+        const int64_t start = wsd_decay_start(total, s);
+        if (start > warmup) {
+          EXPECT_EQ(lr_at(int(start) - 1, total, s), 1.0f) << total;
+        }
+        EXPECT_LT(lr_at(int(start), total, s), 1.0f) << total;
+      }
+}
+
+TEST(TimeBudgetReplan, OnlyWsdPlansAgainAtNinetyPercentOfItsStablePhase) {
+  const LrSchedule wsd{.warmup_steps = 12, .shape = LrShape::wsd, .decay_fraction = 0.2f};
+  EXPECT_EQ(budget_replan_step(1000, wsd), 720);  // decay from 800
+  EXPECT_EQ(budget_replan_step(14, wsd), 0);      // 90% of 12 is within the 10 timed steps
+  for (LrShape shape : {LrShape::cosine, LrShape::linear}) {
+    LrSchedule other = wsd;
+    other.shape = shape;
+    EXPECT_EQ(budget_replan_step(1000, other), 0);
+  }
+}
+
+TEST(TimeBudgetReplan, KeepsTheStepsTakenAndPlansNoThirdTime) {
+  for (float f : {0.1f, 0.2f, 0.5f}) {
+    const LrSchedule s{
+        .lr = 1, .min_lr = 0.1f, .warmup_steps = 12, .shape = LrShape::wsd, .decay_fraction = f};
+    for (int64_t total = 40; total < 5000; total += 13) {
+      const int64_t done = budget_replan_step(total, s);
+      if (done == 0) continue;
+      const ReplanRange r = budget_replan_range(done, s);
+      // The first plan's count is always allowed; the range is as wide as allowed.
+      EXPECT_LE(r.least, total);
+      EXPECT_GE(r.most, total);
+      EXPECT_GE(wsd_decay_start(r.least, s), done);
+      EXPECT_LT(wsd_decay_start(r.least - 1, s), done);
+      EXPECT_LE(budget_replan_step(r.most, s), done);
+      EXPECT_GT(budget_replan_step(r.most + 1, s), done);
+      // Any count in it: the steps taken ran at the peak in it too (a --steps
+      // N run), and its own second plan is not still ahead.
+      for (int64_t n : {r.least, (r.least + r.most) / 2, r.most}) {
+        for (int64_t step = s.warmup_steps; step < done; step += 17)
+          EXPECT_EQ(lr_at(int(step), int(n), s), lr_at(int(step), int(total), s));
+        EXPECT_LE(budget_replan_step(n, s), done);
+      }
+    }
+  }
+  // At 20% decay the second plan can take the count down to about 90%.
+  const LrSchedule s{.warmup_steps = 12, .shape = LrShape::wsd, .decay_fraction = 0.2f};
+  const ReplanRange r = budget_replan_range(budget_replan_step(10000, s), s);
+  EXPECT_EQ(r.least, 9000);
+  EXPECT_EQ(r.most, 10001);
+}
+
 TEST(TimeBudgetPlan, TimesOnlyWarmupStepsWhoseRateIgnoresTheCount) {
   for (int warmup : {1, 3, 10, 50}) {
     const LrSchedule s{.lr = 1, .min_lr = 0.1f, .warmup_steps = warmup, .shape = LrShape::wsd};

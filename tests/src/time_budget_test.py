@@ -3,12 +3,17 @@
 - before it times a step, the run repeats its discarded warm-up pass for
   5% of the budget (at most 2 s: a GPU's clock settles under its power
   limit); a run told --steps N makes one pass;
-- the run times its first warmup steps, fixes a count N and ends at step N
-  with its final validation; its losses equal a run given --steps N, bit for
-  bit (the timed steps' learning rate does not depend on the count);
+- the run times its first warmup steps and fixes a count; wsd (these runs'
+  schedule) plans once more at 90% of that count's stable phase, from every
+  step timed by then, to a count N whose decay starts after the steps taken;
+  the run ends at step N with its final validation, its losses equal to a
+  run given --steps N, bit for bit (the rate of the steps taken before either
+  plan does not depend on the count);
 - the count and the time used are in every checkpoint after the plan: a run
-  stopped after it and resumed with --resume auto keeps the count (no second
-  plan) and ends bitwise equal to an uninterrupted --steps N run;
+  resumed from a checkpoint after the second plan keeps the count and plans
+  nothing; one stopped before it keeps the count until its own second plan,
+  at the same step; either ends bitwise equal to an uninterrupted --steps N
+  run;
 - a run stopped within the timed steps saves no count; its resume times the
   rest and plans then, its steps equal to the first run's;
 - on 2 ranks both fix the same count (one rank's count would hang the other);
@@ -17,6 +22,7 @@
 Whether a run ends within its budget depends on the machine's load staying
 as it was timed; the plan's arithmetic is tested in test_time_budget."""
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -62,9 +68,30 @@ def losses(name):
     return {d["step"]: d["loss"] for d in lines(name) if "loss" in d}
 
 
+def plans(name):
+    return [d for d in lines(name) if "time_budget_steps" in d]
+
+
 def planned(name):
-    plans = [d for d in lines(name) if "time_budget_steps" in d]
-    return plans[0]["time_budget_steps"] if len(plans) == 1 else None
+    """The count of the first plan (None: the run planned nothing)."""
+    p = plans(name)
+    return p[0]["time_budget_steps"] if p else None
+
+
+def final(name):
+    """The count the run ended with: its last plan's, or None."""
+    p = plans(name)
+    return p[-1]["time_budget_steps"] if p else None
+
+
+def decay_start(n, warmup=12, fraction=0.2):
+    """wsd's first decay step in a run of n (src/lr_schedule.h; lround of a float 0.2)."""
+    return max(warmup, n - max(1, math.floor(n * 0.20000000298023224 + 0.5)))
+
+
+def replan_step(n):
+    """When a run of n plans again (src/time_budget.h: 90% of the stable phase)."""
+    return int(0.9 * decay_start(n))
 
 
 def ckpt(name):
@@ -78,20 +105,29 @@ def budget_attrs(name, step):
 
 
 # A whole budgeted run, and the same run told its count.
-r = run("budget", ["--time-budget", BUDGET])
-n = planned("budget")
-check(n is not None and n > PROBE + 20,
-      f"the budget run fixed one count after the {PROBE} timed steps, well beyond them: {n}")
-n = n or PROBE + 1
-plan = [d for d in lines("budget") if "time_budget_steps" in d][0]
+r = run("budget", ["--time-budget", BUDGET, *ckpt("b"), "--checkpoint-every", "20",
+                   "--keep-checkpoints", "0"])
+n0, n = planned("budget"), final("budget")
+check(n0 is not None and n0 > PROBE + 100,
+      f"the budget run fixed a count after the {PROBE} timed steps, well beyond them: {n0}")
+n0, n = n0 or PROBE + 1, n or PROBE + 1
+ps = plans("budget")
+plan = ps[0]
 check(plan["step"] == PROBE and plan["planned_end_s"] <= 4 * 0.99 and plan["step_s"] > 0,
       f"the plan came at step {PROBE} and ends within the budget less 1%: {plan}")
+again = ps[-1]
+check(len(ps) == 2 and again["step"] == replan_step(n0) and again["replanned_from"] == n0
+      and decay_start(n) >= again["step"] and replan_step(n) <= again["step"],
+      f"wsd planned once more, at step {replan_step(n0)} (90% of {n0}'s stable phase), a count "
+      f"{n} whose decay starts after the steps taken: {ps[1:]}")
+check(f"planned again before the decay, from steps 2-{again['step']}" in r.stdout,
+      "the second plan is printed")
 vals = [d["step"] for d in lines("budget") if "val_loss" in d]
 check(vals[0] == 0 and vals[-1] == n, f"validated before the timed steps and at step {n}: {vals}")
 report = [d for d in lines("budget") if "time_used_s" in d]
 check(len(report) == 1 and report[0]["step"] == n and report[0]["time_budget_s"] == 4,
       f"the final validation's time against the budget is reported: {report}")
-check(f"--time-budget {BUDGET}: {n} steps" in r.stdout, "the plan is printed")
+check(f"--time-budget {BUDGET}: {n0} steps" in r.stdout, "the plan is printed")
 warm = [l for l in r.stdout.splitlines() if l.startswith("fsdptrain: warm-up (")]
 passes = warm[0].split("(")[1].split()[0] if len(warm) == 1 else ""
 took = float(warm[0].rsplit("took ", 1)[1].split()[0]) if len(warm) == 1 else 0
@@ -104,7 +140,20 @@ a, b = losses("budget"), losses("fixed")
 check(list(a) == list(range(1, n + 1)), f"the budget run took steps 1..{n}")
 check(a == b, f"the budget run equals --steps {n} bit for bit")
 
-# Stopped after the plan, resumed: the count stays, the run ends as one.
+# Resumed from a checkpoint after the second plan: the count stays, nothing is planned.
+after = (again["step"] // 20 + 1) * 20
+if after < n:
+    attrs = budget_attrs("b", after)
+    check(attrs.get("time_budget_steps") == n,
+          f"the checkpoint at step {after} holds the second plan's count {n}: {attrs}")
+    path = os.path.join(work, "b", f"step_{after:08d}.h5")
+    r = run("tail", ["--time-budget", BUDGET, "--resume", path])
+    t = losses("tail")
+    check(planned("tail") is None and f"the step count {n} was fixed by the checkpoint" in r.stdout
+          and list(t) == list(range(after + 1, n + 1)) and all(t[k] == a[k] for k in t),
+          f"resumed at step {after}, the run keeps {n}, plans nothing and equals the first")
+
+# Stopped after the first plan, resumed: the count stays until the same second plan.
 stop = PROBE + 8
 run("first", ["--time-budget", BUDGET, *ckpt("c"), "--stop-at-step", str(stop)])
 n1 = planned("first")
@@ -112,13 +161,16 @@ attrs = budget_attrs("c", stop)
 check(n1 is not None and attrs.get("time_budget_steps") == n1 and attrs["time_budget_used_s"] > 0,
       f"the checkpoint at step {stop} holds the count {n1} and the time used: {attrs}")
 r = run("second", ["--time-budget", BUDGET, *ckpt("c"), "--resume", "auto"])
-check(planned("second") is None and f"the step count {n1} was fixed by the checkpoint" in r.stdout,
-      "the resumed run keeps the checkpoint's count without planning again")
-run("straight", ["--steps", str(n1 or 1)])
+ps2, n2 = plans("second"), final("second") or 1
+check(f"the step count {n1} was fixed by the checkpoint" in r.stdout and len(ps2) == 1
+      and ps2[0]["step"] == replan_step(n1 or 0) and ps2[0]["replanned_from"] == n1,
+      f"the resumed run keeps the count {n1} until its second plan at step "
+      f"{replan_step(n1 or 0)}, and plans only that: {ps2}")
+run("straight", ["--steps", str(n2)])
 s, whole = losses("second"), losses("straight")
-check(n1 is not None and list(s) == list(range(stop + 1, n1 + 1))
+check(n1 is not None and list(s) == list(range(stop + 1, n2 + 1))
       and all(s[k] == whole[k] for k in s),
-      f"resumed steps {stop + 1}..{n1} equal an uninterrupted --steps {n1} run bit for bit")
+      f"resumed steps {stop + 1}..{n2} equal an uninterrupted --steps {n2} run bit for bit")
 r = run("again", ["--time-budget", BUDGET, *ckpt("c"), "--resume", "auto"], expect_rc=1)
 check("it is finished" in r.stderr, f"resuming the finished run is refused: {r.stderr.strip()}")
 
@@ -128,16 +180,17 @@ check(budget_attrs("e", 5).get("time_budget_steps") == 0,
       "a checkpoint from the timed steps holds count 0 (not fixed)")
 run("late", ["--time-budget", BUDGET, *ckpt("e"), "--resume", "auto"])
 late = losses("late")
-check(planned("late") is not None and max(late) == planned("late"),
+check(planned("late") is not None and max(late) == final("late"),
       f"the resumed run timed steps 6..{PROBE}, planned and ended at its count")
 check(all(late[k] == a[k] for k in range(6, PROBE + 1)),
       "its timed steps equal the first budget run's (the count does not reach them)")
 
 # Two ranks fix one count.
 r = run("np2", ["--time-budget", BUDGET], ranks=2)
-n2 = planned("np2")
-check(r.returncode == 0 and n2 is not None and max(losses("np2")) == n2,
-      f"2 ranks plan {n2} steps together and end there")
+n2 = final("np2")
+check(r.returncode == 0 and n2 is not None and len(plans("np2")) == 2
+      and max(losses("np2")) == n2,
+      f"2 ranks plan {n2} steps together, twice (wsd), and end there")
 
 # Refusals.
 run("plain", ["--steps", "40", *ckpt("p"), "--stop-at-step", "15"])
