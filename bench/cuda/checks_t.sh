@@ -8,6 +8,9 @@
 #   t3  --async-checkpoint: saves written in the background while training
 #       goes on give the step-20 checkpoint of ordinary saves bit for bit
 #       (both under --debug, deterministic); the host copy's cost from GPU memory
+#   t4  what a save costs the steps, without --debug (whose per-op syncs make
+#       the steps as noisy as the host): none, ordinary and background saves
+#       (INFO: a measurement)
 # Each check returns 0 (PASS), 1 (FAIL), 77 (skipped); its note is the summary line.
 
 # The shape both run: gpt-350m's widths on the byte data at context 1024 on a
@@ -147,4 +150,52 @@ EOF
   echo "$verdict"
   note "${verdict#* }"
   [ "${verdict%% *}" = PASS ]
+}
+
+# t4: three runs of 400 steps, saves at 150 and 300 (none, ordinary,
+# background). A save's cost is the time of the steps after it, up to the
+# next save or the end, past the same steps of the run without saves: the
+# whole save for an ordinary one; the host copy plus any slowing of the
+# steps beside the write for a background one (gpt-350m's write takes about
+# 5 s, some 130 steps; the first save also allocates the host buffers).
+chk_t4() {
+  local mode extra
+  for mode in none sync async; do
+    extra=()
+    [ "$mode" != none ] && extra=(--checkpoint-dir "$RUNS/t4_$mode" --checkpoint-every 150
+                                  --keep-checkpoints 1)
+    [ "$mode" = async ] && extra+=(--async-checkpoint)
+    rm -rf "$RUNS/t4_$mode"
+    x fsdptrain --device "$DEV" $T_MODEL $T_SHAPE --train-data "$DATA" --steps 400 \
+      --warmup-steps 5 --log-every 100 --metrics "$RUNS/t4_$mode.jsonl" "${extra[@]}" \
+      || { note "the run with saves '$mode' failed"; return 1; }
+  done
+  local verdict
+  verdict=$(python3 - "$RUNS/t4" <<'EOF'
+import json, sys
+base = sys.argv[1]
+def recs(mode):
+    return [json.loads(l) for l in open(f"{base}_{mode}.jsonl")]
+def steps(rs):
+    t = {r["step"]: r["elapsed_s"] for r in rs if "loss" in r}
+    return {i: t[i] - t[i - 1] for i in range(2, 401)}
+none, sync, asyn = (steps(recs(m)) for m in ("none", "sync", "async"))
+copies = [r for r in recs("async") if "checkpoint_started" in r]
+writes = [r for r in recs("async") if r.get("background")]
+parts = []
+for save, end in ((150, 300), (300, 400)):
+    window = range(save + 1, end + 1)
+    def cost(d):
+        return sum(d[i] - none[i] for i in window)
+    c = next((r["host_copy_s"] for r in copies if r["step"] == save), float("nan"))
+    parts.append(f"save at {save}: ordinary +{cost(sync):.2f} s, background +{cost(asyn):.2f} s "
+                 f"(host copy {c:.2f} s, steps beside the write {cost(asyn) - c:+.2f} s)")
+rate = ", ".join(f"{r['write_mb_per_s']:.0f}" for r in writes)
+print(f"INFO {'; '.join(parts)}; background writes {rate} MB/s")
+EOF
+)
+  echo "$verdict"
+  note "${verdict#* }"
+  [ "${verdict%% *}" = INFO ] && return 78
+  return 1
 }

@@ -505,6 +505,7 @@ CHECKS=(
   "t1|75|150|chk_t1|--time-budget $T_BUDGET --steps 0: the budget sets the count; ends inside it, near the plan"
   "t2|40|120|chk_t2|--eval-seq-len $T_HALF during training == --eval-only of its checkpoint at that context (1e-3)"
   "t3|90|300|chk_t3|--async-checkpoint: step 20 written in the background == ordinary saves' (bitwise, --debug); host copy cost"
+  "t4|80|200|chk_t4|what a save costs the steps without --debug: none, ordinary, background (INFO)"
   "f1|45|150|chk_f1|$PARITY_MODEL: 5 steps, checkpoint, resume to 55"
   "f2|45|180|chk_f2|tools/torch_reference.py $TORCH_DTYPE on $TORCH_DEV from step 5, 50 steps within $PARITY_TOL"
 )
