@@ -382,9 +382,9 @@ bool Trainer::agree_at_step_boundary() {
 //
 // A run whose --time-budget count is still to be fixed repeats the pass
 // until the device has worked for budget_settle_seconds after the first one
-// (src/time_budget.h),
-// so that the steps it times run at the clock the rest will. The ranks agree
-// after each pass whether to go on: each pass gathers weights from all of them.
+// (src/time_budget.h), so that the steps it times run at the clock the rest
+// will. The ranks agree after each pass whether to go on: each pass gathers
+// weights from all of them.
 void Trainer::warm_up() {
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds_since = [](auto t) {
