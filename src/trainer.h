@@ -23,6 +23,7 @@
 #include "src/memory_check.h"
 #include "src/metrics.h"
 #include "src/options.h"
+#include "src/time_budget.h"
 
 namespace fsdp {
 
@@ -87,6 +88,8 @@ class Trainer {
   // every process that ran it; the count fixed after the timed steps; the
   // report of how the final validation's end met the budget.
   double budget_used_s() const;
+  BudgetInputs budget_inputs(int done, double step_s);
+  void fix_budget_count(const BudgetInputs& in, int64_t steps, double end_s, int replanned_from);
   void plan_time_budget(int done);
   void replan_time_budget(int done);
   void report_time_budget(double used_s);

@@ -20,39 +20,54 @@ double Trainer::budget_used_s() const {
          std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
 }
 
+// What a plan after `done` steps starts from; every rank fixes the same
+// count, from the slowest rank's times.
+BudgetInputs Trainer::budget_inputs(int done, double step_s) {
+  float v[3] = {float(budget_used_s()), float(step_s), float(eval_s_)};
+  groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
+  return {.budget_s = o_.run.time_budget.seconds,
+          .used_s = v[0],
+          .steps_done = done,
+          .step_s = v[1],
+          .eval_s = val_batches_ ? v[2] : 0,
+          .eval_every = o_.eval.every,
+          .max_steps = o_.run.steps};
+}
+
+// The run's count from now on, saved with the next checkpoint, and its
+// metrics record (`replanned_from`: the count wsd's second plan replaced).
+void Trainer::fix_budget_count(const BudgetInputs& in, int64_t steps, double end_s,
+                               int replanned_from) {
+  steps_ = int(steps);
+  pos_.budget_steps = steps_;
+  std::vector<std::pair<std::string, std::string>> r{{"step", std::to_string(in.steps_done)},
+                                                     {"time_budget_steps", std::to_string(steps_)}};
+  if (replanned_from > 0) r.emplace_back("replanned_from", std::to_string(replanned_from));
+  r.insert(r.end(), {{"step_s", json_number(in.step_s)},
+                     {"eval_s", json_number(in.eval_s)},
+                     {"used_s", json_number(in.used_s)},
+                     {"planned_end_s", json_number(end_s)}});
+  metrics_.write(r);
+}
+
 // After the timed warmup steps: the count that fits the rest of the budget.
 void Trainer::plan_time_budget(int done) {
   // The timed steps' mean without the first and the slowest (src/time_budget.h).
   const std::vector<double>& t = probe_step_s_;
   const size_t skip = t.size() > 1 ? 1 : 0;
   const double step_s = probe_step_seconds(t);
-  // Every rank fixes the same count, from the slowest rank's times.
-  float v[3] = {float(budget_used_s()), float(step_s), float(eval_s_)};
-  groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
-  const Duration& budget = o_.run.time_budget;
-  const BudgetPlan p = plan_budget_steps({.budget_s = budget.seconds,
-                                          .used_s = v[0],
-                                          .steps_done = done,
-                                          .step_s = v[1],
-                                          .eval_s = val_batches_ ? v[2] : 0,
-                                          .eval_every = o_.eval.every,
-                                          .max_steps = o_.run.steps});
-  steps_ = int(p.steps);
-  pos_.budget_steps = steps_;
-  metrics_.write({{"step", std::to_string(done)},
-                  {"time_budget_steps", std::to_string(steps_)},
-                  {"step_s", json_number(v[1])},
-                  {"eval_s", json_number(val_batches_ ? v[2] : 0)},
-                  {"used_s", json_number(v[0])},
-                  {"planned_end_s", json_number(p.end_s)}});
+  const BudgetInputs in = budget_inputs(done, step_s);
+  const BudgetPlan p = plan_budget_steps(in);
+  fix_budget_count(in, p.steps, p.end_s, 0);
   if (!lead_) return;
+  const Duration& budget = o_.run.time_budget;
   std::printf(
       "fsdptrain: --time-budget %s: %d steps (a step took %.4f s over steps %d-%d%s, a "
       "validation %.2f s; set-up, warm-up and %d step(s) used %.1f s); the final validation "
       "should end at %.1f s (%s), %.1f%% of the budget%s\n",
-      format_value(budget).c_str(), steps_, double(v[1]), done - int(t.size() - skip) + 1, done,
-      t.size() - skip > 2 ? " less the slowest" : "", val_batches_ ? double(v[2]) : 0.0, done,
-      double(v[0]), p.end_s, format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds,
+      format_value(budget).c_str(), steps_, in.step_s, done - int(t.size() - skip) + 1, done,
+      t.size() - skip > 2 ? " less the slowest" : "", in.eval_s, done, in.used_s, p.end_s,
+      format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds,
       p.capped ? " (--steps caps it)" : "");
   if (!p.fits)
     std::fprintf(stderr,
@@ -66,45 +81,26 @@ void Trainer::plan_time_budget(int done) {
 // mean of this process's steps, within the counts that keep the steps taken.
 void Trainer::replan_time_budget(int done) {
   if (run_steps_ == 0) return;  // resumed just before it: nothing timed (same on every rank)
-  float v[3] = {float(budget_used_s()), float(run_step_s_ / double(run_steps_)), float(eval_s_)};
-  groups_.world->all_reduce(v, 3, DType::f32, ReduceOp::max)->wait();
-  const Duration& budget = o_.run.time_budget;
-  const BudgetInputs in{.budget_s = budget.seconds,
-                        .used_s = v[0],
-                        .steps_done = done,
-                        .step_s = v[1],
-                        .eval_s = val_batches_ ? v[2] : 0,
-                        .eval_every = o_.eval.every,
-                        .max_steps = o_.run.steps};
+  const BudgetInputs in = budget_inputs(done, run_step_s_ / double(run_steps_));
   const BudgetPlan want = plan_budget_steps(in);
   const ReplanRange range = budget_replan_range(done, o_.schedule);
   const int64_t cap = o_.run.steps > 0 ? std::min<int64_t>(o_.run.steps, range.most) : range.most;
   const int64_t n = std::clamp(want.steps, range.least, std::max(range.least, cap));
-  // Where the count was moved into the range, its own end (the same walk).
-  const BudgetPlan p = n == want.steps ? want
-                                       : plan_budget_steps({.budget_s = 1e30,
-                                                            .used_s = in.used_s,
-                                                            .steps_done = done,
-                                                            .step_s = in.step_s,
-                                                            .eval_s = in.eval_s,
-                                                            .eval_every = in.eval_every,
-                                                            .max_steps = n});
+  // Where the count was moved into the range, its own end (the same walk,
+  // with no budget to stop it short of n).
+  BudgetInputs moved = in;
+  moved.budget_s = 1e30;
+  moved.max_steps = n;
+  const BudgetPlan p = n == want.steps ? want : plan_budget_steps(moved);
   const int before = steps_;
-  steps_ = int(n);
-  pos_.budget_steps = steps_;
-  metrics_.write({{"step", std::to_string(done)},
-                  {"time_budget_steps", std::to_string(steps_)},
-                  {"replanned_from", std::to_string(before)},
-                  {"step_s", json_number(v[1])},
-                  {"eval_s", json_number(in.eval_s)},
-                  {"used_s", json_number(v[0])},
-                  {"planned_end_s", json_number(p.end_s)}});
+  fix_budget_count(in, n, p.end_s, before);
   if (!lead_) return;
+  const Duration& budget = o_.run.time_budget;
   std::printf(
       "fsdptrain: --time-budget %s: planned again before the decay, from steps %lld-%d (a step "
       "took %.4f s): %d steps instead of %d; the final validation should end at %.1f s (%s), "
       "%.1f%% of the budget\n",
-      format_value(budget).c_str(), (long long)(done - run_steps_ + 1), done, double(v[1]), steps_,
+      format_value(budget).c_str(), (long long)(done - run_steps_ + 1), done, in.step_s, steps_,
       before, p.end_s, format_duration(p.end_s).c_str(), 100 * p.end_s / budget.seconds);
   std::fflush(stdout);
   if (want.steps < range.least)

@@ -11,7 +11,7 @@
 #   t4  what a save costs the steps, without --debug (whose per-op syncs make
 #       the steps as noisy as the host): none, ordinary and background saves
 #       (INFO: a measurement)
-# Each check returns 0 (PASS), 1 (FAIL), 77 (skipped); its note is the summary line.
+# Each check returns 0 (PASS), 1 (FAIL), 77 (skipped), 78 (INFO); its note is the summary line.
 
 # The shape both run: gpt-350m's widths on the byte data at context 1024 on a
 # GPU (tiny at 64 in a CPU rehearsal).

@@ -16,7 +16,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd); cd "$ROOT"
 OUT=${OUT:-/tmp/step_drift}; W=/tmp/step_drift_work; mkdir -p "$OUT" "$W"
 python3 - .gpu_carry/fsdp-bundle.tar.xz "$W" <<'PY'
 import sys, tarfile
-with tarfile.open(sys.argv[1]) as t: t.extractall(sys.argv[2], filter="tar")
+with tarfile.open(sys.argv[1]) as t:  # filter= exists only in newer Pythons
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
 PY
 source "$W/fsdp-bundle/env.sh" 2> "$OUT/env.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv | tee "$OUT/smi_head.txt"
