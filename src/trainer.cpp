@@ -134,6 +134,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   spikes_.restore(pos_.loss_history);
   if (const char* p = std::getenv("FSDP_TEST_SPIKE_POSITION")) test_spike_position_ = std::atoll(p);
   read_test_fault();
+  read_test_slow_steps();
   // The step count; under a time budget the checkpoint's fixed count, or
   // --steps where it caps the run within the timed steps, or 0 until the
   // budget fixes it (run()).
@@ -503,8 +504,8 @@ TrainSummary Trainer::run() {
     const std::string diverged = spikes_.judge(loss, norms.total);
     if (diverged.empty()) engine_->apply_update(o_.optimizer, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
-    const double host_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    const double host_s = test_slow_step(
+        step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count());
     train_seconds_ += host_s;  // a step undone by a rollback took time all the same
     if (step > int(first_step)) run_step_s_ += host_s, ++run_steps_;
     if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps

@@ -93,6 +93,11 @@ class Trainer {
   void plan_time_budget(int done);
   void replan_time_budget(int done);
   void report_time_budget(double used_s);
+  // FSDP_TEST_SLOW_STEPS, tests only: steps FIRST..LAST (1-based) take
+  // FACTOR times their time, so a test can make the steps after a plan
+  // slower or faster than the ones it timed. Returns the step's seconds.
+  void read_test_slow_steps();
+  double test_slow_step(int done, double host_s) const;
   std::string steps_text() const;  // the step count, "?" until a budget fixes it
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
@@ -166,6 +171,10 @@ class Trainer {
   // Every step of this process but its first, for wsd's second plan.
   double run_step_s_ = 0;
   int64_t run_steps_ = 0;
+  struct TestSlowSteps {
+    int first = 0, last = -1;
+    double factor = 1;
+  } test_slow_;  // FSDP_TEST_SLOW_STEPS
   double eval_s_ = 0;
   std::chrono::steady_clock::time_point start_;
   // Host seconds in this process's training steps: evaluation, samples,

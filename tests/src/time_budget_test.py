@@ -17,6 +17,11 @@
 - a run stopped within the timed steps saves no count; its resume times the
   rest and plans then, its steps equal to the first run's;
 - on 2 ranks both fix the same count (one rank's count would hang the other);
+- wsd's second plan keeps its count within the steps taken: steps made
+  slower after the first plan (FSDP_TEST_SLOW_STEPS, a test-only sleep) give
+  the least count whose decay starts after them, a warning, and a late end;
+  timed steps made slower than the rest give the most count whose second
+  plan is not still ahead, and an early end; either equals --steps N;
 - resuming a checkpoint without a count past the timed steps, a finished
   run, or a budget without warmup each stop with one error line.
 Whether a run ends within its budget depends on the machine's load staying
@@ -45,7 +50,7 @@ def check(cond, what):
         failures.append(what)
 
 
-def run(name, extra=(), ranks=1, expect_rc=0, warmup=12):
+def run(name, extra=(), ranks=1, expect_rc=0, warmup=12, env=None):
     cmd = ([mpiexec, "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []) + [
         exe, "--device", "cpu", "--train-data", os.path.join(example, "kjv_train.h5"),
         "--val-data", os.path.join(example, "kjv_val.h5"), "--seq-len", "32",
@@ -53,7 +58,8 @@ def run(name, extra=(), ranks=1, expect_rc=0, warmup=12):
         "--warmup-steps", str(warmup), "--lr-schedule", "wsd", "--eval-every", "40",
         "--eval-batches", "2", "--log-every", "50", "--metrics", os.path.join(work, name + ".jsonl"),
         *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **(env or {})})
     if r.returncode != expect_rc:
         failures.append(f"{name}: exit {r.returncode}, wanted {expect_rc}: {r.stderr.strip()}")
         print(r.stdout[-2000:], r.stderr[-2000:])
@@ -92,6 +98,19 @@ def decay_start(n, warmup=12, fraction=0.2):
 def replan_step(n):
     """When a run of n plans again (src/time_budget.h: 90% of the stable phase)."""
     return int(0.9 * decay_start(n))
+
+
+def replan_range(done):
+    """The counts wsd's second plan at `done` may choose (src/time_budget.cpp):
+    from the least whose decay starts after the steps taken to the most whose
+    second plan is not still ahead."""
+    least = done + 1
+    while decay_start(least) < done:
+        least += 1
+    most = least
+    while replan_step(most + 1) <= done:
+        most += 1
+    return least, most
 
 
 def ckpt(name):
@@ -191,6 +210,42 @@ n2 = final("np2")
 check(r.returncode == 0 and n2 is not None and len(plans("np2")) == 2
       and max(losses("np2")) == n2,
       f"2 ranks plan {n2} steps together, twice (wsd), and end there")
+
+# The second plan held within its range. Steps after the timed ones run twice
+# as slow: the budget is spent before the decay could start, so the run takes
+# the least count, warns and ends late.
+r = run("slower", ["--time-budget", BUDGET], env={"FSDP_TEST_SLOW_STEPS": f"{PROBE + 1}:1000000:2"})
+ps3 = plans("slower")
+done3 = ps3[-1]["step"] if len(ps3) == 2 else 0
+least, _ = replan_range(done3)
+n3 = final("slower") or 1
+late = [d for d in lines("slower") if "time_used_s" in d]
+check(len(ps3) == 2 and n3 == least and max(losses("slower")) == least,
+      f"steps slowed after the first plan: the second plan takes the least count {least} whose "
+      f"decay starts after step {done3}: {ps3[1:]}")
+check("the steps ran so much slower than the first plan's" in r.stderr
+      and len(late) == 1 and late[0]["time_used_s"] > late[0]["time_budget_s"]
+      and "past it" in r.stderr,
+      f"it warns that the run ends late, and it does: {late}, {r.stderr.strip()}")
+run("slower_fixed", ["--steps", str(n3)])
+check(losses("slower") == losses("slower_fixed"), f"it equals --steps {n3} bit for bit")
+# The timed steps run three times as slow as the rest: the second plan would
+# give many more steps, but a count whose own second plan is still ahead
+# would plan a third time; the run takes the most count and ends early.
+r = run("faster", ["--time-budget", BUDGET], env={"FSDP_TEST_SLOW_STEPS": f"1:{PROBE}:3"})
+ps4 = plans("faster")
+done4 = ps4[-1]["step"] if len(ps4) == 2 else 0
+_, most = replan_range(done4)
+n4 = final("faster") or 1
+early = [d for d in lines("faster") if "time_used_s" in d]
+check(len(ps4) == 2 and n4 == most and max(losses("faster")) == most
+      and "ran so much slower" not in r.stderr,
+      f"timed steps slowed: the second plan takes the most count {most} whose own second plan "
+      f"is at or before step {done4}, without a warning: {ps4}")
+check(len(early) == 1 and early[0]["time_used_s"] < early[0]["time_budget_s"],
+      f"and ends within the budget: {early}")
+run("faster_fixed", ["--steps", str(n4)])
+check(losses("faster") == losses("faster_fixed"), f"it equals --steps {n4} bit for bit")
 
 # Refusals.
 run("plain", ["--steps", "40", *ckpt("p"), "--stop-at-step", "15"])
