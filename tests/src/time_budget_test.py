@@ -211,15 +211,21 @@ check(r.returncode == 0 and n2 is not None and len(plans("np2")) == 2
       and max(losses("np2")) == n2,
       f"2 ranks plan {n2} steps together, twice (wsd), and end there")
 
-# The second plan held within its range. Steps after the timed ones run twice
-# as slow: the budget is spent before the decay could start, so the run takes
-# the least count, warns and ends late.
-r = run("slower", ["--time-budget", BUDGET], env={"FSDP_TEST_SLOW_STEPS": f"{PROBE + 1}:1000000:2"})
-ps3 = plans("slower")
-done3 = ps3[-1]["step"] if len(ps3) == 2 else 0
+# The second plan held within its range (replan_range), shown by slowing steps.
+def slowed(name, spec):
+    """A budget run with FSDP_TEST_SLOW_STEPS=spec: its output, its plans, the
+    step of its second plan (0: none), the count it ended with and its report
+    of the time used."""
+    r = run(name, ["--time-budget", BUDGET], env={"FSDP_TEST_SLOW_STEPS": spec})
+    ps = plans(name)
+    report = [d for d in lines(name) if "time_used_s" in d]
+    return r, ps, ps[-1]["step"] if len(ps) == 2 else 0, final(name) or 1, report
+
+
+# Steps after the timed ones run twice as slow: the budget is spent before the
+# decay could start, so the run takes the least count, warns and ends late.
+r, ps3, done3, n3, late = slowed("slower", f"{PROBE + 1}:1000000:2")
 least, _ = replan_range(done3)
-n3 = final("slower") or 1
-late = [d for d in lines("slower") if "time_used_s" in d]
 check(len(ps3) == 2 and n3 == least and max(losses("slower")) == least,
       f"steps slowed after the first plan: the second plan takes the least count {least} whose "
       f"decay starts after step {done3}: {ps3[1:]}")
@@ -232,12 +238,8 @@ check(losses("slower") == losses("slower_fixed"), f"it equals --steps {n3} bit f
 # The timed steps run three times as slow as the rest: the second plan would
 # give many more steps, but a count whose own second plan is still ahead
 # would plan a third time; the run takes the most count and ends early.
-r = run("faster", ["--time-budget", BUDGET], env={"FSDP_TEST_SLOW_STEPS": f"1:{PROBE}:3"})
-ps4 = plans("faster")
-done4 = ps4[-1]["step"] if len(ps4) == 2 else 0
+r, ps4, done4, n4, early = slowed("faster", f"1:{PROBE}:3")
 _, most = replan_range(done4)
-n4 = final("faster") or 1
-early = [d for d in lines("faster") if "time_used_s" in d]
 check(len(ps4) == 2 and n4 == most and max(losses("faster")) == most
       and "ran so much slower" not in r.stderr,
       f"timed steps slowed: the second plan takes the most count {most} whose own second plan "
