@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,20 +27,25 @@ void check_devices_distinct(bool shared) {
   cudaDeviceProp prop{};
   FSDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "the rank's GPU");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
-  constexpr int kId = sizeof(prop.uuid.bytes);
-  std::vector<char> ids(size_t(size) * kId);
-  WatchScope watch("comparing the ranks' GPUs (MPI_Allgather)");
-  check_mpi(
-      MPI_Allgather(prop.uuid.bytes, kId, MPI_BYTE, ids.data(), kId, MPI_BYTE, MPI_COMM_WORLD),
-      "MPI_Allgather");
-  if (shared) return;
-  for (int a = 0; a < size; ++a)
-    for (int b = a + 1; b < size; ++b)
-      if (std::memcmp(&ids[size_t(a) * kId], &ids[size_t(b) * kId], kId) == 0)
-        throw_error("ranks ", a, " and ", b,
-                    " drive the same GPU, which NCCL does not allow: give each rank its own GPU "
-                    "(one rank per GPU; check CUDA_VISIBLE_DEVICES), or test with "
-                    "--device-comm staged");
+  // A fixed record: the UUID, then NCCL_HOSTID cut to what fits (two values
+  // equal in their first kHost - 1 bytes read as one host: refused, never
+  // wrongly accepted).
+  constexpr int kId = sizeof(prop.uuid.bytes), kHost = 256, kRecord = kId + kHost;
+  std::vector<char> mine(kRecord, 0), all(size_t(size) * kRecord);
+  std::memcpy(mine.data(), prop.uuid.bytes, kId);
+  if (const char* h = std::getenv("NCCL_HOSTID")) std::strncpy(&mine[kId], h, kHost - 1);
+  {
+    WatchScope watch("comparing the ranks' GPUs (MPI_Allgather)");
+    check_mpi(MPI_Allgather(mine.data(), kRecord, MPI_BYTE, all.data(), kRecord, MPI_BYTE,
+                            MPI_COMM_WORLD),
+              "MPI_Allgather");
+  }
+  std::vector<RankGpu> ranks(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const char* rec = &all[size_t(r) * kRecord];
+    ranks[size_t(r)] = {std::string(rec, kId), std::string(rec + kId)};
+  }
+  check_gpu_sharing(ranks, shared);
 }
 
 }  // namespace fsdp

@@ -17,4 +17,21 @@ int choose_device(const WorldInfo& world, int visible, bool shared) {
   return world.local_rank;
 }
 
+void check_gpu_sharing(const std::vector<RankGpu>& ranks, bool shared) {
+  if (shared) return;
+  for (size_t a = 0; a < ranks.size(); ++a)
+    for (size_t b = a + 1; b < ranks.size(); ++b) {
+      if (ranks[a].uuid != ranks[b].uuid) continue;
+      const std::string &ha = ranks[a].nccl_hostid, &hb = ranks[b].nccl_hostid;
+      if (!ha.empty() && !hb.empty() && ha != hb) continue;  // two "nodes" to NCCL
+      throw_error(
+          "ranks ", a, " and ", b,
+          " drive the same GPU, which NCCL does not allow: give each rank its own GPU "
+          "(one rank per GPU; check CUDA_VISIBLE_DEVICES), or test with --device-comm "
+          "staged, or (tests of NCCL itself) give each rank its own NCCL_HOSTID, as "
+          "bench/cuda/nccl_rank.sh does",
+          ha.empty() && hb.empty() ? "" : " (their NCCL_HOSTID: '" + ha + "', '" + hb + "')");
+    }
+}
+
 }  // namespace fsdp

@@ -1,5 +1,6 @@
 #include "comm/nccl_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -15,12 +16,22 @@
 #include "comm/nccl_check.h"
 #include "comm/nccl_watchdog.h"
 #include "comm/watchdog.h"
+#include "common/test_hooks.h"
 
-// Enqueues an NCCL call on this communicator, settling ncclInProgress.
-#define NCCL_CALL(call) settle(comm_, (call), #call, __FILE__, __LINE__)
+// Enqueues an NCCL call on this communicator under its lock, then settles
+// ncclInProgress.
+#define NCCL_CALL(call) \
+  settle(comm_, under(nccl_mu_, [&] { return (call); }), #call, __FILE__, __LINE__)
 
 namespace fsdp {
 namespace {
+
+// One NCCL call with the communicator's lock held (see nccl_mu_).
+template <typename Call>
+ncclResult_t under(std::timed_mutex& mu, Call&& call) {
+  std::lock_guard<std::timed_mutex> lock(mu);
+  return call();
+}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -117,8 +128,10 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const NcclOptions& options) : 
     }
     if (rank_ == 0) FSDP_NCCL_CHECK(id_result, nullptr);
     if (!boot.ok) throw_error("ncclGetUniqueId failed on rank 0 of the group");
+    test_hooks::stall_at_init(world_rank_);  // FSDP_TEST_STALL: a peer that never inits
     ncclConfig_t config = nonblocking_config();
-    const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, boot.id, rank_, &config);
+    const ncclResult_t r = under(
+        nccl_mu_, [&] { return ncclCommInitRankConfig(&comm_, size_, boot.id, rank_, &config); });
     settle(comm_, r, "ncclCommInitRankConfig", __FILE__, __LINE__);
   });
 }
@@ -127,7 +140,8 @@ NcclCommunicator::NcclCommunicator(NcclCommunicator& parent, int color, int key,
     : options_(parent.options_), mpi_comm_(mpi_comm) {
   set_up([&] {
     ncclConfig_t config = nonblocking_config();
-    const ncclResult_t r = ncclCommSplit(parent.comm_, color, key, &comm_, &config);
+    const ncclResult_t r = under(
+        parent.nccl_mu_, [&] { return ncclCommSplit(parent.comm_, color, key, &comm_, &config); });
     // Non-blocking, ncclCommSplit may return ncclSuccess while NCCL's own
     // thread is still making the child, and that thread writes the handle
     // into comm_ only when it is done (NULL until then). The split's progress
@@ -166,12 +180,23 @@ void NcclCommunicator::set_up(const std::function<void()>& create) {
 }
 
 void NcclCommunicator::finish_setup() {
+  check_ranks_match();
   FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
   FSDP_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)), "barrier scratch");
   FSDP_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
-  watchdog_ = std::make_unique<NcclWatchdog>(comm_, device_, world_rank_, options_.timeout_s,
-                                             options_.poll_interval_s);
+  watchdog_ = std::make_unique<NcclWatchdog>(comm_, nccl_mu_, device_, world_rank_,
+                                             options_.timeout_s, options_.poll_interval_s);
+}
+
+void NcclCommunicator::check_ranks_match() {
+  int nccl_rank = -1, nccl_size = -1;
+  NCCL_CALL(ncclCommUserRank(comm_, &nccl_rank));
+  NCCL_CALL(ncclCommCount(comm_, &nccl_size));
+  if (nccl_rank != rank_ || nccl_size != size_)
+    throw_error("the NCCL communicator of world rank ", world_rank_, " is rank ", nccl_rank, " of ",
+                nccl_size, " where its MPI group makes it rank ", rank_, " of ", size_,
+                ": its collectives would exchange the wrong shards");
 }
 
 void NcclCommunicator::settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file,
@@ -182,8 +207,12 @@ void NcclCommunicator::settle(ncclComm_t comm, ncclResult_t r, const char* call,
     const bool setup = setup_call || watchdog_ == nullptr;
     const double limit = setup ? options_.init_timeout_s : options_.timeout_s;
     const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(2);
     for (;;) {
-      check_nccl(ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", file, line, comm);
+      {
+        std::lock_guard<std::timed_mutex> lock(nccl_mu_);
+        check_nccl(ncclCommGetAsyncError(comm, &r), "ncclCommGetAsyncError", file, line, comm);
+      }
       if (r != ncclInProgress) break;
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -192,9 +221,14 @@ void NcclCommunicator::settle(ncclComm_t comm, ncclResult_t r, const char* call,
                     size_, ") did not finish within ", limit, " s at ", source_path(file), ":",
                     line, ": a peer failed or cannot be reached; ",
                     setup ? "FSDP_NCCL_INIT_TIMEOUT_S" : "FSDP_NCCL_TIMEOUT_S", " sets the limit");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // A collective's group job settles in microseconds: a fixed 1 ms sleep
+      // would cost up to 1 ms a collective (gpt-350m issues ~78 a
+      // micro-batch) whenever NCCL answers ncclInProgress.
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
   }
+  std::lock_guard<std::timed_mutex> lock(nccl_mu_);  // ncclGetLastError reads comm's state
   check_nccl(r, call, file, line, comm);
 }
 
@@ -286,14 +320,22 @@ WorkHandle NcclCommunicator::do_barrier() {
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {
-  MPI_Comm sub = MPI_COMM_NULL;
-  {
-    WatchScope watch("NCCL group split (MPI_Comm_split)");
-    check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
-  }
-  // The child owns `sub` from here and splits inside its agreement with its
-  // peers, so a failure on one rank stops all.
-  return std::unique_ptr<Communicator>(new NcclCommunicator(*this, color, key, sub));
+  // The split is collective over this (the parent) group, so a failure in
+  // one new group is agreed across the parent too: the ranks of the other
+  // groups must not go on with a communicator their peers never got. A
+  // child made here is then destroyed (aborted) as the error unwinds.
+  std::unique_ptr<Communicator> child;
+  all_or_none(mpi_comm_, [&] {
+    MPI_Comm sub = MPI_COMM_NULL;
+    {
+      WatchScope watch("NCCL group split (MPI_Comm_split)");
+      check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
+    }
+    // The child owns `sub` from here and splits inside its agreement with
+    // its own group's peers.
+    child.reset(new NcclCommunicator(*this, color, key, sub));
+  });
+  return child;
 }
 
 void NcclCommunicator::wait_stream(StreamHandle producer) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "comm/communicator.h"
 
@@ -93,9 +94,14 @@ class NcclCommunicator final : public Communicator {
   // A non-blocking communicator may return ncclInProgress from any call; the
   // next call may only follow once ncclCommGetAsyncError says it settled.
   // Polls up to the timeout (set-up's when `setup` or before the watchdog
-  // exists), then throws naming the call and its site.
+  // exists), then throws naming the call and its site. Each poll holds
+  // nccl_mu_; the waits between polls start at microseconds (a collective's
+  // group job usually settles that fast) and back off to a millisecond.
   void settle(ncclComm_t comm, ncclResult_t r, const char* call, const char* file, int line,
               bool setup = false);
+  // The NCCL rank and size of comm_ must be MPI's in mpi_comm_: a split whose
+  // colors or keys went wrong would otherwise exchange the wrong shards.
+  void check_ranks_match();
   // Records completion of what was just enqueued and hands it to the watchdog.
   WorkHandle finish(const char* name);
   void release(bool abort) noexcept;
@@ -108,6 +114,12 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t producer_done_ = nullptr;
   float* barrier_scratch_ = nullptr;
   uint64_t seq_ = 0;
+  // Held around every NCCL call on comm_, by this thread and by the watchdog
+  // (with try_lock): NCCL's calls on one communicator must not overlap, and
+  // on a non-blocking one even ncclCommGetAsyncError frees state (the group
+  // job of the last collective), so two threads polling it is a double
+  // free. PyTorch's ProcessGroupNCCL guards the same calls.
+  std::timed_mutex nccl_mu_;
   std::unique_ptr<NcclWatchdog> watchdog_;
 };
 

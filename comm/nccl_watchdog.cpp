@@ -1,10 +1,12 @@
 #include "comm/nccl_watchdog.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
+#include "comm/bounded_abort.h"
 #include "comm/nccl_check.h"
 
 namespace fsdp {
@@ -17,11 +19,21 @@ CudaEvent::~CudaEvent() {
   if (event_) cudaEventDestroy(event_);
 }
 
-NcclWatchdog::NcclWatchdog(ncclComm_t comm, int device, int world_rank, double timeout_s,
-                           double poll_s)
+namespace {
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+}  // namespace
+
+NcclWatchdog::NcclWatchdog(ncclComm_t comm, std::timed_mutex& comm_lock, int device, int world_rank,
+                           double timeout_s, double poll_s)
     : comm_(comm),
+      comm_lock_(comm_lock),
       device_(device),
       world_rank_(world_rank),
+      host_(host_name()),
       timeout_(timeout_s),
       poll_(poll_s),
       thread_([this] { run(); }) {}
@@ -62,14 +74,25 @@ void NcclWatchdog::check() {
       continue;
     }
     const std::string what = std::string("NCCL collective ") + oldest.name + " #" +
-                             std::to_string(oldest.seq) + " on rank " + std::to_string(world_rank_);
+                             std::to_string(oldest.seq) + " on rank " +
+                             std::to_string(world_rank_) + " (host " + host_ + ")";
     if (e != cudaErrorNotReady)
       abort_job(what + " failed on the GPU: " + cudaGetErrorString(e) + "; aborting");
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
-    if (r != ncclSuccess) async = r;
-    if (async != ncclSuccess && async != ncclInProgress)
-      abort_job(what + " failed: " + ncclGetErrorString(async) + "; aborting");
+    // Busy: the training thread is inside NCCL on this communicator; its
+    // own call reports an error, or the next poll here does.
+    std::unique_lock<std::timed_mutex> comm(comm_lock_, std::try_to_lock);
+    if (comm.owns_lock()) {
+      ncclResult_t async = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+      if (r != ncclSuccess) async = r;
+      // NCCL's own account names the peer or transport that failed
+      const char* detail = ncclGetLastError(comm_);
+      const std::string why = std::string(ncclGetErrorString(async)) +
+                              (detail && *detail ? std::string(" (") + detail + ")" : "");
+      comm.unlock();
+      if (async != ncclSuccess && async != ncclInProgress)
+        abort_job(what + " failed: " + why + "; aborting");
+    }
     const std::chrono::duration<double> age = std::chrono::steady_clock::now() - oldest.posted;
     if (age > timeout_) {
       char secs[32];
@@ -81,11 +104,29 @@ void NcclWatchdog::check() {
 }
 
 void NcclWatchdog::abort_job(const std::string& line) {
+  // The line first and whole: whatever the abort does next must not hide it.
   std::fprintf(stderr, "fsdptrain: error: %s\n", line.c_str());
   std::fflush(stderr);
-  ncclCommAbort(comm_);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();  // MPI_Abort does not return; this is for an MPI that does
+  // Bounds: the lock is free within microseconds unless an NCCL call hangs;
+  // ncclCommAbort and MPI_Abort take well under a second when they work.
+  const ncclComm_t comm = comm_;
+  const int device = device_;
+  const AbortOutcome out = abort_bounded(
+      comm_lock_,
+      [comm, device] {
+        cudaSetDevice(device);  // a thread of its own: the communicator's device
+        ncclCommAbort(comm);
+      },
+      [] { MPI_Abort(MPI_COMM_WORLD, 1); }, std::chrono::seconds(5), std::chrono::seconds(10));
+  // Only an MPI whose abort returned or hung gets here.
+  std::fprintf(stderr,
+               "fsdptrain: error: rank %d: MPI_Abort %s (the NCCL communicator was %s); exiting\n",
+               world_rank_, out.job_ended ? "returned" : "did not finish within 10 s",
+               out.comm_aborted ? "aborted"
+               : out.locked     ? "still aborting after 10 s"
+                                : "left alone: another thread was inside it");
+  std::fflush(stderr);
+  std::_Exit(1);
 }
 
 }  // namespace fsdp

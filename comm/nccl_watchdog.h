@@ -3,7 +3,14 @@
 // collective's completion event; when the oldest one has been outstanding
 // longer than the timeout, or NCCL reports an asynchronous error, it prints
 // one line, aborts the NCCL communicator (which unblocks this rank's GPU) and
-// MPI_Abort's the job (which takes down the ranks that are still waiting).
+// MPI_Abort's the job (which takes down the ranks that are still waiting),
+// each within a bound (comm/bounded_abort.h).
+//
+// The watchdog shares the communicator with the thread that issues
+// collectives, and NCCL's calls on one communicator must not overlap: both
+// take the communicator's lock around every NCCL call, the watchdog only
+// with try_lock (a busy communicator is asked again at the next poll; the
+// events and the clock need no lock).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +45,9 @@ class NcclWatchdog {
  public:
   // `world_rank` labels the message. The thread makes `device` current
   // because events and the communicator belong to that device's context.
-  NcclWatchdog(ncclComm_t comm, int device, int world_rank, double timeout_s, double poll_s);
+  // `comm_lock` is the communicator's (see above); it outlives the watchdog.
+  NcclWatchdog(ncclComm_t comm, std::timed_mutex& comm_lock, int device, int world_rank,
+               double timeout_s, double poll_s);
   ~NcclWatchdog();  // stops and joins the thread; never aborts
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
@@ -60,7 +69,9 @@ class NcclWatchdog {
   [[noreturn]] void abort_job(const std::string& line);
 
   ncclComm_t comm_;
+  std::timed_mutex& comm_lock_;
   int device_, world_rank_;
+  std::string host_;  // names this rank's node in the message
   std::chrono::duration<double> timeout_, poll_;
   std::mutex mu_;
   std::condition_variable cv_;

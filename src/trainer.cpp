@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "comm/watchdog.h"
+#include "common/test_hooks.h"
 #include "shard/memory_plan.h"
 #include "src/backend.h"
 #include "src/checkpointing.h"
@@ -88,6 +89,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   Device device = Device::cpu;
   all_or_none(W, [&] {
     device = resolve_device(o_);  // a configuration error before any file is created
+    test_hooks::stall_spec();     // a malformed FSDP_TEST_STALL, as early
     if (lead_) metrics_.open(o_.run.metrics);
   });
   // Evaluation only reads a checkpoint (saves are renamed into place whole),
@@ -108,6 +110,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
   if (o_.run.profile_ops) profiler_ = std::make_unique<OpProfiler>(*ops_);
+  // Tests only: on a GPU the hook sits in the NCCL set-up (comm/nccl_communicator.cpp).
+  if (device != Device::cuda) test_hooks::stall_at_init(world_.rank);
   groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
@@ -294,6 +298,7 @@ StepLoss Trainer::train_step(int step) {
   // Tests only (tests/src/rerun_test.py): a fault of this rank's device,
   // once: its loss and gradients 10x, or its gradients Inf; or of the
   // exchange, the reduced loss 10x.
+  test_hooks::stall_at_step(world_.rank, step + 1);  // FSDP_TEST_STALL
   const bool fault = reads(test_fault_.position);
   if (fault) test_fault_.position = -1;
   const bool device_fault = fault && !test_fault_.exchange;
@@ -309,7 +314,6 @@ StepLoss Trainer::train_step(int step) {
     count += double(model_->loss_count());
   }
   loader_->end_step();
-  (void)step;
   if (device_fault && !test_fault_.gradient_only) loss_sum *= 10;
   auto [s, c] = global_sum(loss_sum, count);
   if (fault && test_fault_.exchange) s *= 10;

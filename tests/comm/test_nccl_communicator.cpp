@@ -1,5 +1,6 @@
 // The NCCL communicator on real GPUs against host computations. Skips (on
-// every rank alike) where there is no GPU or fewer GPUs than ranks on the node.
+// every rank alike) where there is no GPU, or where ranks share a GPU without
+// each its own NCCL_HOSTID.
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -7,12 +8,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -28,22 +31,28 @@ namespace {
 using fsdp::testing::from_bf16;
 using fsdp::testing::to_bf16;
 
-// Decided once, collectively, so all ranks skip or none does.
+// Decided once, collectively, so all ranks skip or none does. Several ranks
+// may share a GPU when each has its own NCCL_HOSTID (bench/cuda/nccl_rank.sh):
+// check_devices_distinct, fsdptrain's own gate, judges that.
 const std::string& gpu_skip_reason() {
   static const std::string reason = [] {
     WorldInfo w = world_info();
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    int usable = e == cudaSuccess && count >= w.local_size ? 1 : 0;
+    const bool shared_gpu = e == cudaSuccess && count >= 1 && count < w.local_size;
+    int usable = e == cudaSuccess && count >= 1 ? 1 : 0;
     int all_usable = 0;
     MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all_usable) {
-      select_device(w);
-      return std::string();
+    if (!all_usable)
+      return std::string("no CUDA device: ") +
+             (e != cudaSuccess ? cudaGetErrorString(e) : "none visible on a rank");
+    select_device(w, shared_gpu);
+    try {
+      check_devices_distinct(false);
+    } catch (const Error& err) {
+      return "ranks share a GPU without NCCL_HOSTID per rank: " + std::string(err.what());
     }
-    if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
-    return "a rank has fewer GPUs than ranks on its node (" + std::to_string(count) + " for " +
-           std::to_string(w.local_size) + ")";
+    return std::string();
   }();
   return reason;
 }
@@ -243,6 +252,34 @@ TEST(NcclCommunicator, ProcessGroupsOnNccl) {
   one.upload({float(me + 1)});
   g.shard->all_reduce(one.get(), 1, DType::f32, ReduceOp::sum)->wait();
   EXPECT_EQ(one.download()[0], float(p * (p + 1) / 2));
+}
+
+// NCCL's calls on one communicator must not overlap, and on a non-blocking
+// one even ncclCommGetAsyncError frees state (the last collective's group
+// job): the watchdog's poll and the caller's settle on two threads were a
+// double free. Here the watchdog polls every 10 us while ~20k small
+// all-reduces are enqueued behind a comm stream held by a sleeping host
+// function, where an unguarded pair crashes, corrupts the heap or hangs.
+// One rank: over loopback sockets (several ranks on one GPU) each collective
+// takes milliseconds, and the race is the same.
+TEST(NcclCommunicator, WatchdogAndCallerShareTheCommunicator) {
+  SKIP_WITHOUT_GPU();
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  if (p > 1) GTEST_SKIP() << "a one-rank stress case (" << p << " ranks here)";
+  NcclOptions o = NcclOptions::from_env();
+  o.poll_interval_s = 1e-5;
+  NcclCommunicator c(MPI_COMM_WORLD, o);
+  const size_t n = 64;
+  DeviceBuffer buf(DType::f32, n);
+  buf.upload(pattern(0, n));
+  cuda(cudaLaunchHostFunc(
+      c.stream(), [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+      nullptr));
+  WorkHandle last;
+  for (int k = 0; k < 20000; ++k) last = c.all_reduce(buf.get(), n, DType::f32, ReduceOp::max);
+  last->wait();
+  expect_near(buf.download(), pattern(0, n), "20000 all_reduce max on one rank");
 }
 
 TEST(NcclCommunicator, RejectsIntegerAverage) {

@@ -11,7 +11,10 @@ a bound, with a message; a stop signal to mpirun checkpoints and exits 0.
   --resume auto continues from it;
 - a stop already pending when the program starts (a preemption during
   set-up, or a --signal lead longer than the job): exit 3 before any step,
-  nothing saved, so a batch script does not requeue it forever.
+  nothing saved, so a batch script does not requeue it forever;
+- a rank that stops calling collectives (the test hook FSDP_TEST_STALL, which
+  GPU check group n uses with real NCCL), at a step and in set-up: the live
+  ranks name their wait, the job ends.
 Every wait is bounded, so a hang fails the test instead of stalling CI."""
 import json
 import os
@@ -197,6 +200,27 @@ rc, out, err, secs = finish(blocked, BOUND_S)
 check(rc == 3 and "before the first step" in out and not records("early", "loss") and
       not records("early", "checkpoint"),
       f"stop pending at start: exit {rc} (want 3), no step, nothing saved: {out.strip()[-200:]}")
+
+# 6. A rank that stops calling collectives, as a hung peer does, but alive
+# (unlike SIGSTOP, its own watchdog runs): at the start of step 3, and in
+# set-up before the process groups. A malformed value is one error line.
+for where in ("3", "init"):
+    p = start("stall_" + where, env={"FSDP_TEST_STALL": "2:" + where})
+    rc, out, err, secs = finish(p, BOUND_S)
+    lines = [l for l in err.splitlines() if l.startswith("fsdptrain: error: rank ")]
+    print("\n".join(lines))
+    check(rc is not None and rc != 0,
+          f"FSDP_TEST_STALL=2:{where}: job ended (exit {rc}) in {secs:.1f} s (hang if None)")
+    check("fsdptrain: test: rank 2 stalls" in err, f"stall at {where}: rank 2 says it stalls")
+    check(any(f"did not complete in {LIMIT_S} s" in l and "dead or hung" in l for l in lines) and
+          all("rank 2:" not in l for l in lines),
+          f"stall at {where}: a live rank names its wait, the stalled rank 2 blames no one")
+r = subprocess.run(command("stall_bad", steps=2), capture_output=True, text=True, timeout=300,
+                   env=dict(os.environ, FSDP_TEST_STALL="2:soon"))
+errors = [l for l in r.stderr.splitlines() if l.startswith("fsdptrain: error:")]
+check(r.returncode != 0 and len(errors) >= 1 and all("FSDP_TEST_STALL '2:soon'" in l for l in errors)
+      and not records("stall_bad", "loss"),
+      f"FSDP_TEST_STALL=2:soon: refused before any step (exit {r.returncode}): {errors[:1]}")
 
 print(f"{0 if failures else 1} passed, {len(failures)} failed")
 for f in failures:
