@@ -404,7 +404,10 @@ void Trainer::warm_up() {
   auto work_start = t0;  // the first pass builds plans; the work is counted after it
   while (!o_.eval.only) {
     const int m = settle_s > 0 ? ops_->mark() : 0;
-    engine_->forward_backward();
+    // As a step's last micro-batch: with hybrid sharding its all-reduce
+    // across replicas then connects that communicator here too (NCCL
+    // connects on first use), not in the middle of step 1's backward.
+    engine_->forward_backward(/*last_of_step=*/true);
     engine_->discard_gradients();
     ++passes;
     if (settle_s == 0) break;
