@@ -7,7 +7,7 @@
 
 namespace fsdp {
 
-void all_or_none(MPI_Comm comm, const std::function<void()>& step) {
+void all_or_none(MPI_Comm comm, const std::function<void()>& step, WatchLimit limit) {
   std::exception_ptr failure;
   try {
     step();
@@ -27,7 +27,7 @@ void all_or_none(MPI_Comm comm, const std::function<void()>& step) {
       what += " after this rank failed";
     }
   {
-    WatchScope watch(what);
+    WatchScope watch(what, limit);
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
   }
   if (failure) std::rethrow_exception(failure);

@@ -9,6 +9,7 @@
 
 #include <functional>
 
+#include "comm/watchdog.h"
 #include "common/error.h"
 
 namespace fsdp {
@@ -18,7 +19,10 @@ class PeerFailed : public Error {
   PeerFailed() : Error("another rank failed during set-up") {}
 };
 
-// Collective over comm.
-void all_or_none(MPI_Comm comm, const std::function<void()>& step);
+// Collective over comm. The agreement waits for the peers under the
+// collective watchdog, up to `limit` when given (a set-up step with a
+// timeout of its own, such as NCCL's init: a peer that never arrives should
+// not take the watchdog's much longer limit on top).
+void all_or_none(MPI_Comm comm, const std::function<void()>& step, WatchLimit limit = {});
 
 }  // namespace fsdp

@@ -168,11 +168,14 @@ void NcclCommunicator::set_up(const std::function<void()>& create) {
     check_mpi(MPI_Comm_rank(mpi_comm_, &rank_), "MPI_Comm_rank");
     check_mpi(MPI_Comm_size(mpi_comm_, &size_), "MPI_Comm_size");
     check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
-    all_or_none(mpi_comm_, [&] {
-      FSDP_CUDA_CHECK(cudaGetDevice(&device_));
-      create();
-      finish_setup();
-    });
+    all_or_none(
+        mpi_comm_,
+        [&] {
+          FSDP_CUDA_CHECK(cudaGetDevice(&device_));
+          create();
+          finish_setup();
+        },
+        setup_limit());
   } catch (...) {
     release(/*abort=*/true);
     throw;
@@ -325,16 +328,19 @@ std::unique_ptr<Communicator> NcclCommunicator::do_split(int color, int key) {
   // groups must not go on with a communicator their peers never got. A
   // child made here is then destroyed (aborted) as the error unwinds.
   std::unique_ptr<Communicator> child;
-  all_or_none(mpi_comm_, [&] {
-    MPI_Comm sub = MPI_COMM_NULL;
-    {
-      WatchScope watch("NCCL group split (MPI_Comm_split)");
-      check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
-    }
-    // The child owns `sub` from here and splits inside its agreement with
-    // its own group's peers.
-    child.reset(new NcclCommunicator(*this, color, key, sub));
-  });
+  all_or_none(
+      mpi_comm_,
+      [&] {
+        MPI_Comm sub = MPI_COMM_NULL;
+        {
+          WatchScope watch("NCCL group split (MPI_Comm_split)");
+          check_mpi(MPI_Comm_split(mpi_comm_, color, key, &sub), "MPI_Comm_split");
+        }
+        // The child owns `sub` from here and splits inside its agreement with
+        // its own group's peers.
+        child.reset(new NcclCommunicator(*this, color, key, sub));
+      },
+      setup_limit());
   return child;
 }
 

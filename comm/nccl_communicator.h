@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 
 namespace fsdp {
 
@@ -91,6 +92,10 @@ class NcclCommunicator final : public Communicator {
   void set_up(const std::function<void()>& create);
   // Buffers, streams, the watchdog: everything after the ncclComm_t exists.
   void finish_setup();
+  // How long set-up's agreement waits for a peer: a rank whose init timed
+  // out tells the others within another init timeout, not the collective
+  // watchdog's (by default 600 s).
+  WatchLimit setup_limit() const { return {options_.init_timeout_s, "FSDP_NCCL_INIT_TIMEOUT_S"}; }
   // A non-blocking communicator may return ncclInProgress from any call; the
   // next call may only follow once ncclCommGetAsyncError says it settled.
   // Polls up to the timeout (set-up's when `setup` or before the watchdog

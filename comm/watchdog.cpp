@@ -55,10 +55,13 @@ Watchdog::~Watchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t Watchdog::enter(std::string what) {
+uint64_t Watchdog::enter(std::string what, WatchLimit limit) {
+  const auto scope_limit =
+      limit.seconds > 0 ? std::chrono::duration<double>(limit.seconds) : limit_;
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  open_.emplace(id, Scope{std::move(what), Clock::now()});
+  open_.emplace(id, Scope{std::move(what), Clock::now(), scope_limit,
+                          limit.seconds > 0 ? limit.setting : "FSDP_COLLECTIVE_TIMEOUT_S"});
   return id;
 }
 
@@ -74,18 +77,22 @@ bool Watchdog::check(Clock::time_point now) {
   std::string message;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (fired_ || open_.empty()) return false;
-    const Scope& oldest = open_.begin()->second;
-    const std::chrono::duration<double> age = now - oldest.entered;
-    if (age <= limit_) return false;
+    if (fired_) return false;
+    const Scope* expired = nullptr;
+    for (const auto& [id, scope] : open_)  // oldest first: ids grow
+      if (now - scope.entered > scope.limit) {
+        expired = &scope;
+        break;
+      }
+    if (!expired) return false;
     fired_ = true;
     // Which peer never arrived cannot be learnt from here without talking to
     // it, and a stopped peer cannot answer; what each rank can say for sure
     // is what it was waiting in, and the ranks that time out print that.
-    message = "rank " + std::to_string(rank_) + ": " + oldest.what + " did not complete in " +
-              seconds_text(limit_.count()) + " s (FSDP_COLLECTIVE_TIMEOUT_S)";
+    message = "rank " + std::to_string(rank_) + ": " + expired->what + " did not complete in " +
+              seconds_text(expired->limit.count()) + " s (" + expired->setting + ")";
     const Scope& newest = open_.rbegin()->second;
-    if (open_.size() > 1) message += ", waiting in " + newest.what;
+    if (&newest != expired) message += ", waiting in " + newest.what;
     message +=
         "; a peer rank is dead or hung (stopped, deadlocked or stuck on I/O), or this rank's "
         "I/O is stuck";
@@ -141,12 +148,13 @@ void start_collective_watchdog(int rank, double limit_s) {
   g_watchdog.store(new Watchdog(rank, limit_s, poll_s, abort_job));
 }
 
-WatchScope::WatchScope(std::string what) : watchdog_(g_watchdog.load()) {
-  if (watchdog_) id_ = watchdog_->enter(std::move(what));
+WatchScope::WatchScope(std::string what, WatchLimit limit) : watchdog_(g_watchdog.load()) {
+  if (watchdog_) id_ = watchdog_->enter(std::move(what), limit);
 }
 
-WatchScope::WatchScope(Watchdog& watchdog, std::string what) : watchdog_(&watchdog) {
-  id_ = watchdog_->enter(std::move(what));
+WatchScope::WatchScope(Watchdog& watchdog, std::string what, WatchLimit limit)
+    : watchdog_(&watchdog) {
+  id_ = watchdog_->enter(std::move(what), limit);
 }
 
 WatchScope::~WatchScope() {

@@ -20,6 +20,13 @@
 
 namespace fsdp {
 
+// A scope's own limit, shorter than the watchdog's: a set-up wait bounded
+// by a setting of its own (NCCL's init timeout), named in the message.
+struct WatchLimit {
+  double seconds = 0;  // 0: the watchdog's limit (FSDP_COLLECTIVE_TIMEOUT_S)
+  const char* setting = "FSDP_COLLECTIVE_TIMEOUT_S";
+};
+
 class Watchdog {
  public:
   using Clock = std::chrono::steady_clock;
@@ -34,11 +41,13 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  uint64_t enter(std::string what);
+  // `limit`: the scope's own (see WatchLimit), else the watchdog's.
+  uint64_t enter(std::string what, WatchLimit limit = {});
   void leave(uint64_t id);
 
   // Fires the handler (at most once per watchdog) when the oldest open scope
-  // has been open longer than the limit at `now`; returns whether it fired.
+  // past its limit at `now` has been open longer than it; returns whether
+  // it fired.
   bool check(Clock::time_point now);
 
   // This process did not run for `d` (SIGSTOP, a suspended machine): that
@@ -53,6 +62,8 @@ class Watchdog {
   struct Scope {
     std::string what;
     Clock::time_point entered;
+    std::chrono::duration<double> limit;
+    const char* setting;
   };
 
   void run();
@@ -80,8 +91,9 @@ void start_collective_watchdog(int rank, double limit_s);
 
 class WatchScope {
  public:
-  explicit WatchScope(std::string what);  // on the process-wide watchdog
-  WatchScope(Watchdog& watchdog, std::string what);
+  // On the process-wide watchdog.
+  explicit WatchScope(std::string what, WatchLimit limit = {});
+  WatchScope(Watchdog& watchdog, std::string what, WatchLimit limit = {});
   ~WatchScope();
   WatchScope(const WatchScope&) = delete;
   WatchScope& operator=(const WatchScope&) = delete;

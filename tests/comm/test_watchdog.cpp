@@ -1,8 +1,6 @@
 // The collective watchdog decides on times it is given (check(now)), so these
 // tests hand it times instead of sleeping; one test runs the real monitor
 // thread, bounded by a generous wait, never asserting on durations.
-#include "comm/watchdog.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/watchdog.h"
 #include "common/error.h"
 
 namespace fsdp {
@@ -64,6 +63,39 @@ TEST(Watchdog, NamesTheOldestScopeWhatItWaitsInAndTheLastCompleted) {
   EXPECT_NE(m.find("rank 1: checkpoint save of step 6 did not complete"), std::string::npos) << m;
   EXPECT_NE(m.find("waiting in MPI all_reduce #5"), std::string::npos) << m;
   EXPECT_NE(m.find("last completed wait was MPI all_reduce #4"), std::string::npos) << m;
+}
+
+// A set-up wait bounded by a setting of its own (NCCL's init timeout) fires
+// at its limit and names that setting, while scopes around it keep theirs.
+TEST(Watchdog, AScopeWithItsOwnLimitFiresAtItAndNamesItsSetting) {
+  Recorder r;
+  Watchdog w(0, 600.0, 0, r.handler());
+  WatchScope outer(w, "checkpoint load");
+  WatchScope agree(w, "agreeing on a set-up step's outcome", {20.0, "FSDP_NCCL_INIT_TIMEOUT_S"});
+  const auto t = Clock::now();
+  EXPECT_FALSE(w.check(t + 19s));
+  EXPECT_TRUE(w.check(t + 21s));
+  ASSERT_EQ(r.messages.size(), 1u);
+  const std::string& m = r.messages[0];
+  EXPECT_NE(m.find("rank 0: agreeing on a set-up step's outcome did not complete in 20 s "
+                   "(FSDP_NCCL_INIT_TIMEOUT_S)"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("waiting in"), std::string::npos) << "the expired scope is the newest: " << m;
+}
+
+TEST(Watchdog, ScopesWithoutTheirOwnLimitKeepTheWatchdogs) {
+  Recorder r;
+  Watchdog w(0, 10.0, 0, r.handler());
+  WatchScope longer(w, "a long set-up wait", {100.0, "SOME_LIMIT_S"});
+  WatchScope ordinary(w, "MPI all_reduce #3");
+  const auto t = Clock::now();
+  EXPECT_TRUE(w.check(t + 11s));
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_NE(r.messages[0].find("MPI all_reduce #3 did not complete in 10 s "
+                               "(FSDP_COLLECTIVE_TIMEOUT_S)"),
+            std::string::npos)
+      << r.messages[0];
 }
 
 TEST(Watchdog, TimeThisProcessDidNotRunDoesNotCount) {
