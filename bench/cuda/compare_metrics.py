@@ -9,6 +9,10 @@ writes it). A loss of null (fsdptrain writes NaN/Inf as null) always fails.
         max relative loss difference over the steps both files have;
         exit 1 above the tolerance (or on a non-finite loss), 2 when the
         files share fewer than --min-common steps.
+  compare_metrics.py compare A.jsonl B.jsonl --field loss --field grad_norm
+        the same for each field named (default loss alone), one verdict line
+        joining theirs; exit is the worst. Still only the lines with a "loss"
+        (training steps); a step without the field is left out.
   compare_metrics.py compare A.jsonl B.jsonl --bitwise
         every common step's loss must be identical as written (%.9g, which
         round-trips a float32: equal text means equal bits of the loss).
@@ -43,10 +47,11 @@ import sys
 import tempfile
 
 
-def read_losses(path):
-    """{step: loss (float, or None for non-finite)} from a metrics file. A
-    step written twice (a metrics file appended to by a resumed run) keeps
-    its last value, as that is the run that continued."""
+def read_losses(path, field="loss"):
+    """{step: loss (float, or None for non-finite)} from a metrics file, or
+    {step: that field's value} of the same lines. A step written twice (a
+    metrics file appended to by a resumed run) keeps its last value, as that
+    is the run that continued."""
     out = {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -57,9 +62,9 @@ def read_losses(path):
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SystemExit(f"compare_metrics: {path}:{n}: not JSON ({e})")
-            if "loss" not in rec or "step" not in rec:
+            if "loss" not in rec or "step" not in rec or field not in rec:
                 continue
-            v = rec["loss"]
+            v = rec[field]
             out[int(rec["step"])] = float(v) if v is not None and math.isfinite(float(v)) else None
     return out
 
@@ -90,9 +95,10 @@ def rel(a, b):
 
 
 def compare(a_path, b_path, tolerance=2e-2, bitwise=False, steps=None, window=1, min_common=1,
-            quiet=False):
+            quiet=False, field="loss"):
     """Returns (exit code, one-line verdict)."""
-    a, b = read_losses(a_path), read_losses(b_path)
+    a, b = read_losses(a_path, field), read_losses(b_path, field)
+    name = field.replace("_", " ")
     lo, hi = parse_range(steps)
     common = sorted(s for s in a.keys() & b.keys() if lo <= s <= hi)
     if len(common) < min_common:
@@ -100,7 +106,7 @@ def compare(a_path, b_path, tolerance=2e-2, bitwise=False, steps=None, window=1,
                    f"{os.path.basename(a_path)} has {len(a)}, {os.path.basename(b_path)} has {len(b)}")
     bad = [s for s in common if a[s] is None or b[s] is None]
     if bad:
-        return 1, f"non-finite loss at step(s) {bad[:5]}"
+        return 1, f"non-finite {name} at step(s) {bad[:5]}"
     if bitwise:
         diff = [s for s in common if a[s] != b[s]]
         worst = max(common, key=lambda s: rel(a[s], b[s]))
@@ -108,9 +114,11 @@ def compare(a_path, b_path, tolerance=2e-2, bitwise=False, steps=None, window=1,
             for s in common:
                 print(f"  step {s:5d}  {a[s]:.9g}  {b[s]:.9g}{'  <-- differs' if a[s] != b[s] else ''}")
         if diff:
-            return 1, (f"{len(diff)}/{len(common)} steps differ (first at step {diff[0]}); "
+            return 1, (f"{len(diff)}/{len(common)} steps differ{'' if field == 'loss' else ' in ' + name} "
+                       f"(first at step {diff[0]}); "
                        f"max rel diff {rel(a[worst], b[worst]):.3e} at step {worst}")
-        return 0, f"bitwise identical over {len(common)} steps ({common[0]}..{common[-1]})"
+        return 0, (f"{'' if field == 'loss' else name + ' '}bitwise identical over {len(common)} steps "
+                   f"({common[0]}..{common[-1]})")
     # windowed means: consecutive groups of `window` common steps
     groups = [common[i:i + window] for i in range(0, len(common), window)]
     if window > 1 and len(groups) > 1 and len(groups[-1]) < window:
@@ -127,12 +135,18 @@ def compare(a_path, b_path, tolerance=2e-2, bitwise=False, steps=None, window=1,
             worst, worst_at = d, g
     per_step = max(rel(a[s], b[s]) for s in common)
     what = (f"step {worst_at[0]}" if len(worst_at) == 1 else f"steps {worst_at[0]}..{worst_at[-1]}")
-    msg = (f"max rel loss diff {worst:.3e} at {what} over {len(common)} common steps "
+    msg = (f"max rel {name} diff {worst:.3e} at {what} over {len(common)} common steps "
            f"({common[0]}..{common[-1]}{f', window {window}' if window > 1 else ''}; "
            f"tolerance {tolerance:g})")
     if window > 1:
         msg += f"; per-step max {per_step:.3e}"
     return (0 if worst <= tolerance else 1), msg
+
+
+def compare_fields(a_path, b_path, fields=("loss",), **kw):
+    """compare() for each field: the worst exit code, the verdicts joined."""
+    results = [compare(a_path, b_path, field=f, **kw) for f in fields]
+    return max(c for c, _ in results), "; ".join(m for _, m in results)
 
 
 def falls(path, ratio=0.75, last=20):
@@ -185,11 +199,14 @@ def follows(ref_path, new_path, val_tolerance=1e-2, window=50, after=100, window
 def selftest():
     d = tempfile.mkdtemp(prefix="compare_metrics_")
 
-    def write(name, rows, extra=()):
+    def write(name, rows, extra=(), norms=None):
         p = os.path.join(d, name)
         with open(p, "w") as f:
             for s, l in rows:
-                f.write(json.dumps({"step": s, "loss": l, "lr": 1e-3}) + "\n")
+                rec = {"step": s, "loss": l, "lr": 1e-3}
+                if norms:
+                    rec["grad_norm"] = norms(s)
+                f.write(json.dumps(rec) + "\n")
             for e in extra:
                 f.write(json.dumps(e) + "\n")
         return p
@@ -233,6 +250,19 @@ def selftest():
         (follows(ref, early)[0], 0, "one before step 100 is not judged"),
         (follows(ref, b)[0], 2, "files without validation loss: exit 2"),
     ]
+    g = write("g.jsonl", base, norms=lambda s: 2.0 - s / 40)
+    g_off = write("g_off.jsonl", base, norms=lambda s: (2.0 - s / 40) * (1.01 if s == 7 else 1))
+    g_loss = write("g_loss.jsonl", [(s, l * (1 + 1e-3)) for s, l in base], norms=lambda s: 2.0 - s / 40)
+    both = ("loss", "grad_norm")
+    checks += [
+        (compare(g, g_off, 1e-3, quiet=True)[0], 0, "by default only the loss counts"),
+        (compare(g, g_off, 1e-3, quiet=True, field="grad_norm")[0], 1, "a grad_norm 1e-2 off fails 1e-3"),
+        (compare_fields(g, g_off, both, tolerance=1e-3, quiet=True)[0], 1, "two fields: either fails"),
+        (compare_fields(g, g_loss, both, tolerance=5e-4, quiet=True)[0], 1, "... the loss too"),
+        (compare_fields(g, g_loss, both, tolerance=2e-3, quiet=True)[0], 0, "both inside passes"),
+        (compare_fields(g, a, both, quiet=True)[0], 2, "a file without grad_norm: too few common steps"),
+        (compare_fields(g, g, both, bitwise=True, quiet=True)[0], 0, "bitwise in both fields"),
+    ]
     bad = 0
     for got, want, what in checks:
         ok = got == want
@@ -254,6 +284,8 @@ def main():
     c.add_argument("--window", type=int, default=1)
     c.add_argument("--min-common", type=int, default=1)
     c.add_argument("--quiet", action="store_true", help="only the verdict line")
+    c.add_argument("--field", action="append",
+                   help="metrics field to compare (repeatable; default loss): e.g. grad_norm")
     f = sub.add_parser("falls", help="the loss must fall")
     f.add_argument("a")
     f.add_argument("--ratio", type=float, default=0.75)
@@ -271,8 +303,9 @@ def main():
         return selftest()
     try:
         if a.cmd == "compare":
-            code, msg = compare(a.a, a.b, a.tolerance, a.bitwise, a.steps, max(1, a.window), a.min_common,
-                                a.quiet)
+            code, msg = compare_fields(a.a, a.b, tuple(a.field or ["loss"]), tolerance=a.tolerance,
+                                       bitwise=a.bitwise, steps=a.steps, window=max(1, a.window),
+                                       min_common=a.min_common, quiet=a.quiet)
         elif a.cmd == "follows":
             code, msg = follows(a.ref, a.new, a.val_tolerance, a.window, a.after, a.window_tolerance)
         else:

@@ -16,9 +16,45 @@
 # in it is newer than the archive (xz -9e is most of a fresh run's time).
 # Knobs: BUILD_DIR (default ./build-gpu-bundle; never ./build, which another
 # build may be using), GPU_NODE_DIR (default ../shared/gpu-node), FORCE=1.
+#
+# A CPU rehearsal needs none of that: REHEARSAL_FROM=build copies an existing
+# build's programs (a snapshot: that build may be remade meanwhile) into a
+# bundle that runs only on this machine (its own libraries and mpirun), in
+# CARRY (default /tmp/rehearsal_carry; never .gpu_carry, so it cannot travel
+# to a GPU by mistake); nothing is built:
+#   REHEARSAL_FROM=build bash bench/cuda/prepare_carry.sh
+#   CARRY=/tmp/rehearsal_carry CHECK_DEVICE=cpu STEPS=n bash bench/cuda/run_gpu_checks.sh
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+
+if [ -n "${REHEARSAL_FROM:-}" ]; then
+  from=$(cd "$REHEARSAL_FROM" && pwd)
+  out=${CARRY:-/tmp/rehearsal_carry}
+  mkdir -p "$out" && out=$(cd "$out" && pwd)
+  [ "$out" != "$root/.gpu_carry" ] || { echo "prepare_carry: error: a rehearsal carry must not be .gpu_carry" >&2; exit 1; }
+  [ -x "$from/src/fsdptrain" ] || { echo "prepare_carry: error: no $from/src/fsdptrain" >&2; exit 1; }
+  stage=$out/stage/fsdp-bundle
+  rm -rf "$out/stage" "$out/fsdp-bundle.tar.xz" && mkdir -p "$stage/bin" "$out/example"
+  for p in src/fsdptrain tests/model/cuda/test_cuda_ops tests/model/cuda/test_cuda_model \
+           tests/comm/test_comm_nccl_communicator bench/cuda/bench_cuda_ops; do
+    if [ -x "$from/$p" ]; then cp "$from/$p" "$stage/bin/"; else echo "prepare_carry: (no $from/$p)"; fi
+  done
+  cat > "$stage/env.sh" <<'ENV'
+# A rehearsal bundle (prepare_carry.sh REHEARSAL_FROM): programs of a build on
+# this machine, which has their libraries and mpirun itself.
+export _FSDP_ORIG_SET=1 _FSDP_ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+export PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/bin:$PATH"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "fsdp-bundle: rehearsal: $(command -v fsdptrain)" >&2
+ENV
+  XZ_OPT=-1 tar -cJf "$out/fsdp-bundle.tar.xz" -C "$out/stage" fsdp-bundle && rm -rf "$out/stage"
+  bash tools/make_example.sh "$out/example"
+  { echo "rehearsal carry: programs of $from, $(date -u +%FT%TZ) (HEAD $(git rev-parse --short HEAD), working tree as it is)"
+    (cd "$from" && sha256sum src/fsdptrain | sed 's/^/  /'); } > "$out/BUILD_INFO.txt"
+  echo "prepare_carry: ready: CARRY=$out CHECK_DEVICE=cpu bash bench/cuda/run_gpu_checks.sh"
+  exit 0
+fi
 build=${BUILD_DIR:-$root/build-gpu-bundle}
 node=${GPU_NODE_DIR:-$root/../shared/gpu-node}
 carry=$root/.gpu_carry

@@ -15,8 +15,10 @@
 # its own log, and prints one line: PASS, FAIL, SKIP (cannot apply here),
 # INFO (a measurement, not a verdict) or CUT (stopped at the end of BUDGET_S
 # past its usual time: no verdict, listed to rerun). The script goes on after failures.
-# Checks run in order of importance: bring-up (a, b), parity (c-f, m), run
-# control (t, bench/cuda/checks_t.sh), speed (g, h). A check whose usual
+# Checks run in order of importance: several real NCCL ranks on the one GPU
+# (n, bench/cuda/checks_n.sh: the multi-GPU path's first proof, under 4
+# minutes), bring-up (a, b), parity (c-f, m), run control (t,
+# bench/cuda/checks_t.sh), speed (g, h). A check whose usual
 # duration no longer fits in BUDGET_S is left out and named at the end with
 # the STEPS=... to finish it in a second call.
 #
@@ -32,10 +34,13 @@
 # Knobs (environment):
 #   STEPS="a c g3"     letters (groups) or check ids to run (default: all)
 #   FP8_RUNS, FP8_MODEL, FP8_BATCH, FP8_STEPS   group i's shapes (fp8, issue 13)
+#   N_TOL, N_BIG       group n's equivalence tolerance and second shape (checks_n.sh)
 #   BUDGET_S=540       seconds for the whole run (the tool's limit is 600 a call)
 #   CHECK_DEVICE=cpu   rehearsal on a machine without a GPU: every "GPU" run uses
 #                      --device cpu and tiny shapes, so the script's own logic
 #                      (runs, comparisons, RESULT lines) can be tested anywhere
+#                      (REHEARSAL_FROM=build bash bench/cuda/prepare_carry.sh
+#                      makes a CARRY for it from an existing build, in seconds)
 #   STAGED="--device-comm staged"   how several ranks share one GPU (check d)
 #   OUT, WORK (/tmp/gpu_work: runs, checkpoints), CARRY (.gpu_carry)
 set -uo pipefail
@@ -49,7 +54,7 @@ export CARRY=${CARRY:-$ROOT/.gpu_carry}
 export WORK=${WORK:-/tmp/gpu_work}
 export LOGS=$WORK/logs RUNS=$WORK/runs NOTES=$WORK/notes
 export BUDGET_S=${BUDGET_S:-540}
-STEPS=${STEPS:-a b c d e m t f g h i}
+STEPS=${STEPS:-n a b c d e m t f g h i}
 export PYTHONUNBUFFERED=1
 export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
 
@@ -477,11 +482,16 @@ chk_i3() {  # the profile of an fp8 step, into the logs
 # group t's checks (--time-budget, --eval-seq-len on the GPU)
 # shellcheck source=bench/cuda/checks_t.sh
 source "$ROOT/bench/cuda/checks_t.sh"
+# group n's checks and their rows, N_CHECKS (NCCL ranks sharing the GPU through
+# bench/cuda/nccl_rank.sh; a rehearsal runs them on MPI)
+# shellcheck source=bench/cuda/checks_n.sh
+source "$ROOT/bench/cuda/checks_n.sh"
 
 # ---- the check list: id | usual seconds on an H100 | limit | command | what --------------
 # Order is priority order. Usual seconds are guesses with start-up included;
 # a check starts only if they fit in what is left of BUDGET_S.
 CHECKS=(
+  "${N_CHECKS[@]}"
   "a1|20|120|chk_a1|test_cuda_ops: every CUDA op vs the CPU reference"
   "a2|20|150|chk_a2|test_cuda_model: whole model (tiny, gpt-350m-shaped) vs the CPU reference"
   "a3|10|60|chk_a3|test_comm_nccl_communicator on one rank"
