@@ -20,8 +20,8 @@ namespace fsdp::test_hooks {
 // WHERE and sleeps until it is killed, as a hung rank does:
 //   init  in the set-up of the device communicators: with NCCL after the
 //         unique id was shared and before ncclCommInitRankConfig (its peers
-//         then wait in NCCL's init and its timeout); on the CPU before the
-//         engine's process groups are made (its peers wait in MPI)
+//         then wait in NCCL's init and its timeout); otherwise (the CPU,
+//         --device-comm staged) before the process groups are made (in MPI)
 //   N     at the start of step N (1-based, as progress lines count), before
 //         its first micro-batch (its peers wait in a collective of step N)
 struct Stall {

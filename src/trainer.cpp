@@ -110,8 +110,9 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
   if (o_.run.profile_ops) profiler_ = std::make_unique<OpProfiler>(*ops_);
-  // Tests only: on a GPU the hook sits in the NCCL set-up (comm/nccl_communicator.cpp).
-  if (device != Device::cuda) test_hooks::stall_at_init(world_.rank);
+  // Tests only: over NCCL the hook sits in its set-up (comm/nccl_communicator.cpp).
+  const bool nccl = device == Device::cuda && o_.compute.device_comm != DeviceComm::staged;
+  if (!nccl) test_hooks::stall_at_init(world_.rank);
   groups_ = make_process_groups(Backend::mpi, shard_group_size_);
   // The engine's collectives run on device buffers over NCCL on a GPU (or
   // staged, --device-comm); the host groups above carry the scalars (losses,
