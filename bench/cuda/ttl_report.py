@@ -3,21 +3,25 @@
 
   ttl_report.py RUN.jsonl [RUN.jsonl ...] --ref torch_compile --device NAME
                 [--model gpt-350m] [--expected-steps SYS=N,...] [--png docs/time_to_loss.png]
+                [--tokens-per-step 16384]
 
 Each RUN is a --metrics file of bench/cuda/ttl_run.sh, named
 ttl_<system>.jsonl (ttl_torch_compile, ttl_fsdptrain_bf16, ttl_fsdptrain_bf16_muon,
-...). For each one
-line, in issue 30's format:
+ttl_torchtitan_bf16, ttl_torchtitan_fp8_rowwise, ...). For each one line, in
+issue 30's format:
 
   TTL system=fsdptrain precision=bf16 optimizer=adamw model=gpt-350m train_s=112.9
-      val_loss=2.7679 reach_ref_s=61.2 device=NVIDIA H100 80GB HBM3
+      val_loss=2.7679 reach_ref_s=61.2 tokens_per_s=145123 device=NVIDIA H100 80GB HBM3
 
 train_s is the training seconds at the last validation; reach_ref_s the
 training seconds at the first validation whose loss is at or below the
-reference system's final one (nan if never; the resolution is the
-validation interval). A reference run that stopped before its last step (cut
-by a time limit) has no final loss: its last validation stands in and the
-line says complete=false.
+reference's final one (nan if never; the resolution is the validation
+interval); tokens_per_s the steps to the last validation times
+--tokens-per-step over train_s. The reference is a run (--ref torch_compile)
+or a system's best run, the one with the lowest final loss (--ref
+best:torchtitan, issue 63). A reference run that stopped before its last
+step (cut by a time limit) has no final loss: its last validation stands in
+and the line says complete=false.
 
 Training seconds come from the validation lines' train_s. Metrics from an
 fsdptrain without that field (before 40176ba) are timed from the step lines:
@@ -70,7 +74,10 @@ def system_of(path):
 
 def describe(sys_name):
     """(system, precision, optimizer) of a run's name: torch_compile (bf16, AdamW),
-    fsdptrain_<precision> (AdamW) or fsdptrain_<precision>_muon."""
+    torchtitan_<precision> (AdamW; fp8_tensorwise, fp8_rowwise), fsdptrain_<precision>
+    (AdamW) or fsdptrain_<precision>_muon."""
+    if sys_name.startswith("torchtitan_"):
+        return "torchtitan", sys_name[len("torchtitan_"):], "adamw"
     if sys_name.startswith("torch"):
         return "torch_compile", "bf16", "adamw"
     parts = sys_name.split("_")
@@ -82,7 +89,10 @@ def describe(sys_name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--ref", default="torch_compile", help="the reference system (default torch_compile)")
+    ap.add_argument("--ref", default="torch_compile",
+                    help="the reference run (default torch_compile), or best:SYSTEM for that system's run "
+                    "with the lowest final loss")
+    ap.add_argument("--tokens-per-step", type=int, default=16 * 1024, help="global batch x sequence length")
     ap.add_argument("--device", required=True, help="nvidia-smi's name of the GPU")
     ap.add_argument("--model", default="gpt-350m")
     ap.add_argument("--expected-steps", default="", metavar="SYS=N,...",
@@ -91,17 +101,26 @@ def main():
     a = ap.parse_args()
     expected = dict(kv.split("=") for kv in a.expected_steps.split(",") if kv)
     runs = {system_of(p): load(p) for p in a.runs}
-    if a.ref not in runs:
-        sys.exit(f"ttl_report: error: no ttl_{a.ref}.jsonl among the runs")
-    ref_curve, ref_last = runs[a.ref]
+    ref = a.ref
+    if ref.startswith("best:"):
+        mine = [n for n in runs if describe(n)[0] == ref[len("best:"):]]
+        if not mine:
+            sys.exit(f"ttl_report: error: no run of system '{ref[len('best:'):]}' among the runs for --ref {ref}")
+        ref = min(mine, key=lambda n: runs[n][0][-1][1])
+        print(f"ttl_report: reference {ref} (the lowest final loss of {', '.join(sorted(mine))})")
+    if ref not in runs:
+        sys.exit(f"ttl_report: error: no ttl_{ref}.jsonl among the runs")
+    ref_curve, ref_last = runs[ref]
     ref_loss = ref_curve[-1][1]
     for sys_name, (curve, last_step) in runs.items():
         complete = not (sys_name in expected and last_step < int(expected[sys_name]))
         reach = next((t for t, v, _ in curve if v <= ref_loss), float("nan"))
         system, precision, optimizer = describe(sys_name)
+        train_s, val, step = curve[-1]
+        tok_s = f"{step * a.tokens_per_step / train_s:.0f}" if train_s > 0 else "nan"
         print(f"TTL system={system} precision={precision} optimizer={optimizer} model={a.model} "
-              f"train_s={curve[-1][0]:.1f} val_loss={curve[-1][1]:.4f} reach_ref_s="
-              f"{'nan' if math.isnan(reach) else f'{reach:.1f}'}"
+              f"train_s={train_s:.1f} val_loss={val:.4f} reach_ref_s="
+              f"{'nan' if math.isnan(reach) else f'{reach:.1f}'} tokens_per_s={tok_s}"
               f"{'' if complete else ' complete=false'} device={a.device}")
     if a.png:
         import matplotlib
@@ -113,7 +132,7 @@ def main():
             if sys_name in expected and last_step < int(expected[sys_name]):
                 label += f" (cut at step {last_step} of {expected[sys_name]})"
             ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", ms=3, label=label)
-        ax.axhline(ref_loss, color="grey", lw=0.8, ls=":", label=f"{a.ref}'s last: {ref_loss:.3f}")
+        ax.axhline(ref_loss, color="grey", lw=0.8, ls=":", label=f"{ref}'s last: {ref_loss:.3f}")
         ax.set_xlabel("training seconds (warm-up, compilation and evaluation excluded)")
         ax.set_ylabel("validation loss")
         ax.set_ylim(top=min(6.0, max(c[1] for r in runs.values() for c in r[0])))

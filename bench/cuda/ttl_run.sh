@@ -15,6 +15,32 @@
 #                --expected-steps torch_compile=950,fsdptrain_bf16=1250,fsdptrain_fp8=1300,\
 #                fsdptrain_bf16_muon=950,fsdptrain_fp8_muon=980 --png docs/time_to_loss.png
 #
+# torchtitan (issue 63; bench/cuda/titan_ttl.py): SYSTEMS titan (bf16 + compile),
+# titan_fp8_tensorwise and titan_fp8_rowwise (float8 through torchao), from the wheels
+# that bench/cuda/titan_wheels.sh put in .ttl_carry/titan_wheels (installed under WORK,
+# on PYTHONPATH for those runs alone). Each fixes its step count as fsdptrain's
+# --time-budget does: timed warmup steps, then the count that fills TITAN_BUDGET_S
+# seconds of training (default 95; STEPS_TITAN and STEPS_TITAN_FP8 are caps, or the
+# count itself with TITAN_BUDGET_S=0).
+# TTL_DEVICE=cpu rehearses the torch and torchtitan systems here (MODEL=tiny,
+# TTL_PYTHON a Python with torch; float8 rowwise needs a GPU):
+#   TTL_DEVICE=cpu TTL_PYTHON=<python with torch> SYSTEMS='titan titan_fp8_tensorwise' MODEL=tiny \
+#     VOCAB=256 BATCH=4 SEQ=64 TITAN_BUDGET_S=0 STEPS_TITAN=20 STEPS_TITAN_FP8=20 EVAL_EVERY=10 WARMUP=5 \
+#     TTL_CARRY=<folder with english_*.h5 and titan_wheels/> bash bench/cuda/ttl_run.sh
+# (tests/tools/test_titan_ttl.sh does this; the fsdptrain systems alone need the bundle)
+#
+# Issue 63's race in one session's 15 device minutes: six systems at ~95 s each do not
+# fit, so each gets ~50 s of training, in two calls on one warm machine (estimates:
+# a torchtitan run ~140 s with its compilation and evaluations, an fsdptrain run ~75 s):
+#   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh;
+#            bash bench/cuda/titan_wheels.sh; du -shc .gpu_carry .ttl_carry  (< 60 MiB)
+#   call 1:  SYSTEMS='titan titan_fp8_rowwise titan_fp8_tensorwise' TITAN_BUDGET_S=50 \
+#            TTL_GUARD_S=60 TORCH_LIMIT_S=190 bash bench/cuda/ttl_run.sh    (timeout_s 590)
+#   call 2:  SYSTEMS='bf16 fp8 muon' MUON_PRECISION=fp8 STEPS_BF16=3000 STEPS_FP8=3000 \
+#            STEPS_MUON=3000 FSDP_EXTRA='--time-budget 58s' FSDP_LIMIT_S=90 bash bench/cuda/ttl_run.sh
+#            (fsdptrain's budget also holds its set-up and evaluations, ~8 s)
+#   here:    ttl_report.py <both calls' ttl_*.jsonl> --ref best:torchtitan --device NAME --png ...
+#
 # Each system's step count is its budget times its speed at this shape on an
 # H100 (bench/results/h100_2026-11-26b: 100.8, 74.1, 70.8, 96.5 and 94.6 ms a
 # step), so each cosine schedule ends near the budget; on another GPU, set
@@ -31,6 +57,8 @@ TTL_CARRY=${TTL_CARRY:-$ROOT/.ttl_carry}
 MODEL=${MODEL:-gpt-350m} VOCAB=${VOCAB:-8192} BATCH=${BATCH:-16} SEQ=${SEQ:-1024}
 STEPS_TORCH=${STEPS_TORCH:-950} STEPS_BF16=${STEPS_BF16:-1250} STEPS_FP8=${STEPS_FP8:-1300}
 STEPS_MUON=${STEPS_MUON:-950}   # 980 with MUON_PRECISION=fp8
+STEPS_TITAN=${STEPS_TITAN:-3000} STEPS_TITAN_FP8=${STEPS_TITAN_FP8:-3000} TITAN_BUDGET_S=${TITAN_BUDGET_S:-95}
+TTL_DEVICE=${TTL_DEVICE:-cuda} TTL_PYTHON=${TTL_PYTHON:-python3} WARMUP=${WARMUP:-100}
 # Muon scales its update to AdamW's RMS, so the recipe's lr carries over; the
 # tiny model's sweep (bench/results/muon_vs_adamw_cpu_2026-11-26.txt) liked 3x
 # AdamW's best, which MUON_LR=3e-3 tries.
@@ -50,14 +78,31 @@ log=$OUT/ttl_log.txt
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
 
-# ---- the bundle (as run_gpu_checks.sh unpacks it) and the data ---------------------------
-if [ ! -x "$WORK/bundle/fsdp-bundle/bin/fsdptrain" ]; then
-  mkdir -p "$WORK/bundle" && tar -xJf "$CARRY/fsdp-bundle.tar.xz" -C "$WORK/bundle" ||
-    { say "ttl_run: error: cannot unpack $CARRY/fsdp-bundle.tar.xz"; exit 1; }
-fi
-# shellcheck disable=SC1091
-source "$WORK/bundle/fsdp-bundle/env.sh" 2>> "$log"
-py() { LD_LIBRARY_PATH="${_FSDP_ORIG_LD_LIBRARY_PATH:-}" python3 "$@"; }
+# ---- the bundle (as run_gpu_checks.sh unpacks it; fsdptrain's systems only) and the data --
+case " $SYSTEMS " in
+  *" bf16 "*|*" fp8 "*|*" muon "*)
+    if [ ! -x "$WORK/bundle/fsdp-bundle/bin/fsdptrain" ]; then
+      mkdir -p "$WORK/bundle" && tar -xJf "$CARRY/fsdp-bundle.tar.xz" -C "$WORK/bundle" ||
+        { say "ttl_run: error: cannot unpack $CARRY/fsdp-bundle.tar.xz"; exit 1; }
+    fi
+    # shellcheck disable=SC1091
+    source "$WORK/bundle/fsdp-bundle/env.sh" 2>> "$log" ;;
+esac
+# Python runs with the libraries it came with (torch's nvidia-* wheels), not the bundle's
+export _FSDP_ORIG_LD_LIBRARY_PATH=${_FSDP_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}
+py() { LD_LIBRARY_PATH="${_FSDP_ORIG_LD_LIBRARY_PATH:-}" "$TTL_PYTHON" "$@"; }
+# torchtitan and what the image lacks (bench/cuda/titan_wheels.sh), once per WORK
+titan_site() {
+  local site=$WORK/titan_site
+  [ -f "$site/.installed" ] && return 0
+  ls "$TTL_CARRY"/titan_wheels/*.whl > /dev/null 2>&1 ||
+    { say "ttl_run: error: no wheels in $TTL_CARRY/titan_wheels (run bench/cuda/titan_wheels.sh here)"; return 1; }
+  rm -rf "$site"
+  py -m pip install --quiet --no-index --no-deps --target "$site" "$TTL_CARRY"/titan_wheels/*.whl >> "$log" 2>&1 &&
+    PYTHONPATH=$site py -c 'import torchtitan.train, torchao.float8, torchdata, tyro, datasets' >> "$log" 2>&1 ||
+    { say "ttl_run: error: torchtitan's wheels did not install or import (see $log)"; return 1; }
+  touch "$site/.installed"
+}
 D=$WORK/data
 mkdir -p "$D"
 for f in english_train.h5 english_val.h5; do
@@ -73,20 +118,29 @@ done
 
 # The recipe, the same for every system (fsdptrain's flags; torch_ttl.py takes the same names).
 RECIPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --min-lr 1e-4
-        --warmup-steps 100 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0
+        --warmup-steps "$WARMUP" --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0
         --init-std 0.02 --seed 1337 --eval-every "$EVAL_EVERY")
 LR=1e-3   # every system's, Muon's too unless MUON_LR
 DATA=(--train-data "$D/english_train.h5" --val-data "$D/english_val.h5")
 
-export _FSDP_ORIG_LD_LIBRARY_PATH=${_FSDP_ORIG_LD_LIBRARY_PATH:-}
 for s in $SYSTEMS; do
   t=$SECONDS rc=0
   case $s in
     torch_compile)  # PyTorch with its own CUDA libraries (torch's nvidia-* wheels), not the bundle's
       say "== torch.compile: $STEPS_TORCH steps"
-      timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" python3 bench/cuda/torch_ttl.py \
+      timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" "$TTL_PYTHON" bench/cuda/torch_ttl.py \
         --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_TORCH" --lr "$LR" --time-budget "$TTL_GUARD_S" \
-        --compile --metrics "$OUT/ttl_torch_compile.jsonl" >> "$log" 2>&1 || rc=$? ;;
+        --compile --device "$TTL_DEVICE" --metrics "$OUT/ttl_torch_compile.jsonl" >> "$log" 2>&1 || rc=$? ;;
+    titan|titan_fp8_tensorwise|titan_fp8_rowwise)  # torchtitan's Trainer, compiled, its own CUDA libraries
+      f8=none n=$STEPS_TITAN name=torchtitan_bf16
+      case $s in titan_fp8_*) f8=${s#titan_fp8_} n=$STEPS_TITAN_FP8 name=torchtitan_fp8_${s#titan_fp8_} ;; esac
+      say "== torchtitan $name: $n steps"
+      if titan_site; then
+        timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" PYTHONPATH="$WORK/titan_site" \
+          "$TTL_PYTHON" bench/cuda/titan_ttl.py --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --lr "$LR" \
+          --plan-budget "$TITAN_BUDGET_S" --time-budget "$TTL_GUARD_S" --compile --float8 "$f8" --device "$TTL_DEVICE" --dump-folder "$WORK/titan_dump" \
+          --metrics "$OUT/ttl_$name.jsonl" >> "$log" 2>&1 || rc=$?
+      else rc=1; fi ;;
     bf16|fp8)
       n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8
       say "== fsdptrain $s: $n steps"
@@ -97,7 +151,7 @@ for s in $SYSTEMS; do
       timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_MUON" \
         --eval-batches 0 --log-every 100 --precision "$MUON_PRECISION" --optimizer muon --lr "$MUON_LR" $FSDP_EXTRA \
         --metrics "$OUT/ttl_fsdptrain_${MUON_PRECISION}_muon.jsonl" >> "$log" 2>&1 || rc=$? ;;
-    *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon)"; rc=2 ;;
+    *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon, titan, titan_fp8_tensorwise, titan_fp8_rowwise)"; rc=2 ;;
   esac
   tail -2 "$log"
   say "   ($s: $((SECONDS - t)) s wall, exit $rc)"

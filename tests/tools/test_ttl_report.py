@@ -9,8 +9,10 @@ fsdptrain run with train_s on its validation lines, a Muon run that never
 reaches the reference's loss (optimizer=muon, reach_ref_s=nan), and one from before
 train_s existed, whose clock the report rebuilds from the step lines (host
 time between steps; a step after an evaluation, and the first, by
-tokens / tokens_per_s). Checks each TTL line's train_s, val_loss and
-reach_ref_s, and that --png writes a picture (where matplotlib is installed).
+tokens / tokens_per_s). Checks each TTL line's train_s, val_loss,
+reach_ref_s and tokens_per_s, and that --png writes a picture (where
+matplotlib is installed). Then issue 63's torchtitan runs: their names, and
+--ref best:torchtitan choosing the run with the lowest final loss.
 """
 
 import json
@@ -78,15 +80,16 @@ def main():
         print(r.stdout + r.stderr)
         check(r.returncode == 0, f"ttl_report exited {r.returncode}")
         lines = [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
+        # tokens_per_s: steps to the last validation x 16384 / train_s
         want = [
             "TTL system=torch_compile precision=bf16 optimizer=adamw model=gpt-350m train_s=20.0 "
-            "val_loss=3.5000 reach_ref_s=20.0 complete=false device=GPU X",
+            "val_loss=3.5000 reach_ref_s=20.0 tokens_per_s=163840 complete=false device=GPU X",
             "TTL system=fsdptrain precision=bf16 optimizer=adamw model=gpt-350m train_s=13.0 "
-            "val_loss=3.2000 reach_ref_s=9.0 device=GPU X",
+            "val_loss=3.2000 reach_ref_s=9.0 tokens_per_s=378092 device=GPU X",
             "TTL system=fsdptrain precision=fp8 optimizer=adamw model=gpt-350m train_s=10.0 "
-            "val_loss=3.3000 reach_ref_s=5.0 device=GPU X",
+            "val_loss=3.3000 reach_ref_s=5.0 tokens_per_s=6554 device=GPU X",
             "TTL system=fsdptrain precision=bf16 optimizer=muon model=gpt-350m train_s=6.0 "
-            "val_loss=3.7000 reach_ref_s=nan device=GPU X",
+            "val_loss=3.7000 reach_ref_s=nan tokens_per_s=273067 device=GPU X",
         ]
         check(lines == want, f"TTL lines {lines}")
         if png:
@@ -95,6 +98,31 @@ def main():
                            capture_output=True, text=True)
         check(r.returncode != 0 and "ttl_torch_compile.jsonl" in r.stderr,
               f"without the reference's file: exit {r.returncode}, {r.stderr.strip()!r}")
+        # Issue 63: torchtitan's runs named by precision; --ref best:torchtitan picks
+        # the one with the lowest final loss (rowwise, 3.4), whatever the order given.
+        tw = os.path.join(d, "ttl_torchtitan_fp8_tensorwise.jsonl")
+        write(tw, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}, {"step": 100, "val_loss": 3.6, "train_s": 8.0}])
+        rw = os.path.join(d, "ttl_torchtitan_fp8_rowwise.jsonl")
+        write(rw, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}, {"step": 50, "val_loss": 3.9, "train_s": 4.0},
+                   {"step": 100, "val_loss": 3.4, "train_s": 8.0}])
+        r = subprocess.run([sys.executable, report, tw, rw, bf16, "--device", "GPU X", "--ref", "best:torchtitan",
+                            "--tokens-per-step", "1000"], capture_output=True, text=True)
+        print(r.stdout + r.stderr)
+        lines = [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
+        want = [
+            "TTL system=torchtitan precision=fp8_tensorwise optimizer=adamw model=gpt-350m train_s=8.0 "
+            "val_loss=3.6000 reach_ref_s=nan tokens_per_s=12500 device=GPU X",
+            "TTL system=torchtitan precision=fp8_rowwise optimizer=adamw model=gpt-350m train_s=8.0 "
+            "val_loss=3.4000 reach_ref_s=8.0 tokens_per_s=12500 device=GPU X",
+            "TTL system=fsdptrain precision=bf16 optimizer=adamw model=gpt-350m train_s=13.0 "
+            "val_loss=3.2000 reach_ref_s=9.0 tokens_per_s=23077 device=GPU X",
+        ]
+        check(r.returncode == 0 and lines == want, f"--ref best:torchtitan: TTL lines {lines}")
+        check("reference torchtitan_fp8_rowwise" in r.stdout, "--ref best:torchtitan names its choice")
+        r = subprocess.run([sys.executable, report, bf16, "--device", "GPU X", "--ref", "best:torchtitan"],
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and "no run of system 'torchtitan'" in r.stderr,
+              f"--ref best: without such a run: exit {r.returncode}, {r.stderr.strip()!r}")
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
 
