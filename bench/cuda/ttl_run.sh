@@ -98,6 +98,11 @@ titan_site() {
   ls "$TTL_CARRY"/titan_wheels/*.whl > /dev/null 2>&1 ||
     { say "ttl_run: error: no wheels in $TTL_CARRY/titan_wheels (run bench/cuda/titan_wheels.sh here)"; return 1; }
   rm -rf "$site"
+  # what the wheels were installed over (--no-deps: datasets' pins are not checked), for the log
+  py -c 'import importlib.metadata as m
+print("titan_site over:", *(f"{p} {m.version(p)}" for p in ("torch", "pyarrow", "fsspec", "huggingface_hub",
+      "pandas", "typing_extensions") if any(d.metadata["Name"].lower().replace("-", "_") == p for d in m.distributions())))' \
+    >> "$log" 2>&1
   py -m pip install --quiet --no-index --no-deps --target "$site" "$TTL_CARRY"/titan_wheels/*.whl >> "$log" 2>&1 &&
     PYTHONPATH=$site py -c 'import torchtitan.train, torchao.float8, torchdata, tyro, datasets' >> "$log" 2>&1 ||
     { say "ttl_run: error: torchtitan's wheels did not install or import (see $log)"; return 1; }
@@ -134,7 +139,7 @@ for s in $SYSTEMS; do
     titan|titan_fp8_tensorwise|titan_fp8_rowwise)  # torchtitan's Trainer, compiled, its own CUDA libraries
       f8=none n=$STEPS_TITAN name=torchtitan_bf16
       case $s in titan_fp8_*) f8=${s#titan_fp8_} n=$STEPS_TITAN_FP8 name=torchtitan_fp8_${s#titan_fp8_} ;; esac
-      say "== torchtitan $name: $n steps"
+      say "== $name: $([ "$TITAN_BUDGET_S" = 0 ] && echo "$n steps" || echo "${TITAN_BUDGET_S} s of training, at most $n steps")"
       if titan_site; then
         timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" PYTHONPATH="$WORK/titan_site" \
           "$TTL_PYTHON" bench/cuda/titan_ttl.py --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --lr "$LR" \
