@@ -44,7 +44,6 @@ evaluation seconds. --device cpu rehearses the whole path on a CPU at a tiny
 shape (gloo, inductor's C++ backend, float8 emulated).
 """
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -54,32 +53,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+sys.path.append(HERE)  # after tools/: its torch_reference is the one imported below
+from ttl_recipe import add_recipe_args, bench_reference  # noqa: E402
+
+PRESETS = bench_reference().PRESETS  # bench/cuda/torch_reference.py's preset shapes
 
 
 def parse():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-data", required=True, metavar="FILE.h5")
-    ap.add_argument("--val-data", required=True, metavar="FILE.h5")
-    ap.add_argument("--model", default="gpt-350m")
-    ap.add_argument("--vocab-size", type=int, required=True)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--steps", type=int, required=True)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--min-lr", type=float, default=1e-4)
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--beta1", type=float, default=0.9)
-    ap.add_argument("--beta2", type=float, default=0.95)
-    ap.add_argument("--adam-eps", type=float, default=1e-8)
-    ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--init-std", type=float, default=0.02, help="accepted for the shared recipe; "
-                    "torchtitan keeps its own initialisation (see above)")
-    ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--eval-every", type=int, default=100)
+    add_recipe_args(ap, PRESETS)  # --init-std is accepted and unused: torchtitan keeps its initialisation
     ap.add_argument("--log-every", type=int, default=100, help="torchtitan's metrics.log_freq")
-    ap.add_argument("--time-budget", type=float, default=0.0, metavar="S",
-                    help="stop at the first evaluation at or past S seconds of training")
     ap.add_argument("--plan-budget", type=float, default=0.0, metavar="S",
                     help="fix the step count (at most --steps) that fills S seconds of training, "
                     "timed over warmup steps 2-11, as fsdptrain's --time-budget does")
@@ -88,7 +71,6 @@ def parse():
                     help="torchtitan's float8 linears through torchao")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--dump-folder", default="/tmp/titan_ttl", help="torchtitan's job.dump_folder")
-    ap.add_argument("--metrics", required=True, metavar="FILE.jsonl")
     return ap.parse_args()
 
 
@@ -128,14 +110,6 @@ except ImportError as e:
     fail(f"{e} (torchtitan 0.2.2 with torchao and torchdata: bench/cuda/titan_wheels.sh)")
 import torch_reference as ref  # tools/: window_of, read_tokens, val_loss (exits with one line without h5py)
 
-# bench/cuda/torch_reference.py's preset shapes, loaded by path (tools/ holds a module of the same name)
-_spec = importlib.util.spec_from_file_location("bench_torch_reference", os.path.join(HERE, "torch_reference.py"))
-_bench_ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_bench_ref)
-PRESETS = _bench_ref.PRESETS
-
-if a.model not in PRESETS:
-    fail(f"--model '{a.model}' is not a preset ({', '.join(sorted(PRESETS))})")
 _, L, D, H, HKV, FF, _ = PRESETS[a.model]
 B, T = a.batch_size, a.seq_len
 train_tokens = ref.read_tokens(a.train_data, "--train-data")

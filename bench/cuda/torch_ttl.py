@@ -29,7 +29,6 @@ are timed apart and printed. --time-budget S stops at the first evaluation
 at or past S seconds of training (the schedule still follows --steps).
 """
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -42,39 +41,18 @@ from torch_reference import Model, lr_at, read_tokens, val_loss, window_of  # no
 
 np, torch = ref.np, ref.torch
 
-# The preset table and weight initialisation of the speed reference beside this
-# file (bench/cuda/torch_reference.py; loaded by path, since tools/ holds a
-# module of the same name).
-_spec = importlib.util.spec_from_file_location(
-    "bench_torch_reference", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_reference.py"))
-bench_ref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_ref)
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # after tools/ (torch_reference)
+from ttl_recipe import add_recipe_args, bench_reference  # noqa: E402
+
+# The preset table and weight initialisation of the speed reference beside this file.
+bench_ref = bench_reference()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-data", required=True, metavar="FILE.h5")
-    ap.add_argument("--val-data", required=True, metavar="FILE.h5")
-    ap.add_argument("--model", default="gpt-350m", choices=sorted(bench_ref.PRESETS))
-    ap.add_argument("--vocab-size", type=int, required=True)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--steps", type=int, required=True)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--min-lr", type=float, default=1e-4)
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--beta1", type=float, default=0.9)
-    ap.add_argument("--beta2", type=float, default=0.95)
-    ap.add_argument("--adam-eps", type=float, default=1e-8)
-    ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--init-std", type=float, default=0.02)
-    ap.add_argument("--seed", type=int, default=1337)
-    ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--time-budget", type=float, default=0.0, metavar="S")
+    add_recipe_args(ap, bench_ref.PRESETS)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (training steps)")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--metrics", required=True, metavar="FILE.jsonl")
     a = ap.parse_args()
 
     dev = torch.device(a.device)

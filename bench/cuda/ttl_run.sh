@@ -143,8 +143,8 @@ for s in $SYSTEMS; do
       if titan_site; then
         timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" PYTHONPATH="$WORK/titan_site" \
           "$TTL_PYTHON" bench/cuda/titan_ttl.py --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$n" --lr "$LR" \
-          --plan-budget "$TITAN_BUDGET_S" --time-budget "$TTL_GUARD_S" --compile --float8 "$f8" --device "$TTL_DEVICE" --dump-folder "$WORK/titan_dump" \
-          --metrics "$OUT/ttl_$name.jsonl" >> "$log" 2>&1 || rc=$?
+          --plan-budget "$TITAN_BUDGET_S" --time-budget "$TTL_GUARD_S" --compile --float8 "$f8" --device "$TTL_DEVICE" \
+          --dump-folder "$WORK/titan_dump" --metrics "$OUT/ttl_$name.jsonl" >> "$log" 2>&1 || rc=$?
       else rc=1; fi ;;
     bf16|fp8)
       n=$STEPS_BF16; [ "$s" = fp8 ] && n=$STEPS_FP8

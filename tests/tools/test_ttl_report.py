@@ -36,6 +36,13 @@ def write(path, lines):
             f.write(json.dumps(l) + "\n")
 
 
+def run_report(report, *args):
+    """ttl_report.py's exit, output and TTL lines."""
+    r = subprocess.run([sys.executable, report, *args], capture_output=True, text=True)
+    print(r.stdout + r.stderr)
+    return r, [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
+
+
 def main():
     report = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
@@ -69,17 +76,14 @@ def main():
               [{"step": n, "loss": 4.0, "train_s": 0.05 * n} for n in range(1, 101)] +
               [{"step": 100, "val_loss": 3.7, "train_s": 6.0}])
         png = os.path.join(d, "ttl.png")
-        args = [sys.executable, report, ref, bf16, fp8, muon, "--device", "GPU X",
-                "--expected-steps", "torch_compile=300,fsdptrain_bf16=300"]
+        args = [ref, bf16, fp8, muon, "--device", "GPU X", "--expected-steps", "torch_compile=300,fsdptrain_bf16=300"]
         try:
             import matplotlib  # noqa: F401
             args += ["--png", png]
         except ImportError:
             png = None
-        r = subprocess.run(args, capture_output=True, text=True)
-        print(r.stdout + r.stderr)
+        r, lines = run_report(report, *args)
         check(r.returncode == 0, f"ttl_report exited {r.returncode}")
-        lines = [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
         # tokens_per_s: steps to the last validation x 16384 / train_s
         want = [
             "TTL system=torch_compile precision=bf16 optimizer=adamw model=gpt-350m train_s=20.0 "
@@ -94,8 +98,7 @@ def main():
         check(lines == want, f"TTL lines {lines}")
         if png:
             check(os.path.getsize(png) > 1000, "--png wrote no picture")
-        r = subprocess.run([sys.executable, report, bf16, "--device", "GPU X"],
-                           capture_output=True, text=True)
+        r, _ = run_report(report, bf16, "--device", "GPU X")
         check(r.returncode != 0 and "ttl_torch_compile.jsonl" in r.stderr,
               f"without the reference's file: exit {r.returncode}, {r.stderr.strip()!r}")
         # Issue 63: torchtitan's runs named by precision; --ref best:torchtitan picks
@@ -105,10 +108,8 @@ def main():
         rw = os.path.join(d, "ttl_torchtitan_fp8_rowwise.jsonl")
         write(rw, [{"step": 0, "val_loss": 5.0, "train_s": 0.0}, {"step": 50, "val_loss": 3.9, "train_s": 4.0},
                    {"step": 100, "val_loss": 3.4, "train_s": 8.0}])
-        r = subprocess.run([sys.executable, report, tw, rw, bf16, "--device", "GPU X", "--ref", "best:torchtitan",
-                            "--tokens-per-step", "1000"], capture_output=True, text=True)
-        print(r.stdout + r.stderr)
-        lines = [l for l in r.stdout.splitlines() if l.startswith("TTL ")]
+        r, lines = run_report(report, tw, rw, bf16, "--device", "GPU X", "--ref", "best:torchtitan",
+                              "--tokens-per-step", "1000")
         want = [
             "TTL system=torchtitan precision=fp8_tensorwise optimizer=adamw model=gpt-350m train_s=8.0 "
             "val_loss=3.6000 reach_ref_s=nan tokens_per_s=12500 device=GPU X",
@@ -119,8 +120,7 @@ def main():
         ]
         check(r.returncode == 0 and lines == want, f"--ref best:torchtitan: TTL lines {lines}")
         check("reference torchtitan_fp8_rowwise" in r.stdout, "--ref best:torchtitan names its choice")
-        r = subprocess.run([sys.executable, report, bf16, "--device", "GPU X", "--ref", "best:torchtitan"],
-                           capture_output=True, text=True)
+        r, _ = run_report(report, bf16, "--device", "GPU X", "--ref", "best:torchtitan")
         check(r.returncode != 0 and "no run of system 'torchtitan'" in r.stderr,
               f"--ref best: without such a run: exit {r.returncode}, {r.stderr.strip()!r}")
     print(f"{len(failures)} failure(s)")
