@@ -95,7 +95,6 @@ if a.device == "cpu":
         if not hasattr(torch.cpu, name) or name == "current_device":  # torch.cpu's says "cpu", not an index
             setattr(torch.cpu, name, fn)
 try:
-    import numpy as np
     import torch
     import torch.nn.functional as F
     from torch.utils.data import IterableDataset
