@@ -3,7 +3,7 @@
 # the GPU call runs it: README's data commands (bench/cuda/recipe_data.sh, on
 # 1.5 MB of the KJV with the CPU profile's 512-token BPE), then README's
 # training and --eval-only commands (bench/cuda/recipe_run.sh, a 15 s budget),
-# whose report must give no FAIL. Also: the GPU profile changes nothing in
+# whose report must give no FAIL (its budget line is INFO on a CPU). Also: the GPU profile changes nothing in
 # README's commands but the folders, the budget and the --eval-only's metrics
 # file, and a README that drops a flag the rehearsal sets stops it with a
 # message naming the flag. Usage: test_recipe_rehearsal.sh BUILD_DIR
@@ -43,8 +43,10 @@ REHEARSAL_FROM=$build CARRY=$work/carry bash "$root/bench/cuda/prepare_carry.sh"
 rc=0
 OUT=$work/out WORK=$work/run CARRY=$work/carry RECIPE_CARRY=$work/recipe_carry RECIPE_DEVICE=cpu \
   RECIPE_BUDGET_S=15 bash "$root/bench/cuda/recipe_run.sh" || rc=$?
-passed=$(grep -c '^PASS ' "$work/out/summary.txt" || true)
-if [ "$rc" != 0 ] || [ "$passed" != 4 ] || ! grep -q '^RESULT system=fsdptrain recipe=leaderboard' "$work/out/summary.txt"; then
-  echo "FAIL: the rehearsal exited $rc with $passed of 4 verdicts passed"; tail -30 "$work/out/recipe_log.txt"; exit 1
+# loss, saves and eval pass; the budget's line is INFO on a CPU (recipe_run.sh says why)
+passed=$(grep -cE '^PASS (loss|saves|eval):' "$work/out/summary.txt" || true)
+if [ "$rc" != 0 ] || [ "$passed" != 3 ] || ! grep -q '^INFO budget: steps chosen' "$work/out/summary.txt" ||
+   ! grep -q '^RESULT system=fsdptrain recipe=leaderboard' "$work/out/summary.txt"; then
+  echo "FAIL: the rehearsal exited $rc with $passed of 3 verdicts passed"; tail -30 "$work/out/recipe_log.txt"; exit 1
 fi
-echo "ok: README's recipe rehearsed: 4 verdicts passed"
+echo "ok: README's recipe rehearsed: 3 verdicts passed, the budget's line reported"
