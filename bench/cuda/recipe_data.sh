@@ -39,25 +39,15 @@ else
   find x/usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort > src/rst_files.txt
 fi
 
-"$python" - <<'EOF'
-import gzip, os
-piece = 8 * 1024
-def cut(data):  # pieces of about `piece` bytes, each ending at a blank line where one is near
-    out, i = [], 0
-    while i < len(data):
-        j = min(len(data), i + piece)
-        if j < len(data):
-            k = data.rfind(b"\n\n", i + piece // 2, j)
-            j = k + 2 if k > 0 else j
-        out.append(data[i:j])
-        i = j
-    return out
-a = cut(open("src/dict.txt", "rb").read())
+"$python" - "$root/bench/cuda" <<'EOF'
+import gzip, os, sys
+sys.path.insert(0, sys.argv[1])
+from text_pieces import cut, interleave
+a = cut(open("src/dict.txt", "rb").read(), 8 * 1024)
 b = []
 if os.path.exists("src/rst_files.txt"):
     b = [gzip.open(f.strip(), "rb").read() for f in open("src/rst_files.txt")]
-docs = [x for _, x in sorted([((i + 0.5) / len(a), x) for i, x in enumerate(a)] +
-                             [((i + 0.5) / len(b), x) for i, x in enumerate(b)], key=lambda t: t[0])]
+docs = [x for _, x in interleave(a, b)]
 # gcide holds a few bytes that are not UTF-8 (Latin-1 in old entries); OWT is UTF-8
 docs = [d.decode("utf-8", "replace").strip() for d in docs]
 docs = [d for d in docs if d]

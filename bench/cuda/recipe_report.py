@@ -3,7 +3,7 @@
 
   recipe_report.py TRAIN.jsonl EVAL.jsonl --train-tokens N --val-tokens N
                    [--vocab-size 32000] [--warmup-steps 100] [--max-val-ratio 0.6]
-                   [--budget-info] [--checkpoint-dir DIR]
+                   [--eval-seq-len 512] [--budget-info] [--checkpoint-dir DIR]
                    [--device NAME] [--model NAME]
 
 Reads the training run's and the final --eval-only's metrics and prints one
@@ -17,7 +17,8 @@ line per question, PASS/FAIL/INFO first, then one RESULT line:
           guess's loss (a run that learnt nothing stays near 1.0);
   saves   the last step's checkpoint written (in the background where the run
           asked for it) and on disk;
-  eval    --eval-only read that checkpoint (its step), over the whole split;
+  eval    --eval-only read that checkpoint (its step), over the whole split
+          (no token counted twice, less than one --eval-seq-len window left);
   speed   tokens/s and MFU (medians after the first 10 steps), the step count
           each plan chose, the epochs of the training tokens seen (INFO).
 Exit 1 when any verdict failed.
@@ -49,6 +50,7 @@ def main():
     p.add_argument("--vocab-size", type=int, default=32000)
     p.add_argument("--warmup-steps", type=int, default=100)
     p.add_argument("--max-val-ratio", type=float, default=0.6)
+    p.add_argument("--eval-seq-len", type=int, default=512)
     p.add_argument("--budget-info", action="store_true",
                    help="the budget line as INFO, not a verdict (a shared CPU's step times)")
     p.add_argument("--checkpoint-dir")
@@ -126,7 +128,8 @@ def main():
     else:
         r = ev[0]
         eval_loss = r["val_loss"]
-        good = r["step"] == last and r["eval_tokens"] <= a.val_tokens and r["eval_tokens"] >= 0.5 * a.val_tokens
+        left = a.val_tokens - r["eval_tokens"]
+        good = r["step"] == last and 0 <= left <= a.eval_seq_len
         say("PASS" if good else "FAIL", "eval",
             f"--eval-only of step {r['step']} (training ended at {last}): val_loss {eval_loss:.4f} over "
             f"{r['eval_tokens']:.0f} of the split's {a.val_tokens:.0f} tokens")

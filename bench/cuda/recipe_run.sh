@@ -43,8 +43,8 @@ TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-$((RECIPE_BUDGET_S + 90))} EVAL_LIMIT_S=${EVAL_LI
 # On a CPU the budget's line is INFO: a 2-core machine's tiny steps can swing
 # by 30% within a run (once 22 ms for steps 2-40, then 30 ms), past what wsd's
 # second plan may correct (it cannot move the decay before the steps taken).
-profile=gpu vocab=32000 model=gpt-350m warmup=100 ratio=0.6 timing=()
-[ "$RECIPE_DEVICE" = cpu ] && profile=cpu vocab=512 model=tiny warmup=10 ratio=0.75 timing=(--budget-info)
+profile=gpu vocab=32000 model=gpt-350m warmup=100 ratio=0.6 eval_seq=512 timing=()
+[ "$RECIPE_DEVICE" = cpu ] && profile=cpu vocab=512 model=tiny warmup=10 ratio=0.75 eval_seq=32 timing=(--budget-info)
 mkdir -p "$OUT" "$WORK"
 log=$OUT/recipe_log.txt
 : > "$log"
@@ -66,7 +66,7 @@ done
 info=$(cat "$RECIPE_CARRY/DATA_INFO.txt" 2>/dev/null)
 train_tokens=$(sed -n 's/.*train_tokens=\([0-9]*\).*/\1/p' <<< "$info")
 val_tokens=$(sed -n 's/.*val_tokens=\([0-9]*\).*/\1/p' <<< "$info")
-[ -n "$train_tokens" ] && [ -n "$val_tokens" ] || fail "no token counts in $RECIPE_CARRY/DATA_INFO.txt"
+if [ -z "$train_tokens" ] || [ -z "$val_tokens" ]; then fail "no token counts in $RECIPE_CARRY/DATA_INFO.txt"; fi
 
 # ---- the bundle (as run_gpu_checks.sh unpacks it) ---------------------------------------
 if [ ! -x "$WORK/bundle/fsdp-bundle/bin/fsdptrain" ]; then
@@ -101,7 +101,8 @@ ls -la "$R/ckpt_owt" >> "$log" 2>&1
 
 LD_LIBRARY_PATH="${_FSDP_ORIG_LD_LIBRARY_PATH:-}" python3 bench/cuda/recipe_report.py "$R/owt.jsonl" \
   "$R/owt_eval.jsonl" --train-tokens "$train_tokens" --val-tokens "$val_tokens" --vocab-size "$vocab" \
-  --warmup-steps "$warmup" --max-val-ratio "$ratio" "${timing[@]}" --model "$model" --checkpoint-dir "$R/ckpt_owt" --device "$device" \
+  --warmup-steps "$warmup" --max-val-ratio "$ratio" --eval-seq-len "$eval_seq" "${timing[@]}" \
+  --model "$model" --checkpoint-dir "$R/ckpt_owt" --device "$device" \
   >> "$OUT/summary.txt" 2>&1 ||
   grep -q '^FAIL' "$OUT/summary.txt" || echo "FAIL report: recipe_report.py failed" >> "$OUT/summary.txt"
 tee -a "$log" < "$OUT/summary.txt"

@@ -27,23 +27,13 @@ for deb in dict-gcide_*.deb linux-doc-6.1_*.deb; do dpkg -x "$deb" x; done
 zcat x/usr/share/dictd/gcide.dict.dz > gcide.txt
 find x/usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort | xargs zcat > linux_doc.txt
 
-"$python" - <<'EOF'
-piece = 256 * 1024
-def cut(path):  # pieces of about `piece` bytes, each ending at a blank line where one is near
-    data, out, i = open(path, "rb").read(), [], 0
-    while i < len(data):
-        j = min(len(data), i + piece)
-        if j < len(data):
-            k = data.rfind(b"\n\n", i + piece // 2, j)
-            j = k + 2 if k > 0 else j
-        out.append(data[i:j])
-        i = j
-    return out
-a, b = cut("gcide.txt"), cut("linux_doc.txt")
-order = sorted([((i + 0.5) / len(a), "gcide", x) for i, x in enumerate(a)] +
-               [((i + 0.5) / len(b), "linux", x) for i, x in enumerate(b)], key=lambda t: t[0])
-for n, (_, name, x) in enumerate(order):
-    open(f"pieces/{n:04d}_{name}.txt", "wb").write(x)
+"$python" - "$root/bench/cuda" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from text_pieces import cut, interleave
+a, b = (cut(open(f, "rb").read(), 256 * 1024) for f in ("gcide.txt", "linux_doc.txt"))
+for n, (which, x) in enumerate(interleave(a, b)):
+    open(f"pieces/{n:04d}_{('gcide', 'linux')[which]}.txt", "wb").write(x)
 print(f"ttl_data: {len(a)} dictionary and {len(b)} documentation pieces")
 EOF
 # gcide holds a few bytes that are not UTF-8 (Latin-1 in old entries): replaced
