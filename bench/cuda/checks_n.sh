@@ -32,7 +32,7 @@
 # count move the same bytes and differ only in the order of fp32 sums
 # (--reduce-dtype fp32); N ranks and 1 differ also in the GEMM shapes of the
 # split micro-batch. Without --debug a run is not repeatable on a GPU: the
-# first H100 call (bench/results/h100_2026-11-27/checks_n) measured two
+# first H100 call (bench/results/h100_2026-11-27/run1_725aab3) measured two
 # identical 1-rank runs of gpt-125m's widths 3.3e-4 apart in loss and 4.1e-3
 # in gradient norm (GEMM algorithms chosen by timing, atomics in attention's
 # backward), and FP8's timed GEMM choice moved single steps' gradient norms by
@@ -467,7 +467,7 @@ export -f n_env n_run n_need n_eq n_eq_note ranks_eq n_start n_until n_end n_pid
   n_verdict n_stall
 
 # id | usual seconds on an H100 | limit | command | what. Usual seconds: the
-# first H100 call's (bench/results/h100_2026-11-27/checks_n) with a margin;
+# first H100 call's (bench/results/h100_2026-11-27/run1_725aab3) with a margin;
 # n2a and n2f, new since, estimated from its runs (a 1-rank run ~3 s, a
 # 4-rank NCCL run of gpt-125m's widths ~8 s).
 N_CHECKS=(

@@ -31,7 +31,7 @@
 #
 # Issue 63's race in one session's 15 device minutes: six systems at ~95 s each do not
 # fit, so each gets ~50 s of training, in two calls on one warm machine (measured on the
-# first H100 race, bench/results/h100_2026-11-27/ttl_titan: a torchtitan run ~100 s wall
+# first H100 race, bench/results/h100_2026-11-27/ttl_725aab3: a torchtitan run ~100 s wall
 # with its compilation and evaluations, an fsdptrain run ~60 s):
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/ttl_data.sh;
 #            bash bench/cuda/titan_wheels.sh; du -shc .gpu_carry .ttl_carry  (< 60 MiB)

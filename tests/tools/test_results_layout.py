@@ -27,7 +27,7 @@ TTL_REQUIRED = {"ttl.txt", "ttl_metrics.tar.xz"}
 TTL_ALLOWED = re.compile(r"^(ttl\.txt|ttl_metrics\.tar\.xz|ttl_log(_\w+)?\.txt)$")
 RESULT_LINE = re.compile(r"^RESULT system=\S+ .* device=\S.*$")
 TTL_LINE = re.compile(r"^TTL system=\S+ precision=\S+ optimizer=\S+ model=\S+ train_s=\S+ val_loss=\S+ "
-                      r"reach_ref_s=\S+( complete=\S+)? device=\S.*$")
+                      r"reach_ref_s=\S+( tokens_per_s=\S+)?( complete=\S+)? device=\S.*$")
 
 
 def check_archive(path, tops, errors):
