@@ -67,6 +67,11 @@ def parse():
                     help="fix the step count (at most --steps) that fills S seconds of training, "
                     "timed over warmup steps 2-11, then again over the rest of the warmup "
                     "(as fsdptrain's --time-budget does, which plans twice for wsd)")
+    ap.add_argument("--profile-steps", default="", metavar="A:B",
+                    help="kernels of steps A..B under torch.profiler, per category "
+                    "(bench/cuda/profile_compare.py), into --profile-out; the (at most 10) steps "
+                    "before A give the unprofiled step time")
+    ap.add_argument("--profile-out", default="", metavar="JSON", help="where --profile-steps writes")
     ap.add_argument("--compile", action="store_true", help="torchtitan's compile (model and loss)")
     ap.add_argument("--float8", default="none", choices=["none", "tensorwise", "rowwise"],
                     help="torchtitan's float8 linears through torchao")
@@ -122,6 +127,15 @@ if a.steps < 1 or a.eval_every < 0:
     fail("--steps must be >= 1 and --eval-every >= 0")
 if a.plan_budget > 0 and a.warmup_steps < 3:
     fail("--plan-budget times warmup steps (whose lr does not depend on the count): give --warmup-steps >= 3")
+PROFILE = None
+if a.profile_steps:
+    try:
+        PROFILE = tuple(int(x) for x in a.profile_steps.split(":"))
+        assert len(PROFILE) == 2
+    except (ValueError, AssertionError):
+        fail(f"--profile-steps '{a.profile_steps}': give A:B, e.g. 6:10")
+    if not (4 <= PROFILE[0] <= PROFILE[1] <= a.steps) or not a.profile_out or a.plan_budget > 0:
+        fail("--profile-steps A:B needs 4 <= A <= B <= --steps, a --profile-out, and no --plan-budget")
 if a.device == "cpu" and a.float8 == "rowwise":
     fail("--float8 rowwise needs a GPU (the CPU's torch._scaled_mm scales per tensor only)")
 if a.device == "cpu" and a.float8 != "none" and a.compile:
@@ -272,7 +286,19 @@ class TTLTrainer(titan_train.Trainer):
         super().train()
 
     def train_step(self, data_iterator):
+        if PROFILE and self.step == PROFILE[0]:  # torchtitan counts the step before running it
+            self.profile_begin()
         super().train_step(data_iterator)
+        # the unprofiled steps timed: the (at most) 10 before the profiled ones,
+        # past compilation's slow first steps where there is room
+        if PROFILE and self.step in (self.unprofiled_from, PROFILE[0] - 1, PROFILE[1]):
+            sync()
+            if self.step == self.unprofiled_from:
+                self.unprofiled = race.clock()
+            elif self.step == PROFILE[0] - 1:
+                self.unprofiled = (race.clock() - self.unprofiled) / (PROFILE[0] - 1 - self.unprofiled_from)
+            if self.step == PROFILE[1]:
+                self.profile_end()
         if a.plan_budget > 0 and self.step in (1, self.probe_end, self.probe2_end):
             sync()
             now = race.clock()  # the race's clock: an evaluation among the timed steps is not counted
@@ -293,6 +319,39 @@ class TTLTrainer(titan_train.Trainer):
     # the run is still that of --steps N for the final N.
     probe_end = min(a.warmup_steps, 11)
     probe2_end = a.warmup_steps if a.warmup_steps > probe_end else -1
+
+    unprofiled_from = max(1, PROFILE[0] - 11) if PROFILE else 0
+
+    def profile_begin(self):
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda" else [])
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+
+    def profile_end(self):
+        """Each kernel's (on a CPU: each aten op's own) time a step, as
+        profile_compare.py reads it."""
+        self.prof.__exit__(None, None, None)
+        n = PROFILE[1] - PROFILE[0] + 1
+        on_gpu = a.device == "cuda"
+        rows = []
+        for e in self.prof.key_averages():
+            if on_gpu:
+                us = e.self_device_time_total if e.device_type == torch.autograd.DeviceType.CUDA else 0
+            else:
+                us = e.self_cpu_time_total if e.key.startswith("aten::") else 0
+            if us > 0:
+                rows.append({"name": e.key, "calls": e.count / n, "ms_per_step": us / 1e3 / n})
+        rows.sort(key=lambda r: -r["ms_per_step"])
+        out = {"system": f"torchtitan_{'bf16' if a.float8 == 'none' else 'fp8_' + a.float8}",
+               "device": torch.cuda.get_device_name() if on_gpu else "cpu", "steps": f"{PROFILE[0]}-{PROFILE[1]}",
+               "step_ms": 1e3 * self.unprofiled, "unprofiled_steps": f"{self.unprofiled_from + 1}-{PROFILE[0] - 1}",
+               "compile": a.compile, "kernels": rows}
+        with open(a.profile_out, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"titan_ttl: profiled steps {PROFILE[0]}-{PROFILE[1]}: {len(rows)} kernels, "
+              f"{sum(r['ms_per_step'] for r in rows):.2f} ms a step in them; unprofiled steps "
+              f"{self.unprofiled_from + 1}-{PROFILE[0] - 1} {1e3 * self.unprofiled:.2f} ms a step -> {a.profile_out}", flush=True)
 
     def plan_steps(self, step_s, timed):
         """The count that fills what is left of --plan-budget at step_s a step. The

@@ -37,9 +37,10 @@
 #            bash bench/cuda/titan_wheels.sh; du -shc .gpu_carry .ttl_carry  (< 60 MiB)
 #   call 1:  SYSTEMS='titan titan_fp8_rowwise titan_fp8_tensorwise' TITAN_BUDGET_S=50 \
 #            TTL_GUARD_S=60 TORCH_LIMIT_S=150 bash bench/cuda/ttl_run.sh    (timeout_s 400)
-#   call 2:  SYSTEMS='bf16 fp8 muon' MUON_PRECISION=fp8 STEPS_BF16=3000 STEPS_FP8=3000 \
+#   call 2:  SYSTEMS='bf16 fp8 muon profile_bf16' MUON_PRECISION=fp8 STEPS_BF16=3000 STEPS_FP8=3000 \
 #            STEPS_MUON=3000 FSDP_EXTRA='--time-budget 72s' FSDP_LIMIT_S=95 bash bench/cuda/ttl_run.sh
-#            (timeout_s 300). fsdptrain's --time-budget holds its whole wall clock: on
+#            (timeout_s 360; profile_bf16 ~70 s: both programs' step profiles side by side,
+#            $OUT/profile_compare_bf16.txt). fsdptrain's --time-budget holds its whole wall clock: on
 #            that H100 its set-up, warm-up and first 10 steps took 19.3 s and each of 5
 #            validations 0.6 s, so 72 s leaves ~50 s of training, torchtitan's budget
 #            (whose clock starts after its compilation and stops for evaluations)
@@ -71,6 +72,11 @@ MUON_LR=${MUON_LR:-1e-3} MUON_PRECISION=${MUON_PRECISION:-bf16}   # fp32 rehears
 # FSDP_EXTRA: more fsdptrain flags for the bf16/fp8/muon runs, e.g. '--time-budget 150s'
 # (with --steps a cap, the run is bit for bit the --steps one while the budget holds).
 FSDP_EXTRA=${FSDP_EXTRA:-}
+# SYSTEMS profile_bf16, profile_fp8: fsdptrain --profile-ops and torchtitan under
+# torch.profiler (steps PROFILE_WINDOW of PROFILE_STEPS; titan_ttl.py times the 10
+# unprofiled steps before the window), side by side by bench/cuda/profile_compare.py
+# in $OUT/profile_compare_<precision>.txt; torchtitan's FP8 is PROFILE_TITAN_FP8's float8
+PROFILE_STEPS=${PROFILE_STEPS:-45} PROFILE_WINDOW=${PROFILE_WINDOW:-41:45} PROFILE_TITAN_FP8=${PROFILE_TITAN_FP8:-rowwise}
 TTL_GUARD_S=${TTL_GUARD_S:-125} EVAL_EVERY=${EVAL_EVERY:-100} SYSTEMS=${SYSTEMS:-torch_compile bf16 fp8}
 # Wall-clock limits per system. The first H100 run (2026-11-25) measured torch.compile's
 # warm-up at 95 s and its eager evaluations at ~3.6 s each, so 1100 steps with 12
@@ -85,7 +91,7 @@ say() { echo "$*" | tee -a "$log"; }
 
 # ---- the bundle (as run_gpu_checks.sh unpacks it; fsdptrain's systems only) and the data --
 case " $SYSTEMS " in
-  *" bf16 "*|*" fp8 "*|*" muon "*)
+  *" bf16 "*|*" fp8 "*|*" muon "*|*" profile_"*)
     if [ ! -x "$WORK/bundle/fsdp-bundle/bin/fsdptrain" ]; then
       mkdir -p "$WORK/bundle" && tar -xJf "$CARRY/fsdp-bundle.tar.xz" -C "$WORK/bundle" ||
         { say "ttl_run: error: cannot unpack $CARRY/fsdp-bundle.tar.xz"; exit 1; }
@@ -127,9 +133,9 @@ done
 } >> "$log" 2>&1
 
 # The recipe, the same for every system (fsdptrain's flags; torch_ttl.py takes the same names).
-RECIPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --min-lr 1e-4
-        --warmup-steps "$WARMUP" --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0
-        --init-std 0.02 --seed 1337 --eval-every "$EVAL_EVERY")
+SHAPE=(--vocab-size "$VOCAB" --batch-size "$BATCH" --seq-len "$SEQ" --min-lr 1e-4
+       --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 --grad-clip 1.0 --init-std 0.02 --seed 1337)
+RECIPE=("${SHAPE[@]}" --warmup-steps "$WARMUP" --eval-every "$EVAL_EVERY")
 LR=1e-3   # every system's, Muon's too unless MUON_LR
 DATA=(--train-data "$D/english_train.h5" --val-data "$D/english_val.h5")
 
@@ -161,7 +167,25 @@ for s in $SYSTEMS; do
       timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${RECIPE[@]}" "${DATA[@]}" --steps "$STEPS_MUON" \
         --eval-batches 0 --log-every 100 --precision "$MUON_PRECISION" --optimizer muon --lr "$MUON_LR" $FSDP_EXTRA \
         --metrics "$OUT/ttl_fsdptrain_${MUON_PRECISION}_muon.jsonl" >> "$log" 2>&1 || rc=$? ;;
-    *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon, titan, titan_fp8_tensorwise, titan_fp8_rowwise)"; rc=2 ;;
+    profile_bf16|profile_fp8)  # where a step's time goes, both programs (issue 63's "short of the goals")
+      p=${s#profile_} f8=none fp=${s#profile_}; [ "$p" = fp8 ] && f8=$PROFILE_TITAN_FP8
+      [ "$TTL_DEVICE" = cpu ] && [ "$p" = bf16 ] && fp=fp32   # a rehearsal: the CPU computes in fp32
+      say "== profile $p: fsdptrain --profile-ops and torchtitan (float8 $f8) steps $PROFILE_WINDOW of $PROFILE_STEPS"
+      timeout -k 10 "$FSDP_LIMIT_S" fsdptrain --model "$MODEL" "${SHAPE[@]}" --warmup-steps 10 --train-data "$D/english_train.h5" \
+        --steps "$PROFILE_STEPS" --lr "$LR" --log-every 10 --precision "$fp" --profile-ops \
+        > "$OUT/profile_fsdptrain_$p.txt" 2>&1 || rc=$?
+      tail -3 "$OUT/profile_fsdptrain_$p.txt" >> "$log"
+      if [ "$rc" = 0 ] && titan_site; then
+        timeout -k 10 "$TORCH_LIMIT_S" env LD_LIBRARY_PATH="$_FSDP_ORIG_LD_LIBRARY_PATH" PYTHONPATH="$WORK/titan_site" \
+          "$TTL_PYTHON" bench/cuda/titan_ttl.py --model "$MODEL" "${SHAPE[@]}" --warmup-steps 10 --eval-every 0 "${DATA[@]}" \
+          --steps "$PROFILE_STEPS" --lr "$LR" --compile --float8 "$f8" --device "$TTL_DEVICE" \
+          --profile-steps "$PROFILE_WINDOW" --profile-out "$OUT/profile_titan_$p.json" \
+          --dump-folder "$WORK/titan_dump" --metrics "$WORK/profile_titan_$p.jsonl" >> "$log" 2>&1 || rc=$?
+      else [ "$rc" = 0 ] && rc=1; fi
+      [ "$rc" = 0 ] && { python3 bench/cuda/profile_compare.py --fsdp "$OUT/profile_fsdptrain_$p.txt" \
+        --tokens-per-step $((BATCH * SEQ)) --titan "$OUT/profile_titan_$p.json" > "$OUT/profile_compare_$p.txt" 2>&1 || rc=$?
+        head -12 "$OUT/profile_compare_$p.txt" >> "$log"; } ;;
+    *) say "ttl_run: error: unknown system '$s' in SYSTEMS (torch_compile, bf16, fp8, muon, titan, titan_fp8_tensorwise, titan_fp8_rowwise, profile_bf16, profile_fp8)"; rc=2 ;;
   esac
   tail -2 "$log"
   say "   ($s: $((SECONDS - t)) s wall, exit $rc)"

@@ -9,8 +9,8 @@ each of its run folders. A run folder (run<N>_<commit>, one device-tool call
 of bench/cuda/run_gpu_checks.sh) holds what a reader opens first (summary,
 RESULT lines, header, profiles) and one archive, logs.tar.gz, with every
 check's log under logs/ and the per-step metrics under runs/; a time-to-loss
-folder (ttl_<commit>) holds the TTL lines, the runs' logs and one archive of
-their metrics. Anything else (a loose .jsonl, a nested folder) fails, as does
+folder (ttl_<commit>) holds the TTL lines, the runs' logs, the step profiles
+of ttl_run.sh's profile systems and one archive of their metrics. Anything else (a loose .jsonl, a nested folder) fails, as does
 a RESULT or TTL line without the device it ran on.
 """
 import os
@@ -24,7 +24,7 @@ TTL = re.compile(r"^ttl_[0-9a-f]{7,40}$")
 RUN_REQUIRED = {"header.log", "summary.txt", "logs.tar.gz"}
 RUN_ALLOWED = re.compile(r"^(header\.log|summary\.txt|results\.txt|kernels\.txt|logs\.tar\.gz|profile(_\w+)?\.txt)$")
 TTL_REQUIRED = {"ttl.txt", "ttl_metrics.tar.xz"}
-TTL_ALLOWED = re.compile(r"^(ttl\.txt|ttl_metrics\.tar\.xz|ttl_log(_\w+)?\.txt)$")
+TTL_ALLOWED = re.compile(r"^(ttl\.txt|ttl_metrics\.tar\.xz|ttl_log(_\w+)?\.txt|profile_\w+\.(txt|json))$")
 RESULT_LINE = re.compile(r"^RESULT system=\S+ .* device=\S.*$")
 TTL_LINE = re.compile(r"^TTL system=\S+ precision=\S+ optimizer=\S+ model=\S+ train_s=\S+ val_loss=\S+ "
                       r"reach_ref_s=\S+( tokens_per_s=\S+)?( complete=\S+)? device=\S.*$")

@@ -14,7 +14,8 @@
 # by more than 1 nat from step 0 to 20 (a model that learns: 5.5 from 256-way chance);
 # the float8 run has 14 of 15 linears in float8 (the tied head stays bf16), the bf16
 # run none; a count --plan-budget fixed gives the run of that --steps bit for bit; the
-# report names the better run as its reference. About 2 minutes.
+# report names the better run as its reference; the profile system (profile_bf16)
+# gives both programs' step profiles side by side. About 3 minutes.
 set -uo pipefail
 repo=$1 example=$2 work=$3
 py=${FSDP_TORCH_PYTHON:-}
@@ -97,6 +98,25 @@ check "grep -q '^titan_ttl: --plan-budget 3 s: .*: $n steps' '$work/plan.txt' &&
   "--plan-budget 3 fixed a count ($n) past the warmup, under the cap"
 check "cmp -s <(sed 's/, \"train_s\": [0-9.e-]*//' '$work/plan.jsonl') <(sed 's/, \"train_s\": [0-9.e-]*//' '$work/fixed.jsonl')" \
   "the planned run's losses and rates equal --steps $n's bit for bit"
+# The profile system (issue 63's "where the difference is"): fsdptrain --profile-ops
+# (from this build, bundled as prepare_carry.sh's rehearsal does) and torchtitan under
+# torch.profiler, side by side in profile_compare.py's categories.
+build=$(cd "$example/.." && pwd)
+if [ -x "$build/src/fsdptrain" ]; then
+  REHEARSAL_FROM=$build CARRY=$work/fsdp_carry bash "$repo/bench/cuda/prepare_carry.sh" > "$work/prepare.txt" 2>&1
+  OUT=$work/prof WORK=$work/ttl TTL_CARRY=$work/carry CARRY=$work/fsdp_carry TTL_DEVICE=cpu TTL_PYTHON=$py \
+    OMP_NUM_THREADS=2 SYSTEMS=profile_bf16 MODEL=tiny VOCAB=256 BATCH=4 SEQ=64 PROFILE_STEPS=16 PROFILE_WINDOW=13:16 \
+    bash "$repo/bench/cuda/ttl_run.sh" > "$work/prof_run.txt" 2>&1
+  cmp=$work/prof/profile_compare_bf16.txt
+  cat "$cmp" 2>/dev/null | head -12
+  check "grep -q 'profiled steps 13-16: .* unprofiled steps 3-12' '$work/prof/ttl_log.txt'" \
+    "torchtitan profiled steps 13-16, timed the 10 before unprofiled"
+  check "awk '\$1 == \"gemm\" && \$2 > 0 && \$3 > 0 {ok = 1} \$1 == \"kernels\" && \$2 > 0 && \$3 > 0 {k = 1}
+             \$1 == \"step\" && \$2 > 0 && \$3 > 0 {s = 1} END {exit !(ok && k && s)}' '$cmp'" \
+    "profile_compare: both programs' GEMMs, kernel sums and step times"
+else
+  echo "note: no $build/src/fsdptrain: the profile system not rehearsed"
+fi
 "$py" "$repo/bench/cuda/ttl_report.py" "$work"/out/ttl_*.jsonl --ref best:torchtitan --device cpu --model tiny \
   --tokens-per-step 256 > "$work/report.txt" 2>&1
 cat "$work/report.txt"
