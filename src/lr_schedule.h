@@ -17,7 +17,7 @@ enum class LrShape { cosine, wsd, linear };
 
 struct LrSchedule {
   float lr = 1e-3f;      // the peak
-  float min_lr = 1e-4f;  // at the last step
+  float min_lr = 1e-4f;  // at the last step (fsdptrain: a tenth of --lr unless given)
   int warmup_steps = 10;
   LrShape shape = LrShape::cosine;
   float decay_fraction = 0.2f;  // wsd: the share of all steps that decays

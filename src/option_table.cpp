@@ -124,6 +124,11 @@ OptionRow model_row(const char* name, T ModelConfig::*field, const char* help,
   return r;
 }
 
+OptionRow defaults_to(OptionRow r, const char* rule) {
+  r.default_help = rule;
+  return r;
+}
+
 OptionRow named(OptionRow r, const char* value_name) {
   r.value_name = value_name;
   return r;
@@ -227,9 +232,10 @@ std::vector<OptionRow> make_table() {
                "needs --warmup-steps of at least 1: the count is fixed after timing warmup steps, "
                "whose learning rate does not depend on it"}), "DURATION"),
     row("lr", &LrSchedule::lr, "peak learning rate", "0.003", positive()),
-    row("min-lr", &LrSchedule::min_lr, "learning rate at the last step", "0.0002",
-        {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
-         "must be in [0, --lr]"}),
+    defaults_to(row("min-lr", &LrSchedule::min_lr, "learning rate at the last step", "0.0002",
+                    {[](const float& v, const O& o) { return v >= 0 && v <= o.schedule.lr; },
+                     "must be in [0, --lr]"}),
+                "a tenth of --lr"),
     row("warmup-steps", &LrSchedule::warmup_steps, "linear warmup steps", "5", at_least(0)),
     row("lr-schedule", &LrSchedule::shape,
         "after the warmup: cosine or linear to --min-lr over the remaining steps; wsd "

@@ -30,6 +30,9 @@ struct OptionRow {
   // The option's rule, checked once every option is set (it may read the
   // others, e.g. --min-lr <= --lr): "" or the rule the value breaks.
   std::function<std::string(const Options&)> check;
+  // --help's "(default ...)" when the default is a rule, not Options{}'s
+  // value (--min-lr: a tenth of --lr); empty: get(Options{}).
+  std::string default_help;
   // A valid value that differs from the default, printed as get() prints it:
   // the round-trip test sets every row to it, so a new row is tested at once.
   std::string example;

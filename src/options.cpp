@@ -19,7 +19,7 @@ namespace {
 
 std::string help_line(const OptionRow& r) {
   if (r.model_field || r.is_switch) return r.help;
-  const std::string d = r.get(Options{});
+  const std::string d = r.default_help.empty() ? r.get(Options{}) : r.default_help;
   return d.empty() ? r.help : r.help + " (default " + d + ")";
 }
 
@@ -168,6 +168,11 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
   o.model.validate();
   // A time budget fixes the step count itself; --steps, given, caps it.
   if (o.run.time_budget.seconds > 0 && !given.count("steps")) o.run.steps = 0;
+  // --min-lr, not given, is a tenth of --lr, so a fine-tuning rate below the
+  // old fixed 1e-4 needs no --min-lr of its own. Divided in double from
+  // --lr's decimal text, so the default --lr 0.001 gives exactly 1e-4 as before.
+  if (!given.count("min-lr"))
+    o.schedule.min_lr = float(std::stod(find_option("lr")->get(o)) / 10.0);
   for (const auto& r : option_table()) {
     if (!r.check) continue;
     const std::string rule = r.check(o);

@@ -145,6 +145,33 @@ TEST(Options, ConfigFileWithFlagsWinning) {
   std::remove(path.c_str());
 }
 
+// Issue 65: README's fine-tuning command (--lr 3e-5, no --min-lr) was refused,
+// the fixed default 1e-4 being above it. --min-lr now follows --lr.
+TEST(Options, MinLrDefaultsToATenthOfLr) {
+  auto o = parse({"--train-data", "x"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->schedule.min_lr, 1e-4f);  // the default --lr's, bit for bit as before
+  o = parse({"--train-data", "x", "--lr", "3e-5"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->schedule.min_lr, 3e-6f);
+  o = parse({"--train-data", "x", "--lr", "3e-5", "--min-lr", "0"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->schedule.min_lr, 0.0f);
+  // a value given keeps its rule
+  const std::string e = error_of({"--train-data", "x", "--lr", "3e-5", "--min-lr", "1e-4"});
+  EXPECT_NE(e.find("--min-lr"), std::string::npos) << e;
+  // from a --config file too
+  const std::string path = ::testing::TempDir() + "/min_lr.ini";
+  {
+    std::ofstream(path) << "lr = 0.002\n";
+  }
+  o = parse({"--train-data", "x", "--config", path});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->schedule.min_lr, 2e-4f);
+  std::remove(path.c_str());
+  EXPECT_NE(options_help().find("a tenth of --lr"), std::string::npos);
+}
+
 TEST(Options, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--train-data", "x", "--lr", "0"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--min-lr", "1"}).find("--min-lr"), std::string::npos);
