@@ -187,10 +187,17 @@ void Trainer::build(ProcessGroups& engine_groups) {
   if (!o_.eval.only)
     loader_ = std::make_unique<BatchLoader>(train_data_, d.seq_len, d.batch_size, d.grad_accum,
                                             world_.rank, world_.size, o_.run.seed);
-  if (val_data_)
+  if (val_data_) {
     val_batches_ = std::make_unique<ValBatches>(*val_data_, o_.eval.context(d.seq_len),
                                                 o_.eval.micro_batch(d.batch_size, d.seq_len),
                                                 world_.rank, world_.size);
+    const int64_t pass = val_batches_->batches_per_pass();
+    if (lead_ && o_.eval.batches > 0 && validates_whole_split())
+      std::printf(
+          "fsdptrain: --eval-batches %d reaches past the validation split (%lld windows, %lld "
+          "batch(es) a rank): validating on the whole split, each window once\n",
+          o_.eval.batches, (long long)val_batches_->windows(), (long long)pass);
+  }
 }
 
 // --batch-size 0: the largest micro-batch the plan fits on every rank.

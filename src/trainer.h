@@ -80,6 +80,8 @@ class Trainer {
   // Validation and samples (src/trainer_eval.cpp). The model's micro-batch
   // shape for validation (--eval-seq-len) or for training and samples.
   void use_validation_shape(bool validation);
+  // --eval-batches 0, or more batches than one pass over the split holds.
+  bool validates_whole_split() const;
   // Mean validation loss; `tokens` (if given) gets how many it covered.
   double evaluate(double* tokens = nullptr);
   void evaluate_only(TrainSummary& summary);

@@ -22,10 +22,17 @@ void Trainer::use_validation_shape(bool validation) {
     model_->set_shape(B, T);
 }
 
+// Whether validation covers the whole split: --eval-batches 0, or a count of
+// batches that reaches past the split's last window. Those batches would wrap
+// around and count windows twice; instead every window counts once, the last
+// batches padded (issue 65: 3,730 tokens were reported as 16384).
+bool Trainer::validates_whole_split() const {
+  return o_.eval.batches == 0 || o_.eval.batches >= val_batches_->batches_per_pass();
+}
+
 double Trainer::evaluate(double* tokens) {
   double loss_sum = 0, count = 0;
-  // --eval-batches 0: every window once, the last batches padded.
-  const bool once = o_.eval.batches == 0;
+  const bool once = validates_whole_split();
   const int64_t batches = once ? val_batches_->batches_per_pass() : o_.eval.batches;
   use_validation_shape(true);
   for (int64_t i = 0; i < batches; ++i) {
@@ -67,7 +74,7 @@ void Trainer::evaluate_only(TrainSummary& summary) {
         "fsdptrain: eval of %s (step %lld): val_loss %.4f, perplexity %.2f, over %.0f tokens%s "
         "in %.1f s\n",
         source.c_str(), (long long)pos_.step, v, std::exp(v), tokens,
-        o_.eval.batches == 0 ? " (the whole split)" : "", seconds);
+        validates_whole_split() ? " (the whole split)" : "", seconds);
 }
 
 // Text from the current weights, as llm.c prints while it trains. Every rank

@@ -61,6 +61,39 @@ n = re.search(r"over (\d+) tokens in", p.stdout)
 check(p.returncode == 0 and n is not None and int(n.group(1)) == 2 * 4 * 64,
       f"--eval-batches 2 covers 2 x 4 x 64 tokens: {p.stdout[-200:]}")
 
+# Issue 65: a validation split smaller than --eval-batches' batches. The
+# default count (and any count past the split) wrapped around and counted
+# windows twice: 3,730 tokens reported "over 16384 tokens". Now the whole
+# split, each window once, said so at the start and on the result line, on 1
+# rank and on 3 (whose batches interleave).
+import h5py  # noqa: E402
+
+small = os.path.join(work, "small_val.h5")
+with h5py.File(val, "r") as f, h5py.File(small, "w") as g:
+    g["tokens"] = f["tokens"][:3730]
+    for k, v in f["tokens"].attrs.items():  # vocab_size, the tokenizer
+        g["tokens"].attrs[k] = v
+    for k, v in f.attrs.items():
+        g.attrs[k] = v
+windows = (3730 - 1) // 64  # whole windows of 64 + 1 tokens, one token shared
+for ranks in (1, 3):
+    tag = f"small split, np{ranks}:"
+    m = os.path.join(work, f"small_np{ranks}.jsonl")
+    p = run([exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-data", small,
+             "--eval-only", "--batch-size", "8", "--resume", saved, "--metrics", m], ranks)
+    rec = records(m) if os.path.exists(m) else []
+    check(p.returncode == 0 and len(rec) == 1 and rec[0]["eval_tokens"] == windows * 64,
+          f"{tag} {rec[0]['eval_tokens'] if rec else None} tokens, each of {windows} windows once "
+          f"({p.stderr[-200:]})")
+    check("reaches past the validation split" in p.stdout and "(the whole split)" in p.stdout,
+          f"{tag} says it validated the whole split: {p.stdout[-300:]}")
+# the whole split at the default count equals --eval-batches 0 exactly
+p0 = run([exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-data", small, "--eval-only",
+          "--eval-batches", "0", "--batch-size", "8", "--resume", saved, "--metrics", os.path.join(work, "s0.jsonl")])
+r0, r1 = records(os.path.join(work, "s0.jsonl")), records(os.path.join(work, "small_np1.jsonl"))
+check(p0.returncode == 0 and r0 and r1 and r0[0]["val_loss"] == r1[0]["val_loss"],
+      f"the default count gives --eval-batches 0's loss: {r0} {r1}")
+
 # A Muon checkpoint: evaluating needs its weights only, so --eval-only takes it
 # without --optimizer muon (training on from it would not) and gives the loss
 # the training run's final validation gave.
