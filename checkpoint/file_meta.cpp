@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <type_traits>
@@ -283,8 +284,16 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
     pass += std::string(pass.empty() ? "" : " ") + f.flag + " " + f.saved;
   }
   if (differ.empty()) return "";
+  // tools/import_hf.py writes the model's flags beside its checkpoint as
+  // OUT.ini: name that file, the way a user of an import meets this first.
+  std::filesystem::path ini(path);
+  ini.replace_extension(".ini");
+  std::error_code ec;
+  const std::string config = std::filesystem::is_regular_file(ini, ec)
+                                 ? " (or --config " + ini.string() + ", which holds them)"
+                                 : "";
   return "checkpoint '" + path + "' was saved by another model: " + differ + "; pass " + pass +
-         " to resume it";
+         config + " to resume it";
 }
 
 std::string check_datasets(hid_t file, const ModelConfig& model, const std::string& path) {

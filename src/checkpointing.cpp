@@ -231,6 +231,7 @@ RunPosition RunCheckpoints::init_from() {
   }
   zero_optimizer_state();
   pos.initialised_from = path;
+  pos.initialised_step = meta.step;
   if (lead_)
     std::printf(
         "fsdptrain: --init-from '%s': the weights it saved at step %lld (on %d rank(s)); "

@@ -22,6 +22,7 @@ struct RunPosition {
   int64_t tokens_seen = 0;  // training tokens consumed by those steps
   std::string resumed_from;
   std::string initialised_from;  // --init-from's file, where it was used
+  int64_t initialised_step = 0;  // the step that file was saved at (--eval-only reports it)
   // --time-budget (src/time_budget.h): the step count it fixed (0: not yet)
   // and the seconds the run had used here, over every process that ran it.
   int64_t budget_steps = 0;

@@ -60,11 +60,13 @@ void Trainer::evaluate_only(TrainSummary& summary) {
   const double v = evaluate(&tokens);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  summary.val_loss.emplace_back(int(pos_.step), v);
+  // The weights' own step: a resumed file's, or the one --init-from's was saved at.
+  const int64_t step = pos_.initialised_from.empty() ? pos_.step : pos_.initialised_step;
+  summary.val_loss.emplace_back(int(step), v);
   const std::string source = !pos_.resumed_from.empty()       ? pos_.resumed_from
                              : !pos_.initialised_from.empty() ? pos_.initialised_from
                                                               : "initial weights";
-  metrics_.write({{"step", std::to_string(pos_.step)},
+  metrics_.write({{"step", std::to_string(step)},
                   {"val_loss", json_number(v)},
                   {"eval_tokens", json_number(tokens)},
                   {"eval_only", "true"},
@@ -73,7 +75,7 @@ void Trainer::evaluate_only(TrainSummary& summary) {
     std::printf(
         "fsdptrain: eval of %s (step %lld): val_loss %.4f, perplexity %.2f, over %.0f tokens%s "
         "in %.1f s\n",
-        source.c_str(), (long long)pos_.step, v, std::exp(v), tokens,
+        source.c_str(), (long long)step, v, std::exp(v), tokens,
         validates_whole_split() ? " (the whole split)" : "", seconds);
 }
 

@@ -42,6 +42,7 @@ int64_t Trainer::roll_back_or_stop(const DivergedStep& bad, TrainSummary& summar
   back.budget_steps = pos_.budget_steps;
   back.budget_used_s = pos_.budget_used_s;
   back.initialised_from = pos_.initialised_from;
+  back.initialised_step = pos_.initialised_step;
   pos_ = back;
   spikes_.restore(pos_.loss_history);
   // The steps undone are no longer this process's (it began at step `first`),

@@ -64,7 +64,9 @@ with h5py.File(os.path.join(example, "kjv_val.h5"), "r") as f, h5py.File(one_bat
 e = run(base + ["--val-data", one_batch, "--eval-only", "--eval-batches", "0", "--batch-size", "4",
                 "--init-from", src, "--metrics", metrics("eval")])
 check(e.returncode == 0, f"--eval-only --init-from exits 0 ({e.stderr[-300:]})")
-check(f"eval of {src} (step 0)" in e.stdout, "--eval-only names the --init-from file")
+# the weights' own step, the file's 12 (issue 65: it said and recorded 0)
+check(f"eval of {src} (step 12)" in e.stdout and [r.get("step") for r in records(metrics("eval"))] == [12],
+      "--eval-only names the --init-from file and the step its weights were saved at")
 want = [r["val_loss"] for r in records(metrics("eval")) if "val_loss" in r]
 for ranks in (1, 2):
     name = f"first_np{ranks}"

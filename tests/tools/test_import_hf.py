@@ -156,6 +156,22 @@ def formats():
             loss = eval_loss(out, val, ranks, config=ini, tag=f"imp_{tag}_np{ranks}")
             check(loss == ref, f"{tag}: --eval-only of the import on {ranks} rank(s) {loss} == the original's {ref}")
 
+        if tag == "untied":  # issue 65, item 3: what a user of an import meets first
+            base = [exe, "--device", "cpu", "--eval-only", "--val-data", val, "--seq-len", str(SEQ),
+                    "--batch-size", "1"]
+            p = run(base + ["--config", ini, "--init-from", out])
+            check(p.returncode == 0 and "fsdptrain: model custom (the tiny preset, fields changed)" in p.stdout,
+                  f"{tag}: the import is announced as a custom model, not as tiny ({p.stdout[:200]})")
+            p = run(base + ["--model", "tiny", "--init-from", out])
+            err = [l for l in p.stderr.splitlines() if l.strip()]
+            check(p.returncode != 0 and len(err) == 1 and f"--config {ini}" in err[0],
+                  f"{tag}: without --config, the error names the .ini import_hf.py wrote ({err})")
+            m = os.path.join(work, "init_from_step.jsonl")
+            p = run(base + ["--model", "tiny", *flags, "--init-from", orig, "--metrics", m])
+            rec = [json.loads(l) for l in open(m)] if os.path.exists(m) else []
+            check(p.returncode == 0 and len(rec) == 1 and rec[0]["step"] == 4 and "(step 4)" in p.stdout,
+                  f"{tag}: --eval-only --init-from of a step-4 checkpoint reports and records step 4 ({rec})")
+
         # The other config form (transformers 5's rope_parameters) reads the same.
         with open(os.path.join(hf, "config.json")) as f:
             cfg = json.load(f)
