@@ -12,7 +12,7 @@ that loads on any rank count, and OUT.ini, the model's flags for --config:
   fsdptrain --config OUT.ini --init-from OUT.h5 --train-data T.h5 --lr 3e-5 ...
 
 The token files must be encoded with the model's own tokenizer
-(tools/prepare_data.py --tokenizer HF_DIR).
+(tools/prepare_data.py --tokenizer hf:HF_DIR, or hf:HF_DIR/tokenizer.json).
 
 What fsdptrain's model holds, and so what imports: a pre-norm decoder with
 RMSNorm, SwiGLU, grouped-query attention, RoPE (rotate_half, no scaling),

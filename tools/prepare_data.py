@@ -23,7 +23,8 @@ text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
                    their first --bpe-train-bytes of text, where given: a few GB
                    of a large corpus make the same merges at a fraction of the
                    memory and time), saved as PREFIX_tokenizer.json.
-    hf:PATH        a Hugging Face tokenizer.json, copied to PREFIX_tokenizer.json;
+    hf:PATH        a Hugging Face tokenizer.json (or the model folder holding one,
+                   as import_hf.py's HF_DIR), copied to PREFIX_tokenizer.json;
                    end of text: --eos-token, else <|endoftext|>, </s>, ...
     tiktoken:NAME  gpt2 (vocab 50257, eos 50256), cl100k_base, o200k_base...,
                    from tiktoken's cache (TIKTOKEN_CACHE_DIR) or --tiktoken-file
@@ -245,7 +246,7 @@ def parse_args(argv):
     t.add_argument("inputs", nargs="+", metavar="INPUT", help="files or quoted globs")
     t.add_argument("--out", required=True, metavar="PREFIX")
     t.add_argument("--tokenizer", default="byte",
-                   help="byte (default), bpe, hf:PATH/tokenizer.json or tiktoken:NAME")
+                   help="byte (default), bpe, hf:PATH (a tokenizer.json or its folder) or tiktoken:NAME")
     t.add_argument("--vocab-size", type=int, default=4096, help="bpe only (default 4096)")
     t.add_argument("--tiktoken-file", metavar="FILE.tiktoken",
                    help="the encoding's ranks, instead of tiktoken's cache")
@@ -287,9 +288,16 @@ def parse_args(argv):
 def main(argv=None):
     try:
         args = parse_args(argv)
+        # README's commands write under tokens/ without making it first
         out_dir = os.path.dirname(args.out) or "."
-        if not os.path.isdir(out_dir):
-            fail(f"--out {args.out}: directory '{out_dir}' does not exist")
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            fail(f"--out {args.out}: cannot make the directory '{out_dir}' ({e.strerror or e}); "
+                 f"name a PREFIX in a directory you can write")
+        if not os.access(out_dir, os.W_OK | os.X_OK):
+            fail(f"--out {args.out}: the directory '{out_dir}' is not writable; "
+                 f"name a PREFIX in a directory you can write")
         if args.cmd == "text":
             from prep import pipeline
             pipeline.run(args)

@@ -310,6 +310,15 @@ class Tokenizers(Base):
         self.assertEqual(got, want)
         # the same decode table as the training file's, so the trainer accepts the pair
         self.assertEqual(decode_table(vprefix + "_val.h5"), decode_table(prefix + "_train.h5"))
+        # hf:FOLDER (a model's folder, as import_hf.py's HF_DIR) reads its tokenizer.json,
+        # and --out may name a directory that does not exist yet (issue 65, item 5)
+        model_dir = self.path("model")
+        os.makedirs(model_dir)
+        shutil.copyfile(prefix + "_tokenizer.json", os.path.join(model_dir, "tokenizer.json"))
+        fprefix = self.path("new/dir/owt_valid")
+        self.prepare(self.path("valid.jsonl"), "--out", fprefix, "--tokenizer", "hf:" + model_dir,
+                     "--val-fraction", "1")
+        self.assertEqual(read_tokens([fprefix + "_val.h5"]).tolist(), want)
         self.assertEqual(attrs(vprefix + "_val.h5")[0]["tokenizer_sha256"],
                          attrs(prefix + "_train.h5")[0]["tokenizer_sha256"])
 
@@ -660,7 +669,10 @@ class Errors(Base):
                    "--doc-separator", "JSONL or Parquet")
         self.fails([good, *out, "--shard-tokens", "1X"], "--shard-tokens", "100M")
         self.fails([good, *out, "--val-tokens", "10K"], "--val-tokens")
-        self.fails([good, "--out", self.path("nodir/x")], "does not exist")
+        self.fails([good, "--out", os.path.join(good, "x")], "--out", "cannot make the directory")
+        os.makedirs(self.path("empty_model"))
+        self.fails([good, *out, "--tokenizer", "hf:" + self.path("empty_model")],
+                   "a folder without tokenizer.json")
 
 
 if __name__ == "__main__":

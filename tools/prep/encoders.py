@@ -52,6 +52,10 @@ def load_hf(path, prefix, eos_token):
         from tokenizers import Tokenizer as HF
     except ImportError:
         fail("--tokenizer hf: needs the python package tokenizers " + VENV_HINT)
+    if os.path.isdir(path):  # the model's folder, as import_hf.py's HF_DIR: its tokenizer.json
+        if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+            fail(f"--tokenizer hf:{path}: a folder without tokenizer.json; name the file itself")
+        path = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(path):
         fail(f"--tokenizer hf:{path}: no such file")
     try:
@@ -281,7 +285,7 @@ def parse(spec):
     kind, _, arg = spec.partition(":")
     if spec in ("byte", "bpe") or (kind in ("hf", "tiktoken") and arg):
         return kind, arg
-    fail(f"--tokenizer {spec}: expected byte, bpe, hf:PATH/tokenizer.json or "
+    fail(f"--tokenizer {spec}: expected byte, bpe, hf:PATH (a tokenizer.json or its folder) or "
          f"tiktoken:NAME (gpt2, cl100k_base, o200k_base)")
 
 
