@@ -342,7 +342,9 @@ std::vector<OptionRow> make_table() {
     row("spike-factor", &DivergenceOptions::spike_factor,
         "a step whose loss is above F times the median of the last --spike-window steps "
         "diverged (0: only non-finite values do); healthy runs stay below 1.3", "1.5",
-        at_least(0.0f)),
+        // at or below 1, about half of a healthy run's steps are above the median
+        {[](const float& v, const O&) { return v == 0 || v > 1; },
+         "must be 0 (off) or above 1: at 1 or below, healthy steps count as diverged"}),
     row("spike-window", &DivergenceOptions::spike_window,
         "applied steps whose median loss --spike-factor compares with; the test starts once "
         "there are this many (at most 4096: checkpoints keep the window)", "16",

@@ -172,6 +172,17 @@ TEST(Options, MinLrDefaultsToATenthOfLr) {
   EXPECT_NE(options_help().find("a tenth of --lr"), std::string::npos);
 }
 
+// Issue 65: --spike-factor 1 or below called healthy steps diverged.
+TEST(Options, SpikeFactorIsOffOrAboveOne) {
+  for (const char* bad : {"1", "0.5", "-1"}) {
+    const std::string e = error_of({"--train-data", "x", "--spike-factor", bad});
+    EXPECT_NE(e.find("--spike-factor"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("above 1"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_EQ(error_of({"--train-data", "x", "--spike-factor", "0"}), "");
+  EXPECT_EQ(error_of({"--train-data", "x", "--spike-factor", "1.01"}), "");
+}
+
 TEST(Options, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--train-data", "x", "--lr", "0"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--min-lr", "1"}).find("--min-lr"), std::string::npos);
