@@ -4,7 +4,9 @@
   export_hf.py CKPT.h5 OUTDIR
 
 Writes OUTDIR/model.safetensors (float32) and OUTDIR/config.json. The
-optimizer moments are not exported.
+optimizer moments are not exported. As the trainer does, it checks every
+model tensor against the checksum saved with it first: a damaged or
+truncated checkpoint is one error line and nothing is written.
 
 Our model is a Llama-style pre-norm decoder plus QK-norm: an RMSNorm over
 head_dim, with gains of shape [head_dim], applied to q and k per head before
@@ -36,6 +38,7 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_names import hf_name  # noqa: E402
+from checkpoint_writer import GROUPS, checksum, units  # noqa: E402
 from inspect_checkpoint import read_meta  # noqa: E402
 
 
@@ -71,16 +74,48 @@ def hf_config(model):
     return cfg
 
 
+def fail(msg):
+    sys.exit(f"export_hf: error: {msg}")
+
+
+def verified(f, checkpoint, model, tensors):
+    """The trainer's standard on every read of a checkpoint: each model tensor
+    against its stored checksum (tools/checkpoint_writer.py's, the order the
+    trainer stores them in), so a changed byte is refused, not exported."""
+    if "tensor_checksums" not in f.attrs:
+        fail(f"checkpoint '{checkpoint}' has no tensor checksums (not written by fsdptrain, or damaged); "
+             "export a checkpoint the trainer saved")
+    stored = [int(x) for x in f.attrs["tensor_checksums"]]
+    order = [(g, n) for u in units(model) for g in GROUPS for n, _ in u]
+    if len(stored) != len(order):
+        fail(f"checkpoint '{checkpoint}' is damaged: it lists {len(stored)} tensor checksums "
+             f"for {len(order)} tensors")
+    for (g, n), want in zip(order, stored):
+        if g == "model" and checksum(tensors[n]) != want:
+            fail(f"checkpoint '{checkpoint}' is damaged: tensor model/{n} does not match its checksum "
+                 "(its bytes changed after the save); export an earlier checkpoint")
+
+
 def export(checkpoint, outdir):
-    with h5py.File(checkpoint, "r") as f:
-        model = read_meta(f)["model"]
-        tensors = {}
-        for name, d in f["model"].items():
-            target = hf_name(name)
-            if target is None:
-                sys.exit(f"export_hf: error: '{checkpoint}' has tensor model/{name}, "
-                         "which has no Hugging Face name; update tools/export_hf.py")
-            tensors[target] = np.ascontiguousarray(d[()], dtype=np.float32)
+    try:
+        with h5py.File(checkpoint, "r") as f:
+            model = read_meta(f)["model"]
+            raw = {name: np.ascontiguousarray(d[()], dtype=np.float32) for name, d in f["model"].items()}
+            want = {n for u in units(model) for n, _ in u}
+            if set(raw) != want:
+                fail(f"checkpoint '{checkpoint}' does not hold its model's tensors: missing "
+                     f"{sorted(want - set(raw))[:3]}, unknown {sorted(set(raw) - want)[:3]}")
+            verified(f, checkpoint, model, raw)
+    except (OSError, KeyError, ValueError, TypeError) as e:  # truncated, not HDF5, fields missing
+        fail(f"checkpoint '{checkpoint}' cannot be read ({e}): damaged or truncated; "
+             "export an earlier checkpoint")
+    tensors = {}
+    for name, t in raw.items():
+        target = hf_name(name)
+        if target is None:
+            fail(f"'{checkpoint}' has tensor model/{name}, which has no Hugging Face name; "
+                 "update tools/export_hf.py")
+        tensors[target] = t
     if "lm_head.weight" not in tensors:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
     os.makedirs(outdir, exist_ok=True)
@@ -97,7 +132,7 @@ def main(argv=None):
     ap.add_argument("outdir")
     args = ap.parse_args(argv)
     if not os.path.isfile(args.checkpoint):
-        sys.exit(f"export_hf: error: no checkpoint file '{args.checkpoint}'")
+        fail(f"no checkpoint file '{args.checkpoint}'")
     tensors = export(args.checkpoint, args.outdir)
     n = sum(t.size for k, t in tensors.items())
     print(f"wrote {len(tensors)} tensors ({n:,} values) and config.json to {args.outdir}")

@@ -11,6 +11,7 @@ the tools are tested on the real format, not a Python imitation of it.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,8 +99,49 @@ def main():
     r = subprocess.run([sys.executable, os.path.join(tools, "export_hf.py"), "/nonexistent.h5", "/tmp/x"],
                        capture_output=True, text=True)
     check(r.returncode != 0 and "/nonexistent.h5" in r.stderr, "missing checkpoint is not a clear error")
+    damaged_inputs(sorted(glob.glob(os.path.join(fixture, "tied", "step_*.h5")))[-1], tools)
     print("checkpoint tools: " + ("FAILED" if failures else "all checks passed"))
     sys.exit(1 if failures else 0)
+
+
+def refused(tools, ckpt, needle, what):
+    """export_hf.py on a damaged file: one error line naming it and `needle`,
+    a non-zero exit, nothing written."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out")
+        r = subprocess.run([sys.executable, os.path.join(tools, "export_hf.py"), ckpt, out],
+                           capture_output=True, text=True)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        check(r.returncode != 0 and len(lines) == 1 and lines[0].startswith("export_hf: error:")
+              and ckpt in lines[0] and needle in lines[0] and not os.path.exists(out),
+              f"{what}: one error line, nothing written ({r.stderr.strip()[-300:]})")
+
+
+def damaged_inputs(good, tools):
+    """Issue 65: a truncated checkpoint was a traceback, a changed tensor
+    exported silently (the trainer refuses both)."""
+    with tempfile.TemporaryDirectory() as d:
+        cut = os.path.join(d, "cut.h5")
+        with open(good, "rb") as f, open(cut, "wb") as g:
+            g.write(f.read()[: os.path.getsize(good) * 2 // 3])
+        refused(tools, cut, "damaged or truncated", "a truncated checkpoint")
+        changed = os.path.join(d, "changed.h5")
+        shutil.copyfile(good, changed)
+        with h5py.File(changed, "r+") as f:
+            w = f["model/blocks.0.mlp.w1"]
+            v = w[()]
+            v.flat[7] += 1.0
+            w[...] = v
+        refused(tools, changed, "model/blocks.0.mlp.w1 does not match its checksum", "a changed tensor")
+        nosums = os.path.join(d, "nosums.h5")
+        shutil.copyfile(good, nosums)
+        with h5py.File(nosums, "r+") as f:
+            del f.attrs["tensor_checksums"]
+        refused(tools, nosums, "no tensor checksums", "a file without checksums")
+        notfile = os.path.join(d, "text.h5")
+        with open(notfile, "w") as f:
+            f.write("not hdf5\n")
+        refused(tools, notfile, "cannot be read", "a file that is not HDF5")
 
 
 if __name__ == "__main__":
