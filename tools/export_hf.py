@@ -106,7 +106,7 @@ def export(checkpoint, outdir):
                 fail(f"checkpoint '{checkpoint}' does not hold its model's tensors: missing "
                      f"{sorted(want - set(raw))[:3]}, unknown {sorted(set(raw) - want)[:3]}")
             verified(f, checkpoint, model, raw)
-    except (OSError, KeyError, ValueError, TypeError) as e:  # truncated, not HDF5, fields missing
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:  # truncated, damaged, not HDF5
         fail(f"checkpoint '{checkpoint}' cannot be read ({e}): damaged or truncated; "
              "export an earlier checkpoint")
     tensors = {}

@@ -59,9 +59,36 @@ def rope_of(cfg):
     return float(cfg.get("rope_theta", 10000.0)), cfg.get("rope_scaling")
 
 
+INT_MAX = 2 ** 31 - 1  # the trainer's fields are 32-bit ints
+
+
+def int_field(cfg, key, default=None, low=1):
+    """cfg[key] as an int in [low, INT_MAX] (bool is not one), or Refused naming it."""
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= INT_MAX:
+        raise Refused(f"{key} is {v!r}; it must be an integer from {low} to {INT_MAX}")
+    return v
+
+
+def float_field(cfg, key, default, positive=True):
+    """cfg[key] as a finite float (> 0 where positive), or Refused naming it."""
+    v = cfg.get(key, default)
+    # the trainer keeps it as a float32: finite and (where positive) above 0 there too
+    with np.errstate(over="ignore"):
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and np.isfinite(np.float32(v)) and \
+            (not positive or np.float32(v) > 0)
+    if not ok:
+        raise Refused(f"{key} is {v!r}; it must be a finite number{' above 0' if positive else ''} "
+                      "(as a float32)")
+    return float(v)
+
+
 def model_fields(cfg):
     """fsdptrain's model fields for `cfg`, or Refused naming the field."""
-    arch = (cfg.get("architectures") or ["(none)"])[0]
+    archs = cfg.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise Refused(f"architectures is {archs!r}; it must be a list of names")
+    arch = (archs or ["(none)"])[0]
     if arch not in ARCHITECTURES:
         raise Refused(f"architectures is {arch}; fsdptrain imports {', '.join(ARCHITECTURES)}")
     model_type, qk_norm = ARCHITECTURES[arch]
@@ -72,10 +99,11 @@ def model_fields(cfg):
     required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads")
     for k in required:
-        if not isinstance(cfg.get(k), int) or cfg[k] <= 0:
-            raise Refused(f"{k} is {cfg.get(k)!r}; it must be a positive integer")
+        int_field(cfg, k, low=2 if k in ("vocab_size", "hidden_size") else 1)
     d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads") or heads
+    kv = int_field(cfg, "num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
+    if cfg.get("head_dim") is not None:
+        int_field(cfg, "head_dim")
     if cfg.get("hidden_act", "silu") != "silu":
         raise Refused(f"hidden_act is {cfg['hidden_act']!r}; fsdptrain's MLP is SwiGLU (silu)")
     for k in ("attention_bias", "mlp_bias"):
@@ -92,7 +120,15 @@ def model_fields(cfg):
                       "fsdptrain's heads are 2 to 512 wide, an even number")
     if heads % kv:
         raise Refused(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
-    theta, scaling = rope_of(cfg)
+    try:
+        theta, scaling = rope_of(cfg)
+    except (TypeError, ValueError):
+        raise Refused(f"rope_theta is {cfg.get('rope_theta', (cfg.get('rope_parameters') or {}).get('rope_theta'))!r}; "
+                      "it must be a number")
+    if not np.isfinite(theta) or theta <= 0:
+        raise Refused(f"rope_theta is {theta}; it must be a finite number above 0")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise Refused(f"rope_scaling is {scaling!r}; it must be an object or null")
     rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     if rope_type not in ("default", "llama3"):
         raise Refused(f"rope scaling of type {rope_type!r} (rope_parameters / rope_scaling) is not supported; "
@@ -107,13 +143,16 @@ def model_fields(cfg):
         except (KeyError, TypeError, ValueError) as e:
             raise Refused(f"llama3 rope scaling without a usable {e} (factor, low_freq_factor, "
                           "high_freq_factor, original_max_position_embeddings)")
-        if not (rope["rope_scaling_factor"] >= 1 and 0 < rope["rope_low_freq_factor"] < rope["rope_high_freq_factor"]
-                and rope["rope_original_context"] >= 1):
+        if not (1 <= rope["rope_scaling_factor"] < np.finfo(np.float32).max
+                and 0 < rope["rope_low_freq_factor"] < rope["rope_high_freq_factor"] < np.finfo(np.float32).max
+                and 1 <= rope["rope_original_context"] <= INT_MAX):
             raise Refused(f"llama3 rope scaling {scaling} is out of range (factor >= 1, "
                           "0 < low_freq_factor < high_freq_factor, original_max_position_embeddings >= 1)")
-    if float((scaling or {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))) != 1.0:
+    if (scaling or {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
         raise Refused("partial_rotary_factor is not 1: fsdptrain rotates every dimension")
-    if not float(np.float32(theta)) == theta:
+    with np.errstate(over="ignore"):  # 1e39 is inf in float32: refused below, not warned about
+        exact = float(np.float32(theta)) == theta
+    if not exact:
         raise Refused(f"rope_theta {theta} is not exact in float32")
     return {
         "name": model_type,
@@ -125,13 +164,21 @@ def model_fields(cfg):
         "n_kv_head": kv,
         "head_dim": head_dim,
         "d_ff": cfg["intermediate_size"],
-        "max_seq_len": int(cfg.get("max_position_embeddings") or 2048),
+        "max_seq_len": int_field(cfg, "max_position_embeddings", 2048) if cfg.get("max_position_embeddings")
+        is not None else 2048,
         "rope_theta": theta,
-        "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
-        "init_std": float(cfg.get("initializer_range", 0.02)),
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "norm_eps": float_field(cfg, "rms_norm_eps", 1e-6),
+        "init_std": float_field(cfg, "initializer_range", 0.02),
+        "tie_embeddings": tie_of(cfg),
         **rope,
     }
+
+
+def tie_of(cfg):
+    v = cfg.get("tie_word_embeddings", False)
+    if not isinstance(v, bool):
+        raise Refused(f"tie_word_embeddings is {v!r}; it must be true or false")
+    return v
 
 
 def ini_text(model, source):
@@ -161,24 +208,70 @@ def safetensors_index(folder):
     """{tensor name: file} for the single file or the sharded index."""
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
-        with open(index) as f:
-            return {k: os.path.join(folder, v) for k, v in json.load(f)["weight_map"].items()}
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+            where = {str(k): os.path.join(folder, v) for k, v in weight_map.items()}
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise Refused(f"model.safetensors.index.json is not an index with a weight_map ({e!r})")
+        for path in sorted(set(where.values())):
+            if not os.path.isfile(path):
+                raise Refused(f"{os.path.basename(path)}, named in model.safetensors.index.json, is missing")
+            read_header(path)  # every shard's header checked before anything is read
+        return where
     single = os.path.join(folder, "model.safetensors")
     if not os.path.exists(single):
         raise Refused("neither model.safetensors nor model.safetensors.index.json here")
     return {k: single for k in read_header(single)[0] if k != "__metadata__"}
 
 
+WIDTH = {"F32": 4, "F16": 2, "BF16": 2}
+MAX_HEADER = 100 << 20  # safetensors' own limit on a header
+
+
 def read_header(path):
+    """A safetensors file's header, checked against the file: every entry a
+    dtype, a shape and offsets that lie inside the data and match the shape,
+    so a damaged or truncated file is refused here, not read past its end."""
+    name, size = os.path.basename(path), os.path.getsize(path)
     with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return json.loads(f.read(n)), 8 + n
+        head = f.read(8)
+        if len(head) < 8:
+            raise Refused(f"{name} is {size} bytes, shorter than a safetensors header: truncated")
+        n = struct.unpack("<Q", head)[0]
+        if n > min(size - 8, MAX_HEADER):
+            raise Refused(f"{name}: its header claims {n} bytes, past the file's {size}: damaged or truncated")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise Refused(f"{name}: its header is not JSON ({e}): damaged")
+    if not isinstance(header, dict):
+        raise Refused(f"{name}: its header is not an object of tensors: damaged")
+    data = size - 8 - n
+    for k, info in header.items():
+        if k == "__metadata__":
+            continue
+        try:
+            lo, hi = info["data_offsets"]
+            kind, shape = info["dtype"], [int(x) for x in info["shape"]]
+            ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)) and min(shape, default=0) >= 0
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise Refused(f"{name}: tensor {k}'s entry {info!r} is not a dtype, a shape and two offsets: damaged")
+        if not 0 <= lo <= hi <= data:
+            raise Refused(f"{name}: tensor {k} lies at bytes {lo}-{hi} of {data}: truncated or damaged")
+        if kind in WIDTH and hi - lo != WIDTH[kind] * int(np.prod(shape, dtype=np.int64)):
+            raise Refused(f"{name}: tensor {k} has {hi - lo} bytes for {kind} of shape {shape}: damaged")
+    return header, 8 + n
 
 
 def read_tensor(path, name, cache):
     if path not in cache:
         cache[path] = read_header(path) + (np.memmap(path, dtype=np.uint8, mode="r"),)
     header, base, data = cache[path]
+    if name not in header:
+        raise Refused(f"tensor {name}, which the index places in {os.path.basename(path)}, is not in it")
     info = header[name]
     lo, hi = info["data_offsets"]
     raw = data[base + lo:base + hi]
@@ -227,8 +320,13 @@ def import_hf(folder, out):
     cfg_path = os.path.join(folder, "config.json")
     if not os.path.isfile(cfg_path):
         raise Refused("no config.json here (pass the downloaded model's folder)")
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(f"config.json is not JSON ({e})")
+    if not isinstance(cfg, dict):
+        raise Refused(f"config.json holds a {type(cfg).__name__}, not an object of fields")
     model = model_fields(cfg)
     tensors = load_tensors(folder, model)
     ini = ini_text(model, os.path.abspath(folder))
@@ -253,6 +351,9 @@ def main(argv=None):
         model, tensors, ini_path = import_hf(a.hf_dir, a.out)
     except Refused as e:
         sys.exit(f"import_hf: error: '{a.hf_dir}': {e}; nothing was written")
+    except OSError as e:  # unreadable input, or OUT's folder unwritable
+        sys.exit(f"import_hf: error: '{a.hf_dir}' -> '{a.out}': {e.strerror or e} ({e.filename}); "
+                 "nothing was written")
     n = sum(t.size for t in tensors.values())
     print(f"import_hf: wrote {a.out} ({len(tensors)} tensors, {n:,} parameters: {model['n_layer']} layers, "
           f"d_model {model['d_model']}, {model['n_head']}/{model['n_kv_head']} heads of {model['head_dim']}, vocab "
