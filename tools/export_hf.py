@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Exports an fsdptrain checkpoint's weights for Hugging Face-style loaders.
 
-  export_hf.py CKPT.h5 OUTDIR
+  export_hf.py CKPT.h5 OUTDIR [--tokenizer TOKENS.h5|tokenizer.json]
 
-Writes OUTDIR/model.safetensors (float32) and OUTDIR/config.json. The
+Writes OUTDIR/model.safetensors (float32) and OUTDIR/config.json, and the
+run's tokenizer as transformers reads it (tokenizer.json,
+tokenizer_config.json, eos/bos ids in config.json; tools/hf_tokenizer.py)
+where the run's token file or --tokenizer gives one. The
 optimizer moments are not exported. As the trainer does, it checks every
 model tensor against the checksum saved with it first: a damaged or
 truncated checkpoint is one error line and nothing is written.
@@ -38,6 +41,7 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_names import hf_name  # noqa: E402
+import hf_tokenizer  # noqa: E402
 from checkpoint_writer import GROUPS, checksum, units  # noqa: E402
 from inspect_checkpoint import read_meta  # noqa: E402
 
@@ -96,10 +100,11 @@ def verified(f, checkpoint, model, tensors):
                  "(its bytes changed after the save); export an earlier checkpoint")
 
 
-def export(checkpoint, outdir):
+def export(checkpoint, outdir, tokenizer=None):
     try:
         with h5py.File(checkpoint, "r") as f:
-            model = read_meta(f)["model"]
+            meta = read_meta(f)
+            model = meta["model"]
             raw = {name: np.ascontiguousarray(d[()], dtype=np.float32) for name, d in f["model"].items()}
             want = {n for u in units(model) for n, _ in u}
             if set(raw) != want:
@@ -118,24 +123,44 @@ def export(checkpoint, outdir):
         tensors[target] = t
     if "lm_head.weight" not in tensors:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    # The run's tokenizer (tools/hf_tokenizer.py), found and checked before
+    # anything is written: one named with --tokenizer must be there and fit,
+    # the run's own may be missing (said on the last line).
+    cfg = hf_config(model)
+    tok = None
+    try:
+        text, eos_id = hf_tokenizer.find(meta.get("config"), tokenizer)
+        tcfg, ids, said = hf_tokenizer.plan(text, eos_id, model["vocab_size"], model["max_seq_len"])
+        tok = (text, tcfg)
+        cfg.update(ids)
+        note = f"and {said}"
+    except (hf_tokenizer.NoTokenizer, ImportError) as e:
+        if tokenizer:
+            fail(f"--tokenizer {tokenizer}: {e}; nothing was written")
+        note = f"and no tokenizer: {e} (name one with --tokenizer TOKENS.h5 or tokenizer.json)"
     os.makedirs(outdir, exist_ok=True)
     save_file(tensors, os.path.join(outdir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(outdir, "config.json"), "w") as out:
-        json.dump(hf_config(model), out, indent=2)
+        json.dump(cfg, out, indent=2)
         out.write("\n")
-    return tensors
+    if tok:
+        hf_tokenizer.save(outdir, *tok)
+    return tensors, note
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint")
     ap.add_argument("outdir")
+    ap.add_argument("--tokenizer", metavar="PATH",
+                    help="the tokenizer to export: a token file (its tokenizer, as prepare_data.py "
+                    "wrote it) or a tokenizer.json; default: the run's --train-data's")
     args = ap.parse_args(argv)
     if not os.path.isfile(args.checkpoint):
         fail(f"no checkpoint file '{args.checkpoint}'")
-    tensors = export(args.checkpoint, args.outdir)
+    tensors, note = export(args.checkpoint, args.outdir, args.tokenizer)
     n = sum(t.size for k, t in tensors.items())
-    print(f"wrote {len(tensors)} tensors ({n:,} values) and config.json to {args.outdir}")
+    print(f"wrote {len(tensors)} tensors ({n:,} values), config.json {note} to {args.outdir}")
 
 
 if __name__ == "__main__":

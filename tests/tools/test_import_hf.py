@@ -261,6 +261,7 @@ def formats():
     exists = os.path.join(work, "imp_tied.h5")
     p = tool("import_hf.py", base, exists)
     check(p.returncode != 0 and "exists" in p.stderr, "an existing OUT.h5 is not overwritten")
+    bpe_run()
 
 
 TORCH_MAKE = r"""
@@ -298,6 +299,21 @@ w = torch.tensor(np.stack([t[seq * i: seq * i + seq + 1] for i in range((len(t) 
 with torch.no_grad():
     logits = m(w[:, :-1]).logits.double()
 print(repr(torch.nn.functional.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten()).item()))
+"""
+
+
+TORCH_PIPELINE = r"""
+import sys
+from transformers import AutoTokenizer, pipeline
+hf = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(hf)
+text = "Document 7 says hello"
+ids = tok(text)["input_ids"]
+assert tok.decode(ids) == text, (ids, tok.decode(ids))
+print("ROUNDTRIP ok", ids)
+gen = pipeline("text-generation", model=hf, tokenizer=hf, device="cpu")
+out = gen("Document", max_new_tokens=5, do_sample=False)[0]["generated_text"]
+print("GENERATED " + repr(out))
 """
 
 
@@ -348,6 +364,43 @@ def with_transformers():
     exports_load_in_transformers(py, val)
 
 
+def bpe_run():
+    """A run on BPE tokens with an end-of-text token (prepare_data.py --tokenizer
+    bpe), exported: (export folder, token prefix, checks done here). Issue 65,
+    item 4: an export carried no tokenizer."""
+    text = os.path.join(work, "docs.txt")
+    with open(text, "w") as f:
+        for i in range(400):
+            f.write(f"Document {i} says hello to the tokenizer and the model.\n<|endoftext|>\n")
+    prefix = os.path.join(work, "bpe", "tok")
+    p = tool("prepare_data.py", "text", text, "--out", prefix, "--tokenizer", "bpe", "--vocab-size", "300",
+             "--doc-separator", "<|endoftext|>", "--val-fraction", "0.1")
+    check(p.returncode == 0, f"bpe: prepare_data exits 0 ({p.stderr.strip()[-300:]})")
+    ck = os.path.join(work, "own_bpe")
+    p = run([exe, "--device", "cpu", "--model", "tiny", "--vocab-size", "384", "--train-data", prefix + "_train.h5",
+             "--seq-len", str(SEQ), "--batch-size", "4", "--steps", "4", "--lr", "3e-3", "--checkpoint-dir", ck,
+             "--checkpoint-every", "4"])
+    check(p.returncode == 0, f"bpe: the run exits 0 ({p.stderr.strip()[-300:]})")
+    hf = os.path.join(work, "own_hf_bpe")
+    p = tool("export_hf.py", os.path.join(ck, "step_00000004.h5"), hf)
+    check(p.returncode == 0 and "tokenizer.json" in p.stdout, f"bpe: export exits 0 and says tokenizer.json ({p.stdout.strip()[-200:]})")
+    with h5py.File(prefix + "_train.h5", "r") as f:
+        eos = int(f["tokens"].attrs["eos_id"])
+    cfg = json.load(open(os.path.join(hf, "config.json")))
+    tcfg = json.load(open(os.path.join(hf, "tokenizer_config.json"))) if os.path.exists(
+        os.path.join(hf, "tokenizer_config.json")) else {}
+    check(open(os.path.join(hf, "tokenizer.json")).read() == open(prefix + "_tokenizer.json").read(),
+          "bpe: the export's tokenizer.json is the run's")
+    check(cfg.get("eos_token_id") == eos and cfg.get("bos_token_id") == eos and tcfg.get("eos_token") == "<|endoftext|>",
+          f"bpe: eos/bos ids {eos} in config.json, <|endoftext|> in tokenizer_config.json ({tcfg})")
+    # a tokenizer named with --tokenizer that does not fit the model: nothing written
+    out = os.path.join(work, "own_hf_bad")
+    p = tool("export_hf.py", os.path.join(ck, "step_00000004.h5"), out, "--tokenizer", os.path.join(work, "none.json"))
+    check(p.returncode != 0 and p.stderr.startswith("export_hf: error: --tokenizer") and not os.path.exists(out),
+          f"bpe: a missing --tokenizer is one line, nothing written ({p.stderr.strip()[-200:]})")
+    return hf
+
+
 def exports_load_in_transformers(py, val):
     """The other direction: fsdptrain's own runs, exported, load in transformers
     and give fsdptrain's --eval-only loss (Qwen3 with wider heads; a Llama with
@@ -368,6 +421,13 @@ def exports_load_in_transformers(py, val):
         theirs = float(p.stdout.strip() or "nan")
         check(abs(theirs - ours) <= 1e-5 * ours,
               f"own {tag}: the export in transformers {theirs:.7f} == fsdptrain's {ours:.7f} (1e-5)")
+    # the exports' tokenizers in transformers: the byte run's (made by export_hf)
+    # and a BPE run's; pipeline("text-generation") on the export folder alone
+    for hf in (os.path.join(work, "own_hf_llama3"), bpe_run()):
+        p = run([py, "-c", TORCH_PIPELINE, hf])
+        check(p.returncode == 0 and "ROUNDTRIP ok" in p.stdout and "GENERATED " in p.stdout,
+              f"{os.path.basename(hf)}: AutoTokenizer and pipeline('text-generation') work on the export "
+              f"({(p.stdout + p.stderr).strip()[-300:]})")
 
 
 shutil.rmtree(work, ignore_errors=True)
