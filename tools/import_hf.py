@@ -63,8 +63,9 @@ INT_MAX = 2 ** 31 - 1  # the trainer's fields are 32-bit ints
 
 
 def int_field(cfg, key, default=None, low=1):
-    """cfg[key] as an int in [low, INT_MAX] (bool is not one), or Refused naming it."""
-    v = cfg.get(key, default)
+    """cfg[key] (default where missing or null) as an int in [low, INT_MAX]
+    (bool is not one), or Refused naming it."""
+    v = default if cfg.get(key) is None else cfg[key]
     if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= INT_MAX:
         raise Refused(f"{key} is {v!r}; it must be an integer from {low} to {INT_MAX}")
     return v
@@ -101,7 +102,7 @@ def model_fields(cfg):
     for k in required:
         int_field(cfg, k, low=2 if k in ("vocab_size", "hidden_size") else 1)
     d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    kv = int_field(cfg, "num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
+    kv = int_field(cfg, "num_key_value_heads", heads)
     if cfg.get("head_dim") is not None:
         int_field(cfg, "head_dim")
     if cfg.get("hidden_act", "silu") != "silu":
@@ -122,9 +123,8 @@ def model_fields(cfg):
         raise Refused(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
     try:
         theta, scaling = rope_of(cfg)
-    except (TypeError, ValueError):
-        raise Refused(f"rope_theta is {cfg.get('rope_theta', (cfg.get('rope_parameters') or {}).get('rope_theta'))!r}; "
-                      "it must be a number")
+    except (TypeError, ValueError) as e:
+        raise Refused(f"rope_theta (top level or in rope_parameters) is not a number ({e})")
     if not np.isfinite(theta) or theta <= 0:
         raise Refused(f"rope_theta is {theta}; it must be a finite number above 0")
     if scaling is not None and not isinstance(scaling, dict):
@@ -164,8 +164,7 @@ def model_fields(cfg):
         "n_kv_head": kv,
         "head_dim": head_dim,
         "d_ff": cfg["intermediate_size"],
-        "max_seq_len": int_field(cfg, "max_position_embeddings", 2048) if cfg.get("max_position_embeddings")
-        is not None else 2048,
+        "max_seq_len": int_field(cfg, "max_position_embeddings", 2048),
         "rope_theta": theta,
         "norm_eps": float_field(cfg, "rms_norm_eps", 1e-6),
         "init_std": float_field(cfg, "initializer_range", 0.02),

@@ -90,30 +90,20 @@ FSDP_ROW = re.compile(r"^\s*([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s+(?:[0-9.]+ (?:T
 
 
 def read_fsdp(path):
-    """fsdptrain's --profile-ops table: [(op and shape, ms a step)], and the
-    table's own ms a step inside ops."""
-    rows, inside, seen = [], None, False
+    """fsdptrain's --profile-ops table: [(op and shape, ms a step)]; the line
+    that folds the smallest rows together counts as "(small rows)"."""
+    rows, seen = [], False
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             if line.startswith("op profile"):
                 seen = True
-                m = re.search(r"([0-9.]+) ms per step inside ops", line)
-                inside = float(m.group(1)) if m else None
-                continue
-            if not seen or "(rows under" in line:
-                continue
-            m = FSDP_ROW.match(line)
-            if m:
-                shape = line[m.end():].strip()
-                rows.append((f"{m.group(4)} {shape}".strip(), float(m.group(1))))
+            elif seen and "(rows under" in line:
+                rows.append(("(small rows)", float(line.split()[0])))
+            elif seen and (m := FSDP_ROW.match(line)):
+                rows.append((f"{m.group(4)} {line[m.end():].strip()}".strip(), float(m.group(1))))
     if not seen:
         sys.exit(f"profile_compare: error: {path} has no 'op profile' table (run fsdptrain with --profile-ops)")
-    # the table folds its smallest rows into one line; count them as other
-    with open(path, encoding="utf-8", errors="replace") as f:
-        m = re.search(r"^\s*([0-9.]+)\s+[0-9.]+%\s+[0-9.]+\s+\(rows under", f.read(), re.M)
-    if m:
-        rows.append(("(small rows)", float(m.group(1))))
-    return rows, inside
+    return rows
 
 
 def step_ms_from_log(path, tokens_per_step):
@@ -161,7 +151,7 @@ def main():
     ap.add_argument("--top", type=int, default=3, help="largest names listed per category")
     a = ap.parse_args()
 
-    f_rows, _ = read_fsdp(a.fsdp)
+    f_rows = read_fsdp(a.fsdp)
     if a.fsdp_step_ms is None and a.tokens_per_step:
         a.fsdp_step_ms = step_ms_from_log(a.fsdp, a.tokens_per_step)
     t_rows, t = read_titan(a.titan)

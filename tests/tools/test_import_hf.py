@@ -366,8 +366,8 @@ def with_transformers():
 
 def bpe_run():
     """A run on BPE tokens with an end-of-text token (prepare_data.py --tokenizer
-    bpe), exported: (export folder, token prefix, checks done here). Issue 65,
-    item 4: an export carried no tokenizer."""
+    bpe), exported with its tokenizer (checked here without transformers);
+    returns the export folder. Issue 65, item 4: an export carried no tokenizer."""
     text = os.path.join(work, "docs.txt")
     with open(text, "w") as f:
         for i in range(400):

@@ -116,7 +116,7 @@ def mutate_safetensors(rng):
 
 def one_line(p, prefix):
     lines = [l for l in p.stderr.splitlines() if l.strip()]
-    return p.returncode not in (0,) and p.returncode > 0 and len(lines) == 1 and lines[0].startswith(prefix)
+    return p.returncode > 0 and len(lines) == 1 and lines[0].startswith(prefix)
 
 
 def import_case(i):
@@ -192,7 +192,6 @@ with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
 bad = [r for ok, r in results if not ok]
 for r in bad:
     print("FAIL " + r[:600])
-accepted_imports = sum(1 for ok, r in results[:N_IMPORT] if ok and r.endswith(": ok") and "refused" not in r)
 print(f"tools fuzz (seed {SEED}): {len(results) - len(bad)} of {len(results)} mutants handled "
       f"({N_IMPORT} import_hf, {N_EXPORT} export_hf)")
 sys.exit(1 if bad else 0)
