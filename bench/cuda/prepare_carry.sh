@@ -17,6 +17,12 @@
 # Knobs: BUILD_DIR (default ./build-gpu-bundle; never ./build, which another
 # build may be using), GPU_NODE_DIR (default ../shared/gpu-node), FORCE=1.
 #
+# A speed lever's before and after (check group k, bench/cuda/checks_k.sh):
+# BASELINE=REV also builds fsdptrain as the tree was at commit REV (a git
+# worktree in build-gpu-baseline/, incremental, its own ninja build, the
+# program alone) and bundles it as bin/fsdptrain-base:
+#   BASELINE=HEAD~1 bash bench/cuda/prepare_carry.sh
+#
 # A CPU rehearsal needs none of that: REHEARSAL_FROM=build copies an existing
 # build's programs (a snapshot: that build may be remade meanwhile) into a
 # bundle that runs only on this machine (its own libraries and mpirun), in
@@ -40,6 +46,9 @@ if [ -n "${REHEARSAL_FROM:-}" ]; then
            tests/comm/test_comm_nccl_communicator bench/cuda/bench_cuda_ops; do
     if [ -x "$from/$p" ]; then cp "$from/$p" "$stage/bin/"; else echo "prepare_carry: (no $from/$p)"; fi
   done
+  # BASELINE_BIN=PROGRAM: a baseline for group k's logic (any fsdptrain; the
+  # rehearsal's own gives a before and after of one program)
+  [ -z "${BASELINE_BIN:-}" ] || cp "$BASELINE_BIN" "$stage/bin/fsdptrain-base"
   cat > "$stage/env.sh" <<'ENV'
 # A rehearsal bundle (prepare_carry.sh REHEARSAL_FROM): programs of a build on
 # this machine, which has their libraries and mpirun itself.
@@ -51,6 +60,7 @@ ENV
   XZ_OPT=-1 tar -cJf "$out/fsdp-bundle.tar.xz" -C "$out/stage" fsdp-bundle && rm -rf "$out/stage"
   bash tools/make_example.sh "$out/example"
   { echo "rehearsal carry: programs of $from, $(date -u +%FT%TZ) (HEAD $(git rev-parse --short HEAD), working tree as it is)"
+    [ -z "${BASELINE_BIN:-}" ] || echo "baseline: rehearsal copy of $BASELINE_BIN"
     (cd "$from" && sha256sum src/fsdptrain | sed 's/^/  /'); } > "$out/BUILD_INFO.txt"
   echo "prepare_carry: ready: CARRY=$out CHECK_DEVICE=cpu bash bench/cuda/run_gpu_checks.sh"
   exit 0
@@ -79,6 +89,33 @@ for b in "$build/src/fsdptrain" "${bins[@]}"; do
   [ -x "$b" ] || { say "error: $b was not built (is nvcc there? the GPU programs need FSDP_CUDA)"; exit 1; }
 done
 
+# ---- 1b. the baseline (BASELINE=REV): fsdptrain at REV, as bin/fsdptrain-base -----------
+base=$root/build-gpu-baseline
+base_info=""
+if [ -n "${BASELINE:-}" ]; then
+  rev=$(git rev-parse --verify --quiet "${BASELINE}^{commit}") ||
+    { say "error: BASELINE=$BASELINE is not a commit of this repository"; exit 1; }
+  git worktree prune
+  if [ -e "$base/tree/.git" ]; then
+    git -C "$base/tree" checkout -q --detach "$rev"   # only changed files: ninja stays incremental
+  else
+    mkdir -p "$base" && git worktree add -q --detach "$base/tree" "$rev"
+  fi
+  if [ ! -f "$base/build/build.ninja" ]; then
+    say "configuring the baseline build (its first build takes minutes)"
+    python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+    cmake -S "$base/tree" -B "$base/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DPython3_EXECUTABLE:FILEPATH="$python" > "$base/configure.log" 2>&1 ||
+      { cat "$base/configure.log" >&2; exit 1; }
+  fi
+  say "building fsdptrain at $(git rev-parse --short "$rev") (the baseline)"
+  cmake --build "$base/build" -j "$(nproc)" --target fsdptrain
+  mkdir -p "$base/bin"
+  cp -p "$base/build/src/fsdptrain" "$base/bin/fsdptrain-base"
+  bins+=("$base/bin/fsdptrain-base")
+  base_info="$(git rev-parse "$rev") $(git log -1 --format=%s "$rev" | head -c 80)"
+fi
+
 # ---- 2. example data -------------------------------------------------------------------
 bash tools/make_example.sh "$build/example"
 
@@ -86,7 +123,10 @@ bash tools/make_example.sh "$build/example"
 bundle=$build/gpu-bundle/fsdp-bundle
 newer=$(find "$build/src/fsdptrain" "${bins[@]}" "$node/make_bundle.sh" "$node/env.sh" \
         -newer "$bundle.tar.xz" 2>/dev/null | head -1 || true)
-if [ -n "${FORCE:-}" ] || [ ! -f "$bundle.tar.xz" ] || [ -n "$newer" ]; then
+# the bundle holds a baseline exactly when this run asked for one
+had_base=$(tar -tJf "$bundle.tar.xz" 2>/dev/null | grep -c 'bin/fsdptrain-base$' || true)
+want_base=$([ -n "$base_info" ] && echo 1 || echo 0)
+if [ -n "${FORCE:-}" ] || [ ! -f "$bundle.tar.xz" ] || [ -n "$newer" ] || [ "${had_base:-0}" != "$want_base" ]; then
   say "bundling (xz -9e: a few minutes on 2 cores)"
   EXTRA_BINS="${bins[*]}" bash "$node/make_bundle.sh" "$build/src/fsdptrain" "$bundle"
 else
@@ -102,6 +142,7 @@ cp "$build/example/kjv_train.h5" "$build/example/kjv_val.h5" "$carry/example/"
 {
   echo "built $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release; echo "$PRETTY_NAME")) into $build"
   echo "HEAD $(git rev-parse HEAD) $(git log -1 --format=%s | head -c 100)"
+  [ -z "$base_info" ] || echo "baseline: $base_info (bin/fsdptrain-base, check group k)"
   # the programs come from the working tree, which may differ from HEAD
   dirty=$(git status --short --untracked-files=normal -- . ':!.gpu_carry' | wc -l)
   echo "working tree: $dirty changed/untracked path(s); diff vs HEAD sha256 $(git diff HEAD | sha256sum | cut -c1-16)"

@@ -17,8 +17,9 @@
 # past its usual time: no verdict, listed to rerun). The script goes on after failures.
 # Checks run in order of importance: several real NCCL ranks on the one GPU
 # (n, bench/cuda/checks_n.sh: the multi-GPU path's first proof, under 4
-# minutes), bring-up (a, b), parity (c-f, m), run control (t,
-# bench/cuda/checks_t.sh), speed (g, h). A check whose usual
+# minutes), bring-up (a), a speed lever before and after (k,
+# bench/cuda/checks_k.sh, with a baseline bundled), bring-up (b), parity (c-f,
+# m), run control (t, bench/cuda/checks_t.sh), speed (g, h). A check whose usual
 # duration no longer fits in BUDGET_S is left out and named at the end with
 # the STEPS=... to finish it in a second call.
 #
@@ -28,6 +29,7 @@
 #   header.log    GPU, driver, library versions, commits, environment
 #   kernels.txt   per-kernel GPU time of a few gpt-350m steps (check h2)
 #   profile.txt   fsdptrain --profile-ops: device time per op and shape (check p1)
+#   profile_ab.txt the baseline's op table beside this tree's (checks k1, k2)
 #   logs.tar.gz   every check's log, the commands run, the metrics files;
 #                 refreshed after every check, so a killed run still returns it
 #
@@ -54,7 +56,7 @@ export CARRY=${CARRY:-$ROOT/.gpu_carry}
 export WORK=${WORK:-/tmp/gpu_work}
 export LOGS=$WORK/logs RUNS=$WORK/runs NOTES=$WORK/notes
 export BUDGET_S=${BUDGET_S:-540}
-STEPS=${STEPS:-n a b c d e m t f g h i}
+STEPS=${STEPS:-n a k b c d e m t f g h i}
 export PYTHONUNBUFFERED=1
 export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
 
@@ -486,6 +488,9 @@ source "$ROOT/bench/cuda/checks_t.sh"
 # bench/cuda/nccl_rank.sh; a rehearsal runs them on MPI)
 # shellcheck source=bench/cuda/checks_n.sh
 source "$ROOT/bench/cuda/checks_n.sh"
+# group k's checks, K_CHECKS: a speed lever before and after (fsdptrain-base)
+# shellcheck source=bench/cuda/checks_k.sh
+source "$ROOT/bench/cuda/checks_k.sh"
 
 # ---- the check list: id | usual seconds on an H100 | limit | command | what --------------
 # Order is priority order. Usual seconds are guesses with start-up included;
@@ -495,6 +500,7 @@ CHECKS=(
   "a1|20|120|chk_a1|test_cuda_ops: every CUDA op vs the CPU reference"
   "a2|20|150|chk_a2|test_cuda_model: whole model (tiny, gpt-350m-shaped) vs the CPU reference"
   "a3|10|60|chk_a3|test_comm_nccl_communicator on one rank"
+  "${K_CHECKS[@]}"
   "b1|15|90|chk_b1|fsdptrain --device $DEV tiny, 300 steps: the loss falls"
   "b2|25|120|chk_b2|the same run on the CPU: the curves agree (windows of 25, 5%)"
   "c1|6|60|chk_c1|tiny 20 steps on the GPU (--debug), reference for c"
@@ -549,7 +555,7 @@ done
 
 export -f x note py have_torch mpi cmpm resumed mem_poll_start mem_poll_stop gtest_run train_demo \
   last_val tiny20 dbg half_and_resume ranks_vs_one nan_run g_fsdp g_torch find_nsys find_ncu \
-  fp8_loss_run
+  fp8_loss_run k_run k_ab
 for f in $(declare -F | awk '$3 ~ /^chk_/ {print $3}'); do export -f "$f"; done
 
 session_left() {  # "pid:name ..." of the live processes of session $1 (zombies are already dead)

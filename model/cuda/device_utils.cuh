@@ -148,6 +148,18 @@ inline unsigned blocks_for(int64_t work, int per_block, int64_t cap = 1 << 20) {
   return unsigned(b < cap ? b : cap);
 }
 
+// How many blocks of `kernel` (launched with `threads` and `smem` bytes of
+// dynamic shared memory) the whole GPU holds at once, at least one per SM.
+// A kernel whose blocks stride over equal work should launch at most this
+// many: a grid of a few per SM regardless of the kernel's registers can end in
+// a partial wave that leaves most of the GPU idle.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, size_t smem, int sm_count) {
+  int per_sm = 0;
+  FSDP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return sm_count * (per_sm > 1 ? per_sm : 1);
+}
+
 // Blocks for a grid-stride loop over n elements: at most 16 per SM of an H100
 // (132 SMs); more would only add scheduling.
 inline unsigned grid_stride_blocks(int64_t n, int threads) {

@@ -69,26 +69,58 @@ __global__ void rmsnorm_forward_kernel(bf16* y, float* rstd, const bf16* x, cons
   if (amax) block_max_into(amax, m);
 }
 
+// VEC consecutive bf16 values as stored: one 16-byte register quad for VEC 8.
+template <int VEC>
+struct alignas(2 * VEC) Stored {
+  bf16 h[VEC];
+  __device__ __forceinline__ void load(const bf16* p) {
+    *this = *reinterpret_cast<const Stored*>(p);
+  }
+  __device__ __forceinline__ void to_f32(float (&f)[VEC]) const {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) f[k] = __bfloat162float(h[k]);
+  }
+  // An empty asm that claims to change the words: the compiler then converts
+  // them again where they are next used instead of keeping the f32 copies of
+  // the first conversion live as well (twice the registers, and spills).
+  __device__ __forceinline__ void keep_packed() {
+    if constexpr (VEC % 2 == 0) {
+      auto* w = reinterpret_cast<unsigned*>(h);
+#pragma unroll
+      for (int j = 0; j < VEC / 2; ++j) asm volatile("" : "+r"(w[j]));
+    }
+  }
+};
+
 // dx_j = r (dy_j g_j - x_j r^2 mean_i(dy_i g_i x_i)); dg_j += sum_rows dy_j x_j r.
 // Each block keeps one f32 dg row per group in shared memory, folds them in
 // group order and writes one partial row per block; rmsnorm_dg_reduce_kernel
-// then adds the partials in block order. Each dy element is read before the
-// same thread writes that dx element, so dx may alias dy. amax: null, or a
-// zeroed word that gets max |dx| as stored.
+// then adds the partials in block order. amax: null, or a zeroed word that
+// gets max |dx| as stored.
+//
+// A lane always owns the same columns (lane*VEC + i*G*VEC), ITERS vectors of
+// them per row. With ITERS > 0 its share of dg stays in registers across rows
+// and shared memory is touched once at the end (per-row read-modify-writes
+// of VEC consecutive floats by every lane are 8-way bank conflicts); with
+// ITERS <= 4 the row's dy and x stay in registers too, loaded all at once
+// before the dot product, so the row is read from memory once rather than
+// twice. ITERS == 0: the row is too wide for registers; dg accumulates in
+// shared memory. Every way each element is read before the same thread
+// writes that dx element (so dx may alias dy), and the additions happen in
+// the order of the columns, so the results are the same bits for any ITERS.
 template <int VEC, int ITERS>
-__global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x,
-                                        const bf16* g, const float* rstd, int rows, int dim,
-                                        bool accumulate_dx, int G, unsigned* amax) {
+__global__ void __launch_bounds__(kThreads, 2)
+    rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x, const bf16* g,
+                            const float* rstd, int rows, int dim, bool accumulate_dx, int G,
+                            unsigned* amax) {
   extern __shared__ float dg_rows[];
   const int lane = threadIdx.x % G, group = threadIdx.x / G, gpb = blockDim.x / G;
   float* my = dg_rows + group * dim;
-  // A lane always owns the same columns (lane*VEC + i*G*VEC), so with ITERS > 0
-  // its share of dg stays in registers across rows, and shared memory is
-  // touched once at the end instead of per row (the per-row read-modify-write
-  // of VEC consecutive floats by every lane is an 8-way bank conflict). The
-  // additions happen in the same order either way, so results do not change.
-  // ITERS == 0: dim is too wide for registers; accumulate in shared memory.
-  float acc[ITERS > 0 ? ITERS : 1][VEC];
+  constexpr int R = ITERS > 0 ? ITERS : 1;
+  // The row in registers fits (without spills at two blocks of 256 per SM)
+  // up to 4 vectors per lane: d_model 1024 at VEC 8.
+  constexpr bool kKeepRow = ITERS > 0 && ITERS <= 4;
+  float acc[R][VEC];
   if constexpr (ITERS > 0) {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
@@ -101,57 +133,98 @@ __global__ void rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy
     __syncthreads();
   }
   float m = 0.0f;  // max |dx| stored by this thread
+  // out = (accumulate_dx ? prior : 0) + r (d g - x cc); a += d x r.
+  auto column = [&](float rs, float cc, const float(&d)[VEC], const float(&xv)[VEC],
+                    const float(&gv)[VEC], const float(&prior)[VEC], float(&a)[VEC],
+                    float(&out)[VEC]) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      out[k] = (accumulate_dx ? prior[k] : 0.0f) + rs * (d[k] * gv[k] - xv[k] * cc);
+      a[k] += d[k] * xv[k] * rs;
+      if (amax) m = fmaxf(m, stored_abs(out[k]));
+    }
+  };
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * dim;
     float dot = 0.0f;
-    if (active)
-      for (int c = lane * VEC; c < dim; c += G * VEC) {
-        float d[VEC], xv[VEC], gv[VEC];
-        load_vec<VEC>(dy + off + c, d);
-        load_vec<VEC>(x + off + c, xv);
-        load_vec<VEC>(g + c, gv);
+    if constexpr (kKeepRow) {
+      Stored<VEC> sd[ITERS], sx[ITERS];
+      if (active) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
-      }
-    dot = warp_sum(dot, G);
-    if (!active) continue;
-    const float rs = rstd[row];
-    const float cc = rs * rs * dot / float(dim);
-    auto column = [&](int c, float(&a)[VEC]) {
-      float d[VEC], xv[VEC], gv[VEC], o[VEC];
-      load_vec<VEC>(dy + off + c, d);
-      load_vec<VEC>(x + off + c, xv);
-      load_vec<VEC>(g + c, gv);
-      if (accumulate_dx) {
-        load_vec<VEC>(dx + off + c, o);
-      } else {
+        for (int i = 0; i < ITERS; ++i) {
+          const int c = (lane + i * G) * VEC;
+          if (c < dim) sd[i].load(dy + off + c), sx[i].load(x + off + c);
+        }
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) o[k] = 0.0f;
-      }
+        for (int i = 0; i < ITERS; ++i) {
+          const int c = (lane + i * G) * VEC;
+          if (c < dim) {
+            float d[VEC], xv[VEC], gv[VEC];
+            sd[i].to_f32(d), sx[i].to_f32(xv);
+            load_vec<VEC>(g + c, gv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        o[k] += rs * (d[k] * gv[k] - xv[k] * cc);
-        a[k] += d[k] * xv[k] * rs;
-        if (amax) m = fmaxf(m, stored_abs(o[k]));
+            for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
+          }
+        }
       }
-      store_vec<VEC>(dx + off + c, o);
-    };
-    if constexpr (ITERS > 0) {
+      dot = warp_sum(dot, G);
+      if (!active) continue;
+      const float rs = rstd[row];
+      const float cc = rs * rs * dot / float(dim);
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) sd[i].keep_packed(), sx[i].keep_packed();
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int c = (lane + i * G) * VEC;
-        if (c < dim) column(c, acc[i]);
+        if (c >= dim) continue;
+        float d[VEC], xv[VEC], gv[VEC], prior[VEC], out[VEC];
+        sd[i].to_f32(d), sx[i].to_f32(xv);
+        load_vec<VEC>(g + c, gv);
+        if (accumulate_dx) load_vec<VEC>(dx + off + c, prior);
+        column(rs, cc, d, xv, gv, prior, acc[i], out);
+        store_vec<VEC>(dx + off + c, out);
       }
     } else {
-      for (int c = lane * VEC; c < dim; c += G * VEC) {
-        float a[VEC];
+      if (active)
+        for (int c = lane * VEC; c < dim; c += G * VEC) {
+          float d[VEC], xv[VEC], gv[VEC];
+          load_vec<VEC>(dy + off + c, d);
+          load_vec<VEC>(x + off + c, xv);
+          load_vec<VEC>(g + c, gv);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
-        column(c, a);
+          for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
+        }
+      dot = warp_sum(dot, G);
+      if (!active) continue;
+      const float rs = rstd[row];
+      const float cc = rs * rs * dot / float(dim);
+      // The second pass reads the row again (from cache, mostly).
+      auto second = [&](int c, float(&a)[VEC]) {
+        float d[VEC], xv[VEC], gv[VEC], prior[VEC], out[VEC];
+        load_vec<VEC>(dy + off + c, d);
+        load_vec<VEC>(x + off + c, xv);
+        load_vec<VEC>(g + c, gv);
+        if (accumulate_dx) load_vec<VEC>(dx + off + c, prior);
+        column(rs, cc, d, xv, gv, prior, a, out);
+        store_vec<VEC>(dx + off + c, out);
+      };
+      if constexpr (ITERS > 0) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
+        for (int i = 0; i < ITERS; ++i) {
+          const int c = (lane + i * G) * VEC;
+          if (c < dim) second(c, acc[i]);
+        }
+      } else {
+        for (int c = lane * VEC; c < dim; c += G * VEC) {
+          float a[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
+          second(c, a);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
+        }
       }
     }
   }
@@ -224,16 +297,22 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
   }
   FSDP_CHECK(size_t(dim) * sizeof(float) <= 48 * 1024, "rmsnorm width ", dim, " is too wide");
   const size_t smem = size_t(rg.gpb) * dim * sizeof(float);
-  const int blocks =
-      int(std::min<int64_t>((rows + rg.gpb - 1) / rg.gpb, int64_t(dev.sm_count) * 4));
-  auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * dim * sizeof(float)));
-  // Column iterations per lane: the register-resident dg for up to 8 (d_model
-  // 2048 at G = 32 lanes of 8), shared memory beyond.
+  // Column iterations per lane: a row in registers for up to 8 (d_model 2048
+  // at G = 32 lanes of 8), shared memory beyond.
   const int per_lane = vec ? kVec : 1, iters = (dim + rg.G * per_lane - 1) / (rg.G * per_lane);
   auto launch = [&](auto vec_c, auto iters_c) {
-    rmsnorm_backward_kernel<decltype(vec_c)::value, decltype(iters_c)::value>
-        <<<blocks, threads, smem, stream>>>(dx, partial, dy, x, g, rstd, rows, dim, accumulate_dx,
-                                            rg.G, reinterpret_cast<unsigned*>(amax));
+    const auto kernel = rmsnorm_backward_kernel<decltype(vec_c)::value, decltype(iters_c)::value>;
+    // Every block loops over rows with the same stride, so a grid of exactly
+    // the blocks the GPU holds at once finishes together; more would leave a
+    // partial second wave (4 per SM of a kernel resident 3 per SM ran 1.33
+    // waves, two thirds of the GPU idle in the second).
+    const int blocks = int(std::min<int64_t>((rows + rg.gpb - 1) / rg.gpb,
+                                             resident_blocks(kernel, threads, smem, dev.sm_count)));
+    auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * dim * sizeof(float)));
+    kernel<<<blocks, threads, smem, stream>>>(dx, partial, dy, x, g, rstd, rows, dim, accumulate_dx,
+                                              rg.G, reinterpret_cast<unsigned*>(amax));
+    FSDP_LAUNCH_CHECK("rmsnorm_backward_kernel");
+    rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, dim, stream);
   };
   auto with_iters = [&](auto vec_c) {
     using I = std::integral_constant<int, 0>;
@@ -248,8 +327,6 @@ void rmsnorm_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const bf
   } else {
     with_iters(std::integral_constant<int, 1>{});
   }
-  FSDP_LAUNCH_CHECK("rmsnorm_backward_kernel");
-  rmsnorm_dg_reduce(dg, dg_bf16, partial, blocks, dim, stream);
 }
 
 void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks, int dim,

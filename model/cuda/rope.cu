@@ -205,7 +205,10 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
   // One f32 dg row per group: (kThreads / G) * (2 * G * kVec) floats, 16 KiB
   // for every head_dim the kernel takes, within the default 48 KiB.
   const size_t smem = size_t(gpb) * hd * sizeof(float);
-  const int blocks = int(std::min<int64_t>((rows + gpb - 1) / gpb, int64_t(dev.sm_count) * 4));
+  // As many blocks as the GPU holds at once (see resident_blocks).
+  const int blocks =
+      int(std::min<int64_t>((rows + gpb - 1) / gpb, resident_blocks(norm_rope_backward_kernel<kVec>,
+                                                                    kThreads, smem, dev.sm_count)));
   auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * hd * sizeof(float)));
   norm_rope_backward_kernel<kVec>
       <<<blocks, kThreads, smem, stream>>>(dx, partial, dy, x, g, rstd, cos_sin, rows, T, heads, hd,

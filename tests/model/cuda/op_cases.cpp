@@ -390,6 +390,12 @@ std::vector<OpCase> op_cases() {
        {std::pair{300, 64}, std::pair{64, 1024}, std::pair{1000, 16}, std::pair{50, 40}})
     for (RmsDx m : {RmsDx::set, RmsDx::accumulate, RmsDx::alias_dy})
       t.push_back(rmsnorm_case(rows, dim, m));
+  // The backward kernel's other paths, each with more rows than its grid
+  // holds at once (rows per block loop): d_model 1024 keeps a row in
+  // registers, 2048 reads it twice with dg in registers, 4096 keeps dg in
+  // shared memory (and halves the row groups per block to fit).
+  for (auto [rows, dim] : {std::pair{4500, 1024}, std::pair{4500, 2048}, std::pair{2500, 4096}})
+    for (RmsDx m : {RmsDx::accumulate, RmsDx::alias_dy}) t.push_back(rmsnorm_case(rows, dim, m));
 
   struct Mnk {
     int M, N, K;
@@ -413,6 +419,9 @@ std::vector<OpCase> op_cases() {
   // composition of rmsnorm and rope they fall back to.
   for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
   t.push_back(norm_rope_case(2, 40, 3, 64, F32));
+  // More head rows (32768) than the backward's grid holds at once: its
+  // blocks loop over rows.
+  t.push_back(norm_rope_case(8, 1024, 4, 64, BF));
   // q and k as views into q|k|v rows (3 + 2 * 1 heads): the fused kernels at
   // head_dim 64 and 128, the packed fallback at 12.
   for (int hd : {64, 128, 12}) {
