@@ -107,7 +107,8 @@ struct alignas(2 * VEC) Stored {
 // twice. ITERS == 0: the row is too wide for registers; dg accumulates in
 // shared memory. Every way each element is read before the same thread
 // writes that dx element (so dx may alias dy), and the additions happen in
-// the order of the columns, so the results are the same bits for any ITERS.
+// the order of the columns: dx is the same bits on every path, and so is dg
+// for one grid (its rows are summed per block, then block by block).
 template <int VEC, int ITERS>
 __global__ void __launch_bounds__(kThreads, 2)
     rmsnorm_backward_kernel(bf16* dx, float* partial, const bf16* dy, const bf16* x, const bf16* g,
