@@ -134,25 +134,42 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
   float m = 0.0f;  // max |dx| stored by this thread
-  // out = (accumulate_dx ? prior : 0) + r (d g - x cc); a += d x r.
-  auto column = [&](float rs, float cc, const float(&d)[VEC], const float(&xv)[VEC],
-                    const float(&gv)[VEC], const float(&prior)[VEC], float(&a)[VEC],
-                    float(&out)[VEC]) {
+  float dot;       // the row's sum of dy g x (this lane's share, then the group's)
+  // Column c's share of the dot product.
+  auto dot_add = [&](int c, const float(&d)[VEC], const float(&xv)[VEC]) {
+    float gv[VEC];
+    load_vec<VEC>(g + c, gv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
+  };
+  // Column c of the output: dx = (accumulate_dx ? dx : 0) + r (dy g - x cc),
+  // and this lane's dg share a += dy x r.
+  auto output = [&](int64_t off, int c, float rs, float cc, const float(&d)[VEC],
+                    const float(&xv)[VEC], float(&a)[VEC]) {
+    float gv[VEC], out[VEC];
+    load_vec<VEC>(g + c, gv);
+    if (accumulate_dx) {
+      load_vec<VEC>(dx + off + c, out);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out[k] = 0.0f;
+    }
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      out[k] = (accumulate_dx ? prior[k] : 0.0f) + rs * (d[k] * gv[k] - xv[k] * cc);
+      out[k] += rs * (d[k] * gv[k] - xv[k] * cc);
       a[k] += d[k] * xv[k] * rs;
       if (amax) m = fmaxf(m, stored_abs(out[k]));
     }
+    store_vec<VEC>(dx + off + c, out);
   };
   for (int64_t base = int64_t(blockIdx.x) * gpb; base < rows; base += int64_t(gridDim.x) * gpb) {
     const int64_t row = base + group;
     const bool active = row < rows;
     const int64_t off = (active ? row : 0) * dim;
-    float dot = 0.0f;
-    if constexpr (kKeepRow) {
-      Stored<VEC> sd[ITERS], sx[ITERS];
-      if (active) {
+    Stored<VEC> sd[kKeepRow ? ITERS : 1], sx[kKeepRow ? ITERS : 1];  // the kept row
+    dot = 0.0f;
+    if (active) {
+      if constexpr (kKeepRow) {
 #pragma unroll
         for (int i = 0; i < ITERS; ++i) {
           const int c = (lane + i * G) * VEC;
@@ -161,68 +178,51 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int i = 0; i < ITERS; ++i) {
           const int c = (lane + i * G) * VEC;
-          if (c < dim) {
-            float d[VEC], xv[VEC], gv[VEC];
-            sd[i].to_f32(d), sx[i].to_f32(xv);
-            load_vec<VEC>(g + c, gv);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
-          }
+          float d[VEC], xv[VEC];
+          if (c < dim) sd[i].to_f32(d), sx[i].to_f32(xv), dot_add(c, d, xv);
+        }
+      } else {
+        for (int c = lane * VEC; c < dim; c += G * VEC) {
+          float d[VEC], xv[VEC];
+          load_vec<VEC>(dy + off + c, d);
+          load_vec<VEC>(x + off + c, xv);
+          dot_add(c, d, xv);
         }
       }
-      dot = warp_sum(dot, G);
-      if (!active) continue;
-      const float rs = rstd[row];
-      const float cc = rs * rs * dot / float(dim);
+    }
+    dot = warp_sum(dot, G);
+    if (!active) continue;
+    const float rs = rstd[row];
+    const float cc = rs * rs * dot / float(dim);
+    if constexpr (kKeepRow) {
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) sd[i].keep_packed(), sx[i].keep_packed();
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int c = (lane + i * G) * VEC;
-        if (c >= dim) continue;
-        float d[VEC], xv[VEC], gv[VEC], prior[VEC], out[VEC];
-        sd[i].to_f32(d), sx[i].to_f32(xv);
-        load_vec<VEC>(g + c, gv);
-        if (accumulate_dx) load_vec<VEC>(dx + off + c, prior);
-        column(rs, cc, d, xv, gv, prior, acc[i], out);
-        store_vec<VEC>(dx + off + c, out);
+        float d[VEC], xv[VEC];
+        if (c < dim) sd[i].to_f32(d), sx[i].to_f32(xv), output(off, c, rs, cc, d, xv, acc[i]);
       }
     } else {
-      if (active)
-        for (int c = lane * VEC; c < dim; c += G * VEC) {
-          float d[VEC], xv[VEC], gv[VEC];
-          load_vec<VEC>(dy + off + c, d);
-          load_vec<VEC>(x + off + c, xv);
-          load_vec<VEC>(g + c, gv);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) dot += d[k] * gv[k] * xv[k];
-        }
-      dot = warp_sum(dot, G);
-      if (!active) continue;
-      const float rs = rstd[row];
-      const float cc = rs * rs * dot / float(dim);
       // The second pass reads the row again (from cache, mostly).
-      auto second = [&](int c, float(&a)[VEC]) {
-        float d[VEC], xv[VEC], gv[VEC], prior[VEC], out[VEC];
+      auto reread = [&](int c, float(&a)[VEC]) {
+        float d[VEC], xv[VEC];
         load_vec<VEC>(dy + off + c, d);
         load_vec<VEC>(x + off + c, xv);
-        load_vec<VEC>(g + c, gv);
-        if (accumulate_dx) load_vec<VEC>(dx + off + c, prior);
-        column(rs, cc, d, xv, gv, prior, a, out);
-        store_vec<VEC>(dx + off + c, out);
+        output(off, c, rs, cc, d, xv, a);
       };
       if constexpr (ITERS > 0) {
 #pragma unroll
         for (int i = 0; i < ITERS; ++i) {
           const int c = (lane + i * G) * VEC;
-          if (c < dim) second(c, acc[i]);
+          if (c < dim) reread(c, acc[i]);
         }
       } else {
         for (int c = lane * VEC; c < dim; c += G * VEC) {
           float a[VEC];
 #pragma unroll
           for (int k = 0; k < VEC; ++k) a[k] = my[c + k];
-          second(c, a);
+          reread(c, a);
 #pragma unroll
           for (int k = 0; k < VEC; ++k) my[c + k] = a[k];
         }
