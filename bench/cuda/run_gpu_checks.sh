@@ -17,9 +17,9 @@
 # past its usual time: no verdict, listed to rerun). The script goes on after failures.
 # Checks run in order of importance: several real NCCL ranks on the one GPU
 # (n, bench/cuda/checks_n.sh: the multi-GPU path's first proof, under 4
-# minutes), bring-up (a), a speed lever before and after (k,
-# bench/cuda/checks_k.sh, with a baseline bundled), bring-up (b), parity (c-f,
-# m), run control (t, bench/cuda/checks_t.sh), speed (g, h). A check whose usual
+# minutes), the GPU test programs (a), a speed lever before and after (k,
+# bench/cuda/checks_k.sh, with a baseline bundled), the demo run (b), parity
+# (c-f, m), run control (t, bench/cuda/checks_t.sh), speed (g, h). A check whose usual
 # duration no longer fits in BUDGET_S is left out and named at the end with
 # the STEPS=... to finish it in a second call.
 #
