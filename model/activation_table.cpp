@@ -19,6 +19,12 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
   // for what backward recomputes (mlp: SwiGLU's; block: all of them).
   const int attn = recompute == Recompute::block ? 1 : L;
   const int mlp = recompute == Recompute::none ? L : 1;
+  // Under fp8 the backward reads the transposed codes its forward kept
+  // (Transformer::cast_input), never h1, h2 or s themselves: their one copy
+  // is scratch for the cast, but for h2 under --recompute mlp, which the
+  // recomputation casts again.
+  const int h1_copies = fp8 ? 1 : attn, s_copies = fp8 ? 1 : mlp;
+  const int h2_copies = fp8 && recompute != Recompute::mlp ? 1 : attn;
 
   using T = Transformer;
   auto one = [](Tensor T::*m, DType t, int64_t n) { return ActivationBuffer{t, n, 1, m}; };
@@ -33,7 +39,7 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       // attention and the norms: qkv is the q|k|v GEMM's output, q and k
       // are normed and rotated out of it; the f32 rows are RMSNorm's,
       // QK-norm's (per head) and attention's log-sum-exp (per head)
-      block(&BlockActs::h1, ct, N * d, attn),
+      block(&BlockActs::h1, ct, N * d, h1_copies),
       block(&BlockActs::rstd1, f32, N, attn),
       block(&BlockActs::qkv, ct, N * qkv, attn),
       block(&BlockActs::q, ct, N * qd, attn),
@@ -43,12 +49,12 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       block(&BlockActs::att, ct, N * qd, attn),
       block(&BlockActs::lse, f32, N * H, attn),
       block(&BlockActs::mid, ct, N * d, attn),
-      block(&BlockActs::h2, ct, N * d, attn),
+      block(&BlockActs::h2, ct, N * d, h2_copies),
       block(&BlockActs::rstd2, f32, N, attn),
       // the MLP: W1|W3's output a|b, and SwiGLU's s (3 d_ff a token, the
       // largest share)
       block(&BlockActs::ab, ct, N * 2 * ff, mlp),
-      block(&BlockActs::s, ct, N * ff, mlp),
+      block(&BlockActs::s, ct, N * ff, s_copies),
       // the head: the final norm's output and rstd, one chunk of logits (at
       // most head_rows rows), each token's loss
       one(&T::hf_, ct, N * d),
@@ -66,20 +72,26 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::dab_, ct, N * 2 * ff),
   };
   if (fp8) {
-    // FP8 codes, one byte each: a linear's input (row-major in forward,
-    // transposed in backward: one buffer), the weight and the output
-    // gradient (each with its transpose), sized for the largest linear;
-    // their three f32 inverse scales (a slot each); each layer's input
-    // amaxes, then GradAmax's.
+    // FP8 codes, one byte each: a linear's input, row-major for the forward
+    // GEMM, and every layer's inputs transposed for the backward, kept as
+    // long as the input itself would be (h2's and s's as the MLP's, which
+    // --recompute mlp casts again); the weight and the output gradient, each
+    // with its transpose, sized for the largest linear; the f32 inverse
+    // scales (a slot each: weight, gradient, then each layer's inputs); each
+    // layer's input amaxes, then GradAmax's.
     const int64_t in = std::max({d, qd, ff}), out = std::max({qkv, 2 * ff, d});
     const int64_t weight = std::max(qkv, 2 * ff) * d;  // the largest block matrix
     const std::vector<ActivationBuffer> codes = {
         one(&T::x8_, u8, N * in),
+        block(&BlockActs::h1_t8, u8, N * d, attn),
+        block(&BlockActs::att_t8, u8, N * qd, attn),
+        block(&BlockActs::h2_t8, u8, N * d, mlp),
+        block(&BlockActs::s_t8, u8, N * ff, mlp),
         one(&T::w8_, u8, weight),
         one(&T::w8t_, u8, weight),
         one(&T::g8_, u8, N * out),
         one(&T::g8t_, u8, N * out),
-        one(&T::scales8_, f32, 3 * kFp8ScaleSlot),
+        one(&T::scales8_, f32, (kFixedScales + kBlockInputs * int64_t(L)) * kFp8ScaleSlot),
         one(&T::amax8_, f32, kBlockInputs * int64_t(L) + kGradAmaxes),
     };
     table.insert(table.end(), codes.begin(), codes.end());

@@ -50,7 +50,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   N_ = capacity_ = int64_t(B_) * T_;
   head_rows_ = head_rows_for(N_, head_rows);
   acts_.resize(cfg_.n_layer);
-  int block_members = 0;
+  int block_members = 0;  // BlockActs members bound by the table
   for (const ActivationBuffer& b :
        activation_table(cfg_, N_, head_rows_, ops_.compute_dtype(), recompute_, fp8_)) {
     std::vector<Tensor> copies;
@@ -64,7 +64,8 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   }
   // Every BlockActs member has its row; and alloc() ran for the table's rows
   // only, so the memory plan counts every byte the model holds.
-  FSDP_CHECK(block_members == int(sizeof(BlockActs) / sizeof(Tensor)));
+  FSDP_CHECK(block_members ==
+             int(sizeof(BlockActs) / sizeof(Tensor)) - (fp8_ ? 0 : kFp8OnlyMembers));
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ops_.compute_dtype(),
                                                        recompute_, fp8_, int(head_rows_)));
 }
@@ -104,6 +105,7 @@ void Transformer::set_batch(const int32_t* inputs, const int32_t* targets, float
 }
 
 void Transformer::forward(int unit, UnitAccess& w, bool training) {
+  training_ = training;
   if (unit == 0) {
     ops_.embedding(res_[0], tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
   } else if (unit <= cfg_.n_layer) {
@@ -114,6 +116,7 @@ void Transformer::forward(int unit, UnitAccess& w, bool training) {
 }
 
 void Transformer::backward(int unit, UnitAccess& w) {
+  training_ = true;  // a recomputation's casts keep their transposed codes
   if (unit == 0) {
     ops_.embedding_backward(w.grad(0, 0), dres_, tokens_, int(N_), cfg_.d_model);
   } else if (unit <= cfg_.n_layer) {
@@ -123,20 +126,42 @@ void Transformer::backward(int unit, UnitAccess& w) {
   }
 }
 
-Transformer::LinearInput Transformer::linear_input(Tensor x, int M, int K, InputCast cast,
-                                                   Tensor amax) {
-  LinearInput in{x, {}, {}};
-  if (!fp8_) return in;
-  const int64_t n = int64_t(M) * K;
-  if (cast != InputCast::backward) {
-    in.q = {x8_.slice(0, n), scale8(0), Fp8::e4m3};
-    if (cast == InputCast::forward_measure) ops_.amax(amax, x.slice(0, n));
-    ops_.quantize_fp8_amax(in.q.codes, in.q.scale_inv, x.slice(0, n), amax, in.q.format);
-    return in;
+Tensor Transformer::BlockActs::*Transformer::kept_codes(BlockInput in) {
+  switch (in) {
+    case kInH1:
+      return &BlockActs::h1_t8;
+    case kInAtt:
+      return &BlockActs::att_t8;
+    case kInH2:
+      return &BlockActs::h2_t8;
+    default:
+      return &BlockActs::s_t8;
   }
-  in.t = {x8_.slice(0, n), scale8(0), Fp8::e4m3};  // the backward needs no row-major codes
-  ops_.quantize_fp8_t_amax({}, in.t.codes, in.t.scale_inv, x.slice(0, n), amax, M, K, in.t.format);
-  return in;
+}
+
+Transformer::LinearInput Transformer::cast_input(int layer, BlockInput in, Tensor x, int M, int K,
+                                                 InputCast cast) {
+  LinearInput li{x, {}, {}};
+  if (!fp8_) return li;
+  const int64_t n = int64_t(M) * K;
+  const Tensor amax = input_amax(layer, in), scale = input_scale(layer, in);
+  if (cast == InputCast::forward_measure) ops_.amax(amax, x.slice(0, n));
+  if (cast != InputCast::t_only) li.q = {x8_.slice(0, n), scale, Fp8::e4m3};
+  if (!training_) {  // an evaluation: no backward reads t
+    FSDP_CHECK(cast != InputCast::t_only, "t_only cast outside training");
+    ops_.quantize_fp8_amax(li.q.codes, scale, x.slice(0, n), amax, li.q.format);
+    return li;
+  }
+  li.t = {(acts_[layer].*kept_codes(in)).slice(0, n), scale, Fp8::e4m3};
+  ops_.quantize_fp8_t_amax(li.q.codes, li.t.codes, scale, x.slice(0, n), amax, M, K, li.t.format);
+  return li;
+}
+
+Transformer::LinearInput Transformer::kept_input(int layer, BlockInput in, Tensor x, int M, int K) {
+  if (!fp8_) return {x, {}, {}};
+  const Fp8Tensor t{(acts_[layer].*kept_codes(in)).slice(0, int64_t(M) * K), input_scale(layer, in),
+                    Fp8::e4m3};
+  return {x, {}, t};
 }
 
 void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, int unit, Weight W,
@@ -150,15 +175,14 @@ void Transformer::block_linear(Tensor y, const LinearInput& in, UnitAccess& w, i
   }
   Fp8Tensor wq = w.weight_fp8(unit, W.param, W.count);  // codes gathered so, or cast here
   if (wq.codes.numel == 0) {
-    wq = {w8_.slice(0, int64_t(N) * K), scale8(1), Fp8::e4m3};
+    wq = {w8_.slice(0, int64_t(N) * K), scale8(kScaleWeight), Fp8::e4m3};
     ops_.quantize_fp8(wq.codes, wq.scale_inv, w.weight(unit, W.param, W.count), wq.format);
   }
   ops_.linear_fp8(y, in.q, wq, r, M, N, K);
 }
 
-// The input is cast again (linear_input) rather than kept from forward: the
-// same values give the same codes, and no FP8 copy of every activation is
-// held between forward and backward.
+// The input's transposed codes are the ones its forward cast kept
+// (cast_input); the output gradient is cast here.
 void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput& in, UnitAccess& w,
                                         int unit, Weight W, int M, int N, int K, bool accumulate_dx,
                                         Tensor dy_amax) {
@@ -169,8 +193,8 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput&
     return;
   }
   const int64_t gn = int64_t(M) * N;
-  const Fp8Tensor g{g8_.slice(0, gn), scale8(2), kFp8Grad},
-      gt{g8t_.slice(0, gn), scale8(2), kFp8Grad};
+  const Fp8Tensor g{g8_.slice(0, gn), scale8(kScaleGrad), kFp8Grad},
+      gt{g8t_.slice(0, gn), scale8(kScaleGrad), kFp8Grad};
   if (dy_amax.numel > 0)  // made by the op that wrote dy
     ops_.quantize_fp8_t_amax(g.codes, gt.codes, g.scale_inv, dy.slice(0, gn), dy_amax, M, N,
                              kFp8Grad);
@@ -181,7 +205,7 @@ void Transformer::block_linear_backward(Tensor dx, Tensor dy, const LinearInput&
   if (given.codes.numel > 0) {
     ops_.transpose_fp8(wt.codes, given.codes, N, K);
   } else {
-    wt.scale_inv = scale8(1);
+    wt.scale_inv = scale8(kScaleWeight);
     ops_.quantize_fp8_t(w8_.slice(0, int64_t(N) * K), wt.codes, wt.scale_inv,
                         w.weight(unit, W.param, W.count), N, K, Fp8::e4m3);
   }
@@ -198,7 +222,7 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   auto amax = [&](BlockInput in) { return input_amax(layer, in); };
 
   ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps, amax(kInH1));
-  const LinearInput h1 = linear_input(a.h1, M, d, InputCast::forward, amax(kInH1));
+  const LinearInput h1 = cast_input(layer, kInH1, a.h1, M, d, InputCast::forward);
   // Wq|Wk|Wv are packed into one matrix: one GEMM, whose output rows hold
   // q, k and v side by side (views with row stride qkv).
   block_linear(a.qkv, h1, w, u, {kWq, 3}, M, qkv, d);
@@ -211,24 +235,24 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
                  qkn ? w.weight(u, kKNorm) : Tensor{}, B_, T_, Hkv, hd, eps, cfg_.rope(), qkv);
   ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
-  const LinearInput att = linear_input(a.att, M, qd, InputCast::forward_measure, amax(kInAtt));
+  const LinearInput att = cast_input(layer, kInAtt, a.att, M, qd, InputCast::forward_measure);
   block_linear(a.mid, att, w, u, {at(cfg_, kWo), 1}, M, d, qd, x);
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, at(cfg_, kMlpNorm)), M, d, eps, amax(kInH2));
-  mlp_forward(layer, w);
-  const LinearInput s = linear_input(a.s, M, ff, InputCast::forward, amax(kInS));
+  const LinearInput s = mlp_forward(layer, w, false);
   block_linear(res_[layer + 1], s, w, u, {at(cfg_, kW2), 1}, M, d, ff, a.mid);
 }
 
-void Transformer::mlp_forward(int layer, UnitAccess& w) {
+Transformer::LinearInput Transformer::mlp_forward(int layer, UnitAccess& w, bool again) {
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, ff = cfg_.d_ff;
   BlockActs& a = acts_[layer];
   // h2's amax is the one its RMSNorm wrote, still in place when
   // recomputation re-runs only this part.
-  const LinearInput h2 = linear_input(a.h2, M, d, InputCast::forward, input_amax(layer, kInH2));
+  const LinearInput h2 = cast_input(layer, kInH2, a.h2, M, d, InputCast::forward);
   // W1|W3 are packed into one matrix: one GEMM, a and b side by side in its rows.
   block_linear(a.ab, h2, w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d);
   ops_.swiglu(a.s, a.ab, tail(a.ab, ff), M, ff, 2 * ff, input_amax(layer, kInS));
+  return cast_input(layer, kInS, a.s, M, ff, again ? InputCast::t_only : InputCast::forward);
 }
 
 // dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
@@ -237,14 +261,12 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // forward computed (block_forward also rewrites res_[layer + 1], which no
   // later step reads any more).
   if (recompute_ == Recompute::block) block_forward(layer, w);
-  if (recompute_ == Recompute::mlp) mlp_forward(layer, w);
+  if (recompute_ == Recompute::mlp) mlp_forward(layer, w, true);
   const int u = layer + 1, M = int(N_), d = cfg_.d_model, hd = cfg_.head_dim();
   const int H = cfg_.n_head, Hkv = cfg_.n_kv_head, ff = cfg_.d_ff;
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv = qd + 2 * kvd;
   BlockActs& a = acts_[layer];
-  auto input = [&](Tensor x, int K, BlockInput in) {
-    return linear_input(x, M, K, InputCast::backward, input_amax(layer, in));
-  };
+  auto input = [&](Tensor x, int K, BlockInput in) { return kept_input(layer, in, x, M, K); };
 
   // MLP branch; the residual passes dres_ through unchanged and the norm's
   // input gradient is added to it.

@@ -100,7 +100,12 @@ class Transformer {
     // QK-normed and rotated out of it, v is read from it in place. ab: the
     // W1|W3 GEMM's [rows, 2 d_ff], SwiGLU's a and b side by side.
     Tensor h1, rstd1, qkv, q, k, q_rstd, k_rstd, att, lse, mid, h2, rstd2, ab, s;
+    // Under fp8_ only: the transposed FP8 codes of the four linear inputs
+    // (BlockInput order), cast in forward and kept for the backward's weight
+    // gradients (cast_input).
+    Tensor h1_t8, att_t8, h2_t8, s_t8;
   };
+  static constexpr int kFp8OnlyMembers = 4;
   // One row of the activation table (model/activation_table.cpp): `copies`
   // buffers of `elements` each, bound to one member (`one`), to a vector
   // member a copy each (`each`), or to a member of every layer's BlockActs
@@ -122,33 +127,42 @@ class Transformer {
                                                         int64_t head_rows, DType compute,
                                                         Recompute recompute, bool fp8);
   Tensor alloc(DType t, int64_t n);
-  void mlp_forward(int layer, UnitAccess& w);
   void block_forward(int layer, UnitAccess& w);
   void block_backward(int layer, UnitAccess& w);
   void head_forward(UnitAccess& w, bool training);
   void head_backward(UnitAccess& w);
   // Row `chunk_row` of a logits chunk, its vocab_size real columns as f32.
   std::vector<float> logits_to_host(Tensor logits, int64_t chunk_row);
-  // The input [M, K] of one or more block linears and, under fp8_, its codes
-  // (forward) or their transpose (backward), cast once for all the linears
-  // that read it: q, k and v read h1; W1 and W3 read h2. The codes live in
-  // x8_ until the next input is made. The forward casts by the amax in
-  // `amax`; the backward casts the same values by it, so it skips the amax
-  // pass and gets the same codes.
+  // The input [M, K] of one or more block linears (q, k and v read h1; W1
+  // and W3 read h2) and, under fp8_, its codes, cast once by the amax in
+  // input_amax: q, row-major, for the forward GEMM (in x8_ until the next
+  // input is cast), and while training t, transposed, for the backward's
+  // weight gradient, kept per layer with its scale (BlockActs' *_t8,
+  // input_scale) so that the backward casts nothing. Casting both in one
+  // pass costs a byte an element more than the forward's cast alone, and
+  // saves the backward's second read of x (2 bytes) and its write.
   struct LinearInput {
     Tensor x;
     Fp8Tensor q, t;
   };
-  // forward: `amax` already holds max |x|, written by the op that made x
-  // (RMSNorm, SwiGLU); forward_measure: x's maker (cuDNN's attention) gives
-  // none, so an amax pass fills it first; backward: the transposed codes, by
-  // the amax the forward cast with.
-  enum class InputCast { forward, forward_measure, backward };
-  LinearInput linear_input(Tensor x, int M, int K, InputCast cast, Tensor amax);
   enum BlockInput { kInH1, kInAtt, kInH2, kInS, kBlockInputs };
+  // forward: the amax already holds max |x|, written by the op that made x
+  // (RMSNorm, SwiGLU); forward_measure: x's maker (cuDNN's attention) gives
+  // none, so an amax pass fills it first; t_only: the transposed codes
+  // alone, for a recomputation that runs no forward GEMM on them (SwiGLU's
+  // output under --recompute mlp).
+  enum class InputCast { forward, forward_measure, t_only };
+  LinearInput cast_input(int layer, BlockInput in, Tensor x, int M, int K, InputCast cast);
+  // The backward's view of the same input: x and the transposed codes the
+  // forward kept.
+  LinearInput kept_input(int layer, BlockInput in, Tensor x, int M, int K);
   Tensor input_amax(int layer, BlockInput in) const {
     return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};
   }
+  // W1|W3 and SwiGLU, from h2 to s; returns s as W2's input. again: the
+  // backward's recomputation (--recompute mlp), which needs s's transposed
+  // codes only.
+  LinearInput mlp_forward(int layer, UnitAccess& w, bool again);
   // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`
   // (with the `count` - 1 packed behind it: q|k|v, W1|W3), and its
   // backward (dW into w.grad): the compute dtype's GEMMs, or FP8 ones under
@@ -169,9 +183,10 @@ class Transformer {
   int B_, T_;  // the current shape (set_shape)
   Recompute recompute_;
   bool fp8_;
-  int64_t N_;          // rows = B*T, at most capacity_
-  int64_t capacity_;   // rows allocated: the constructor's B*T
-  int64_t head_rows_;  // rows per LM-head chunk, at most capacity_
+  bool training_ = false;  // the current forward's: whether a backward follows
+  int64_t N_;              // rows = B*T, at most capacity_
+  int64_t capacity_;       // rows allocated: the constructor's B*T
+  int64_t head_rows_;      // rows per LM-head chunk, at most capacity_
   float loss_scale_ = 0.0f;
   int64_t loss_count_ = 0;
   int64_t activation_bytes_ = 0;
@@ -187,9 +202,10 @@ class Transformer {
   // Backward scratch, reused by every layer. dqkv_ and dab_ are laid out as
   // qkv and ab.
   Tensor dres_, dh_, dq_, dk_, dqkv_, datt_, ds_, dab_;
-  // fp8_: codes of one linear's input (LinearInput), and of its weight and
-  // output gradient, each with its transpose for backward, and their inverse
-  // scales. w8_ serves only weights that arrive in the compute dtype
+  // fp8_: the row-major codes of one linear's input (LinearInput::q), and
+  // the codes of its weight and output gradient, each with its transpose for
+  // backward; their inverse scales (scale8), then each layer's inputs'
+  // (input_scale). w8_ serves only weights that arrive in the compute dtype
   // (UnitAccess::weight_fp8 empty).
   Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
   Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then GradAmax's
@@ -204,8 +220,15 @@ class Transformer {
     if (!fp8_) return {};
     return amax8_.slice(int64_t(kBlockInputs) * cfg_.n_layer + g, 1);
   }
-  // the inverse scale of the input (0), weight (1) or gradient (2) codes
-  Tensor scale8(int which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }
+  // The inverse scale of the weight or gradient codes, and of a layer's
+  // input codes (q and t share it); a slot each.
+  enum ScaleSlot { kScaleWeight, kScaleGrad, kFixedScales };
+  Tensor scale8(ScaleSlot which) const { return scales8_.slice(which * kFp8ScaleSlot, 1); }
+  Tensor input_scale(int layer, BlockInput in) const {
+    return scales8_.slice((kFixedScales + int64_t(layer) * kBlockInputs + in) * kFp8ScaleSlot, 1);
+  }
+  // The member holding `in`'s kept transposed codes.
+  static Tensor BlockActs::*kept_codes(BlockInput in);
 };
 
 }  // namespace fsdp

@@ -17,27 +17,36 @@ namespace {
 // layer, h1, mid and h2 (d each), q|k|v, q and att (3 q_dim and 2 + 1 kv_dim)
 // in the compute dtype, and in f32 the two norms' rstd, QK-norm's per head and
 // attention's log-sum-exp; the MLP's a|b and s (3 d_ff); each kept per layer
-// or once, as recompute says.
+// or once, as recompute says. Under fp8 the backward reads the four linear
+// inputs' transposed codes (a byte each, kept as long as the input would be)
+// instead of h1, h2 and s, which are kept once, but for h2 under
+// --recompute mlp, which the recomputation reads.
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
-  const int64_t attn = es * N * (3 * d + 3 * qd + 3 * kvd) + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t mlp = es * N * 3 * ff;
-  const int64_t blocks = r == Recompute::none  ? L * (attn + mlp)
-                         : r == Recompute::mlp ? L * attn + mlp
-                                               : attn + mlp;
-  const int64_t tokens = 4 * 2 * N;             // inputs, targets
+  const int64_t attn_copies = r == Recompute::block ? 1 : L;
+  const int64_t mlp_copies = r == Recompute::none ? L : 1;
+  const int64_t h1_h2 = fp8 ? 0 : es * N * 2 * d, s = fp8 ? 0 : es * N * ff;
+  const int64_t attn = es * N * (d + 3 * qd + 3 * kvd) + h1_h2 + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t mlp = es * N * 2 * ff + s;
+  const int64_t blocks = attn_copies * attn + mlp_copies * mlp;
+  const int64_t fp8_once =
+      fp8 ? es * N * (d + ff + (r == Recompute::mlp ? L : 1) * d) : 0;  // h1, s; h2
+  const int64_t tokens = 4 * 2 * N;                                     // inputs, targets
   const int64_t stream = es * (L + 1) * N * d;  // entering each block, and after the last
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
   const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);
-  // one byte a code: the largest input, weight (twice) and output gradient
-  // (twice); 3 scale slots and the amaxes (4 per layer, 2 for gradients)
-  const int64_t codes = N * std::max({d, qd, ff}) +
+  // one byte a code: the largest input row-major; every layer's inputs
+  // transposed (h1 and att as attention's, h2 and s as the MLP's); the
+  // largest weight (twice) and output gradient (twice); 2 scale slots and 4
+  // per layer; the amaxes (4 per layer, 2 for gradients)
+  const int64_t codes = N * std::max({d, qd, ff}) + attn_copies * N * (d + qd) +
+                        mlp_copies * N * (d + ff) +
                         2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
-                        4 * 3 * kFp8ScaleSlot + 4 * (4 * L + 2);
-  return tokens + stream + blocks + head + scratch + (fp8 ? codes : 0);
+                        4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
+  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0);
 }
 
 TEST(ActivationTable, MatchesTheArchitecturesCount) {

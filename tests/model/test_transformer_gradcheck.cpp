@@ -144,51 +144,58 @@ namespace fsdp {
 namespace {
 
 // Recomputation must change memory, never results: the same ops on the same
-// inputs give bitwise identical losses and gradients.
+// inputs give bitwise identical losses and gradients. Under fp8 each mode
+// keeps the forward's transposed codes of the linear inputs for another span
+// (per layer, or cast again by the recomputation).
 TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
   const ModelConfig c = small_config(true);
   CpuOps ops;
-  std::vector<std::vector<float>> grads;
-  std::vector<double> losses;
-  std::vector<int64_t> bytes;
-  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
-    Transformer m(c, ops, 2, 6, r);
-    EXPECT_EQ(m.activation_bytes(), Transformer::activation_bytes_for(c, 2, 6, DType::f32, r));
-    bytes.push_back(m.activation_bytes());
-    testing::FullWeights w(m.units(), 7);
-    std::vector<int32_t> in(12), tgt(12);
-    for (int i = 0; i < 12; ++i)
-      in[i] = (i * 7) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
-    for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
-      m.set_batch(in.data(), tgt.data(), 1.0f);
-      for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
-      for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "fp8 " << fp8);
+    std::vector<std::vector<float>> grads;
+    std::vector<double> losses;
+    std::vector<int64_t> bytes;
+    for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+      Transformer m(c, ops, 2, 6, r, fp8);
+      EXPECT_EQ(m.activation_bytes(),
+                Transformer::activation_bytes_for(c, 2, 6, DType::f32, r, fp8));
+      bytes.push_back(m.activation_bytes());
+      testing::FullWeights w(m.units(), 7);
+      std::vector<int32_t> in(12), tgt(12);
+      for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
+        for (int i = 0; i < 12; ++i)
+          in[i] = (i * 7 + rep) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
+        m.set_batch(in.data(), tgt.data(), 1.0f);
+        for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
+        for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+      }
+      losses.push_back(m.loss_sum());
+      std::vector<float> all;
+      for (int u = 0; u < m.num_units(); ++u)
+        all.insert(all.end(), w.unit_grads(u).begin(), w.unit_grads(u).end());
+      grads.push_back(all);
     }
-    losses.push_back(m.loss_sum());
-    std::vector<float> all;
-    for (int u = 0; u < m.num_units(); ++u)
-      all.insert(all.end(), w.unit_grads(u).begin(), w.unit_grads(u).end());
-    grads.push_back(all);
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_EQ(losses[0], losses[2]);
+    EXPECT_EQ(grads[0], grads[1]);
+    EXPECT_EQ(grads[0], grads[2]);
+    EXPECT_LT(bytes[1], bytes[0]);
+    EXPECT_LT(bytes[2], bytes[1]);
   }
-  EXPECT_EQ(losses[0], losses[1]);
-  EXPECT_EQ(losses[0], losses[2]);
-  EXPECT_EQ(grads[0], grads[1]);
-  EXPECT_EQ(grads[0], grads[2]);
-  EXPECT_LT(bytes[1], bytes[0]);
-  EXPECT_LT(bytes[2], bytes[1]);
 }
 
 // Under fp8 the forward casts h1, h2 and s by the amaxes their RMSNorm and
-// SwiGLU computed, and only attention's output after an amax pass; the
-// backward casts each block input by the amax its forward cast it with
-// (Transformer::input_amax), and the output gradients by the amaxes the ops
-// that wrote them computed (SwiGLU's dA|dB, RMSNorm's dres). Each must be the amax of the very
-// tensor being cast, in every recompute mode and for a second batch, so the codes are what casting
-// it afresh gives.
+// SwiGLU computed, and only attention's output after an amax pass, into
+// codes for its GEMM and, while training, the transposed codes the backward
+// keeps (Transformer::cast_input); the backward casts only the output
+// gradients, by the amaxes the ops that wrote them computed (SwiGLU's dA|dB,
+// RMSNorm's dres). Each must be the amax of the very tensor being cast, in
+// every recompute mode and for a second batch, so the codes are what
+// casting it afresh gives.
 // The spy overrides the reference's do_ methods, so it sees the calls the
 // model makes through the front door and none the reference makes to itself.
 struct AmaxSpy : CpuOps {
-  int calls = 0, forward_casts = 0, passes = 0;
+  int passes = 0, q_casts = 0, t_casts = 0, t_only = 0;
   void do_amax(Tensor out, Tensor x) override {
     ++passes;
     CpuOps::do_amax(out, x);
@@ -197,17 +204,18 @@ struct AmaxSpy : CpuOps {
                             Fp8 format) override {
     float own = 0.0f;
     CpuOps::do_amax(Tensor{&own, DType::f32, 1}, src);
-    EXPECT_EQ(own, amax.f32()[0]) << "forward cast " << forward_casts << " of " << src.numel;
-    ++forward_casts;
+    EXPECT_EQ(own, amax.f32()[0]) << "cast " << q_casts << " of " << src.numel;
+    ++q_casts;
     CpuOps::do_quantize_fp8_amax(q, scale_inv, src, amax, format);
   }
   void do_quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
                               int rows, int cols, Fp8 format) override {
     float own = 0.0f;
     CpuOps::do_amax(Tensor{&own, DType::f32, 1}, src);
-    EXPECT_EQ(own, amax.f32()[0]) << "backward cast " << calls << " [" << rows << ", " << cols
+    EXPECT_EQ(own, amax.f32()[0]) << "transposing cast " << t_casts << " [" << rows << ", " << cols
                                   << "]";
-    ++calls;
+    ++t_casts;
+    t_only += q.numel == 0;
     CpuOps::do_quantize_fp8_t_amax(q, qt, scale_inv, src, amax, rows, cols, format);
   }
 };
@@ -216,6 +224,7 @@ TEST(Transformer, Fp8CastsByTheAmaxOfWhatItCasts) {
   const ModelConfig c = small_config(true);
   ASSERT_GE(c.n_layer, 2);
   for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+    SCOPED_TRACE(::testing::Message() << "recompute " << int(r));
     AmaxSpy ops;
     Transformer m(c, ops, 2, 6, r, /*fp8=*/true);
     testing::FullWeights w(m.units(), 7);
@@ -227,16 +236,22 @@ TEST(Transformer, Fp8CastsByTheAmaxOfWhatItCasts) {
       for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
       for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
     }
-    // Per block and batch: inputs h1, att, h2, s; gradients dres (W2's and
-    // Wo's), dA|dB. Only dq|dk|dv, whose dv cuDNN writes, is cast by its own
-    // amax.
-    EXPECT_EQ(ops.calls, 2 * (4 + 3) * c.n_layer);
-    // The forward casts those 4 inputs each time it runs, recomputation
-    // included (all 4 again under block; under mlp only h2, for W1 and W3);
-    // the amax pass is attention's output's alone.
+    // Per block and batch: the forward's 4 inputs h1, att, h2, s, each time
+    // it runs (all 4 again under block; under mlp h2, for W1 and W3, and
+    // s's transposed codes alone); the gradients dres (W2's and Wo's) and
+    // dA|dB. Only dq|dk|dv, whose dv cuDNN writes, is cast by its own amax.
     const int runs = r == Recompute::block ? 2 : 1, mlp_again = r == Recompute::mlp ? 1 : 0;
-    EXPECT_EQ(ops.forward_casts, 2 * (4 * runs + mlp_again) * c.n_layer);
+    EXPECT_EQ(ops.t_casts, 2 * (4 * runs + 2 * mlp_again + 3) * c.n_layer);
+    EXPECT_EQ(ops.t_only, 2 * mlp_again * c.n_layer);
+    EXPECT_EQ(ops.q_casts, 0);  // training keeps the transposed codes of every input
+    // the amax pass is attention's output's alone
     EXPECT_EQ(ops.passes, 2 * runs * c.n_layer);
+    // An evaluation casts the 4 inputs for their GEMMs only.
+    m.set_batch(in.data(), tgt.data(), 1.0f);
+    const int t_casts = ops.t_casts;
+    for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, false);
+    EXPECT_EQ(ops.q_casts, 4 * c.n_layer);
+    EXPECT_EQ(ops.t_casts, t_casts);
   }
 }
 
@@ -245,12 +260,17 @@ TEST(Transformer, RecomputeShrinksGpt350mActivations) {
   const double none = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16);
   const double mlp = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, Recompute::mlp);
   const double block = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, Recompute::block);
+  // FP8 keeps a byte a code of each linear input for the backward, in place
+  // of the compute-dtype copies of h1, h2 and s.
+  const double fp8 = Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, Recompute::none,
+                                                       /*fp8=*/true);
   std::printf(
       "[ plan ] gpt-350m B=8 T=1024 bf16 activations: none %.2f GiB, mlp %.2f GiB, "
-      "block %.2f GiB\n",
-      none / (1 << 30), mlp / (1 << 30), block / (1 << 30));
+      "block %.2f GiB; fp8 none %.2f GiB\n",
+      none / (1 << 30), mlp / (1 << 30), block / (1 << 30), fp8 / (1 << 30));
   EXPECT_LT(mlp, 0.6 * none);
   EXPECT_LT(block, 0.25 * none);
+  EXPECT_LT(fp8, none);
 }
 
 }  // namespace

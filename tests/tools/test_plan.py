@@ -82,11 +82,15 @@ def test_program_fp8():
     check(not bf16["fp8"] and kept["fp8"] and not kept["fp8_gather"] and codes["fp8_gather"],
           "fp8 and fp8_gather reported as asked")
     # Activations gain the FP8 codes (model/activation_table.cpp): one byte a
-    # code for the largest input (32 rows x d_ff), weight (2 d_ff x d) and
-    # output gradient (32 x 2 d_ff), the last two with their transposes;
-    # 3 f32 scales of 64-element slots; 4 amaxes a layer and 2 for gradients.
+    # code for the largest input (32 rows x d_ff); each layer's inputs h1,
+    # attention's output (q_dim = d here), h2 and s transposed; the largest
+    # weight (2 d_ff x d) and output gradient (32 x 2 d_ff), each with its
+    # transpose; f32 scales of 64-element slots, 2 and 4 a layer; 4 amaxes a
+    # layer and 2 for gradients. They lose the bf16 copies of h1, h2 and s
+    # of all layers but one, which the backward no longer reads.
     n, d, ff, L = 32, 64, 192, 2
-    want = n * ff + 2 * (2 * ff * d + n * 2 * ff) + 4 * 3 * 64 + 4 * (4 * L + 2)
+    want = (n * ff + L * n * (3 * d + ff) + 2 * (2 * ff * d + n * 2 * ff) +
+            4 * (2 + 4 * L) * 64 + 4 * (4 * L + 2)) - (L - 1) * 2 * n * (2 * d + ff)
     got = kept["memory"]["activations"] - bf16["memory"]["activations"]
     check(got == want, f"fp8 activations add {got} bytes, counted {want}")
     same = {k: v for k, v in kept["memory"].items() if k not in ("activations", "total")}

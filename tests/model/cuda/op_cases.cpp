@@ -541,6 +541,11 @@ std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T) {
   t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
   t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
+  // A block input's cast in training: codes for the forward GEMM and the
+  // transposed codes the backward keeps (h1 and h2; s); s's transposed codes
+  // alone under --recompute mlp.
+  t.push_back(quantize_fp8_t_amax_case(M, d, BF, /*t_only=*/false));
+  t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/false));
   t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/true));
   // The packed gradients: dA|dB by SwiGLU's amax, dq|dk|dv by its own.
   t.push_back(quantize_fp8_t_amax_case(M, 2 * c.d_ff, BF, /*t_only=*/false));

@@ -164,6 +164,21 @@ TEST(CudaModel, Gpt350mShapedFp8MatchesCpu) {
   check_model(cfg, 1, 256, true);
 }
 
+// FP8 with recomputation: the transposed input codes the backward reads were
+// kept from the forward per layer (none), cast again with the MLP (mlp), or
+// with the whole block (block); each must be the codes of its own layer.
+TEST(CudaModel, Gpt350mShapedFp8RecomputeMlpMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, true, 0, Recompute::mlp);
+}
+
+TEST(CudaModel, Gpt350mShapedFp8RecomputeBlockMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 1, 256, true, 0, Recompute::block);
+}
+
 // Validation at another context (--eval-seq-len) runs in the training
 // activations: a longer context in the same rows (cuDNN's attention graph for
 // the new shape, RoPE past the built context), and a shorter one in fewer.
