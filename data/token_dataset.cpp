@@ -375,6 +375,7 @@ TokenDataset TokenDataset::open(const DataSource& source, const std::string& fla
   }
   ds.tokenizer_ = read_string_attr(dset.get(), file.get(), "tokenizer", w);
   ds.tokenizer_sha256_ = read_string_attr(dset.get(), file.get(), "tokenizer_sha256", w);
+  ds.text_encoder_ = read_string_attr(dset.get(), file.get(), "text_encoder", w);
 
   ds.dataset_id_ = dset.release();
   ds.file_id_ = file.release();
@@ -398,6 +399,7 @@ TokenDataset& TokenDataset::operator=(TokenDataset&& o) noexcept {
     eos_id_ = o.eos_id_;
     tokenizer_ = std::move(o.tokenizer_);
     tokenizer_sha256_ = std::move(o.tokenizer_sha256_);
+    text_encoder_ = std::move(o.text_encoder_);
     bytes_per_token_ = o.bytes_per_token_;
   }
   return *this;

@@ -53,7 +53,7 @@ class TokenDataset {
   const std::string& tokenizer() const { return tokenizer_; }  // "" when absent
   // The name, the `tokenizer_sha256` attribute and where to read the table.
   TokenizerId tokenizer_id() const {
-    return {source_.file, vocab_size_, tokenizer_, tokenizer_sha256_};
+    return {source_.file, vocab_size_, tokenizer_, tokenizer_sha256_, text_encoder_};
   }
   const DataSource& source() const { return source_; }
   const std::string& flag() const { return flag_; }
@@ -88,6 +88,7 @@ class TokenDataset {
   std::optional<int> eos_id_;
   std::string tokenizer_;
   std::string tokenizer_sha256_;
+  std::string text_encoder_;
   int bytes_per_token_ = 0;
 };
 

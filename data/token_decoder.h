@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fsdp {
@@ -29,6 +30,11 @@ class TokenDecoder {
   // text can go into JSON. Ids outside the vocabulary decode to nothing.
   std::string decode(const std::vector<int32_t>& ids) const;
   int64_t vocab_size() const { return int64_t(offsets_.size()) - 1; }
+  // The raw bytes of token `id` (in [0, vocab_size)).
+  std::string_view bytes_of(int32_t id) const {
+    return std::string_view(bytes_).substr(size_t(offsets_[size_t(id)]),
+                                           size_t(offsets_[size_t(id) + 1] - offsets_[size_t(id)]));
+  }
   // The same id -> bytes table.
   bool operator==(const TokenDecoder&) const = default;
 

@@ -21,6 +21,9 @@ struct TokenizerId {
   int64_t vocab_size = 0;
   std::string name;    // the `tokenizer` attribute, "" when absent
   std::string sha256;  // the `tokenizer_sha256` attribute, "" when absent
+  // The `text_encoder` attribute: how text becomes ids with this tokenizer
+  // (data/text_encoder.h), "" when the file does not say.
+  std::string text_encoder;
 
   // "'NAME'", with the start of the hash when there is one.
   std::string describe() const;

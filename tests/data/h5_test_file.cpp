@@ -109,4 +109,12 @@ std::vector<int64_t> iota_tokens(int64_t n, int64_t modulus) {
   return v;
 }
 
+void write_1d(hid_t file, const char* name, hid_t type, hid_t mem, const void* values, hsize_t n) {
+  const hid_t space = H5Screate_simple(1, &n, nullptr);
+  const hid_t d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (n > 0) H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, values);
+  H5Dclose(d);
+  H5Sclose(space);
+}
+
 }  // namespace fsdp::test

@@ -49,6 +49,9 @@ void write_float_attr(hid_t obj, const char* name, double value);
 void write_int_array_attr(hid_t obj, const char* name, const std::vector<int64_t>& values);
 void write_string_attr(hid_t obj, const char* name, const std::string& value, bool variable);
 
+// A 1-D dataset `name` of file type `type` holding `n` values of memory type `mem`.
+void write_1d(hid_t file, const char* name, hid_t type, hid_t mem, const void* values, hsize_t n);
+
 // values[i] = i % modulus, a stream whose tokens reveal their offsets.
 std::vector<int64_t> iota_tokens(int64_t n, int64_t modulus);
 

@@ -15,15 +15,7 @@ namespace {
 
 using test::TempDir;
 using test::TokenFile;
-
-// A 1-D dataset of `type` holding `values`.
-void write_1d(hid_t file, const char* name, hid_t type, hid_t mem, const void* values, hsize_t n) {
-  const hid_t space = H5Screate_simple(1, &n, nullptr);
-  const hid_t d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (n > 0) H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, values);
-  H5Dclose(d);
-  H5Sclose(space);
-}
+using test::write_1d;
 
 // Vocabulary of 4: "Hé" split across tokens 1 and 2 ("H\xC3", "\xA9"), an
 // empty token 3, and token 0 "<eot>".

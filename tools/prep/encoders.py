@@ -270,6 +270,45 @@ def decode_table(tok):
     return offsets, np.frombuffer(b"".join(parts), np.uint8)
 
 
+# GPT-2's pre-tokenizer pattern as tiktoken spells it (gpt2, r50k_base, p50k_base).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+
+def _gpt2_byte_level(cfg):
+    """Whether a tokenizer.json is GPT-2 style byte-level BPE with nothing
+    else around it: the tokenizer the trainer's --prompt encoder reproduces."""
+    model, pre = cfg.get("model") or {}, cfg.get("pre_tokenizer") or {}
+    if pre.get("type") == "Sequence" and len(pre.get("pretokenizers") or ()) == 1:
+        pre = pre["pretokenizers"][0]
+    return (model.get("type") == "BPE" and not model.get("dropout")
+            and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
+            and not model.get("ignore_merges") and cfg.get("normalizer") is None
+            and pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space")
+            and pre.get("use_regex", True))
+
+
+def text_encoder(tok):
+    """(name, merges) for the `text_encoder` attribute and /token_merges: how
+    fsdptrain --prompt encodes text exactly as this tokenizer does
+    (data/text_encoder.h), or (None, None) where it cannot. merges: int32
+    [n, 3], each row a merge's left, right and merged ids, in rank order."""
+    if tok.kind == "byte":
+        return "byte", None
+    if tok.kind == "tiktoken":
+        return ("gpt2-bpe-ranks" if tok.obj._pat_str == GPT2_PATTERN else None), None
+    cfg = json.loads(tok.obj.to_str())
+    if not _gpt2_byte_level(cfg):
+        return None, None
+    vocab = cfg["model"]["vocab"]
+    rows = []
+    for m in cfg["model"].get("merges") or ():
+        left, right = m.split(" ", 1) if isinstance(m, str) else m
+        if left + right not in vocab:
+            return None, None
+        rows.append((vocab[left], vocab[right], vocab[left + right]))
+    return "gpt2-bpe-merges", np.array(rows, np.int32).reshape(-1, 3)
+
+
 def table_sha256(offsets, data):
     """The tokenizer's identity for the trainer (data/tokenizer_match.h): the
     SHA-256 of the decode table, offsets as little-endian int64 then the bytes.

@@ -265,9 +265,12 @@ def run(args):
                 errors=args.utf8_errors, field=args.text_field)
     # Once, here: the workers only encode.
     offsets, data = encoders.decode_table(tok)
+    encoder, merges = encoders.text_encoder(tok)
     attrs = {"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "tokenizer": tok.name,
-             "tokenizer_sha256": encoders.table_sha256(offsets, data)}
+             "tokenizer_sha256": encoders.table_sha256(offsets, data), "text_encoder": encoder}
     extra = {"token_offsets": offsets, "token_bytes": data}
+    if merges is not None:
+        extra["token_merges"] = merges
     train = shards.Train(args.out, dtype, attrs, args.shard_tokens, done,
                          manifest.add if manifest else None, extra)
     tail = shards.ValTail(val_tokens, val_fraction or 0.0, seen=train.tokens)
