@@ -140,6 +140,13 @@ OptionRow bare_switch(OptionRow r) {
   return r;
 }
 
+// Given several times (each a flag, or each a line of the INI file), every
+// value counts, in order; the flags' values replace the file's.
+OptionRow repeatable(OptionRow r) {
+  r.repeatable = true;
+  return r;
+}
+
 OptionRow run_control(OptionRow r) {
   r.run_control = true;
   return r;
@@ -164,6 +171,21 @@ OptionRow preset_row() {
     return "choose one of: " + preset_list();
   };
   r.example = "gpt-125m";
+  return r;
+}
+
+// Each value is checked as it is appended, so a refusal names that one.
+OptionRow prompt_row() {
+  OptionRow r = run_control(repeatable(
+      row("prompt", &SampleOptions::prompts,
+          "start the samples from TEXT, tokenized as the data was; repeat it for several, "
+          "--samples of each (none: from a fresh document)",
+          "Once upon a time")));
+  r.set = [append = r.set](Options& o, std::string_view text) -> std::string {
+    if (text.empty())
+      return "must not be empty (leave --prompt out to start from a fresh document)";
+    return append(o, text);
+  };
   return r;
 }
 
@@ -320,10 +342,13 @@ std::vector<OptionRow> make_table() {
                     "evaluate --val-data with the weights of --resume (or the initial ones) "
                     "and exit: no training, nothing saved; --train-data may be left out",
                     "true"))),
-    run_control(row("samples", &SampleOptions::count,
-                    "print N text samples at the end of training, every --sample-every steps, "
-                    "and after --eval-only (N over --batch-size takes more rounds)",
-                    "3", at_least(0))),
+    run_control(defaults_to(row("samples", &SampleOptions::count,
+                                "print N text samples (of each --prompt) at the end of training, "
+                                "every --sample-every steps, and after --eval-only (N over "
+                                "--batch-size takes more rounds)",
+                                "3", at_least(0)),
+                            "0; 1 with --prompt")),
+    prompt_row(),
     run_control(row("sample-length", &SampleOptions::length, "new tokens per sample", "100",
                     at_least(1))),
     run_control(row("sample-every", &SampleOptions::every,

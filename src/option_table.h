@@ -23,6 +23,7 @@ struct OptionRow {
   bool model_field = false;  // overrides the --model preset; applied after it
   bool run_control = false;  // steers one run only: left out of the checkpoint's copy
   bool is_switch = false;    // given alone on the command line, it means true
+  bool repeatable = false;   // given several times, each value counts (--prompt)
   // The value as text; parses back to the same value.
   std::function<std::string(const Options&)> get;
   // Converts the text into the field: "" or the rule the text breaks.

@@ -99,6 +99,11 @@ std::string parse_value(std::string_view text, std::string& out) {
   return "";
 }
 
+std::string parse_value(std::string_view text, std::vector<std::string>& out) {
+  out.emplace_back(text);
+  return "";
+}
+
 std::string parse_value(std::string_view text, Duration& out) {
   const char* rule =
       "must be a duration: 90m, 1.5h, 5400s or H:MM:SS (a number needs its unit; 0: off)";
@@ -136,6 +141,11 @@ std::string format_value(bool v) {
 }
 std::string format_value(const std::string& v) {
   return v;
+}
+std::string format_value(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : "\n") + x;
+  return s;
 }
 std::string format_value(const Duration& d) {
   const double s = d.seconds;

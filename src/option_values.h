@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "src/option_enums.h"
 
@@ -27,6 +28,8 @@ std::string parse_value(std::string_view text, uint64_t& out);
 std::string parse_value(std::string_view text, float& out);
 std::string parse_value(std::string_view text, bool& out);
 std::string parse_value(std::string_view text, std::string& out);
+// A repeatable option (--prompt): each given value is appended.
+std::string parse_value(std::string_view text, std::vector<std::string>& out);
 // "" or "0" is off; a bare number needs a unit (Slurm reads "90" as minutes,
 // a reader of seconds would not, so neither is guessed).
 std::string parse_value(std::string_view text, Duration& out);
@@ -45,6 +48,8 @@ std::string format_value(uint64_t v);
 std::string format_value(float v);
 std::string format_value(bool v);
 std::string format_value(const std::string& v);
+// The values one a line, as options_to_ini prints a repeatable option.
+std::string format_value(const std::vector<std::string>& v);
 // The shortest of Nh, Nm, Ns that is exact ("" when off); parses back equal.
 std::string format_value(const Duration& d);
 

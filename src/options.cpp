@@ -27,6 +27,11 @@ std::string help_line(const OptionRow& r) {
 // every value stays text until its row converts and checks it.
 void add_rows(po::options_description& d) {
   for (const auto& r : option_table()) {
+    if (r.repeatable) {
+      auto* v = po::value<std::vector<std::string>>()->composing();
+      d.add_options()(r.name.c_str(), v->value_name(r.value_name), help_line(r).c_str());
+      continue;
+    }
     auto* v = po::value<std::string>();
     if (r.is_switch)
       v->zero_tokens()->implicit_value("true");
@@ -66,8 +71,15 @@ std::string read_config(const std::string& path) {
 
 void add_given(std::map<std::string, GivenValue>& given, const po::variables_map& vm,
                const std::string& where) {
-  for (const auto& r : option_table())
-    if (vm.count(r.name)) given[r.name] = {vm[r.name].as<std::string>(), where};
+  for (const auto& r : option_table()) {
+    if (!vm.count(r.name)) continue;
+    if (!r.repeatable) {
+      given[r.name] = {vm[r.name].as<std::string>(), where};
+      continue;
+    }
+    const auto& texts = vm[r.name].as<std::vector<std::string>>();
+    given[r.name] = {texts.back(), where, texts};
+  }
 }
 
 // Names the options that `given` may have meant: those it starts (--step for
@@ -127,6 +139,8 @@ void check_combinations(const Options& o) {
     throw_error(
         "--on-divergence rollback needs --checkpoint-dir DIR: it goes back to the newest "
         "checkpoint there");
+  if (!o.sample.prompts.empty() && o.sample.count == 0)
+    throw_error("--prompt needs --samples N (N > 0): the samples are what start from it");
   if (o.eval.only && o.data.val_data.empty())
     throw_error("--eval-only needs --val-data: the HDF5 token file to evaluate on");
   if (o.eval.seq_len > 0 && o.data.val_data.empty())
@@ -162,8 +176,11 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
   for (const auto& r : option_table()) {
     auto it = given.find(r.name);
     if (it == given.end()) continue;
-    const std::string rule = r.set(o, it->second.text);
-    if (!rule.empty()) invalid(r, it->second, rule);
+    const GivenValue& g = it->second;
+    for (const std::string& text : r.repeatable ? g.texts : std::vector<std::string>{g.text}) {
+      const std::string rule = r.set(o, text);
+      if (!rule.empty()) invalid(r, {text, g.where}, rule);
+    }
   }
   o.model.validate();
   // A time budget fixes the step count itself; --steps, given, caps it.
@@ -173,6 +190,8 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
   // --lr's decimal text, so the default --lr 0.001 gives exactly 1e-4 as before.
   if (!given.count("min-lr"))
     o.schedule.min_lr = float(std::stod(find_option("lr")->get(o)) / 10.0);
+  // --prompt asks for samples: one of each, unless --samples says how many.
+  if (!o.sample.prompts.empty() && !given.count("samples")) o.sample.count = 1;
   for (const auto& r : option_table()) {
     if (!r.check) continue;
     const std::string rule = r.check(o);
@@ -199,7 +218,13 @@ std::string options_to_ini(const Options& o, IniScope scope) {
     const std::string v = r.get(o);
     // An empty text option is one not given, which is what a missing line reads as.
     if (r.kind == OptionKind::text && v.empty()) continue;
-    ini += r.name + " = " + v + "\n";
+    if (!r.repeatable) {
+      ini += r.name + " = " + v + "\n";
+      continue;
+    }
+    // One line a value (an INI line holds no newline, so neither does a value there).
+    std::istringstream values(v);
+    for (std::string line; std::getline(values, line);) ini += r.name + " = " + line + "\n";
   }
   return ini;
 }

@@ -57,7 +57,8 @@ struct EvalOptions {
 };
 
 struct SampleOptions {
-  int count = 0;  // text samples to print (0: none)
+  int count = 0;                     // text samples to print (0: none), of each prompt
+  std::vector<std::string> prompts;  // --prompt: texts samples start from
   int length = 64;
   int every = 0;  // 0: at the end only
   float temperature = 1.0f;
@@ -113,6 +114,8 @@ struct Options {
 struct GivenValue {
   std::string text;
   std::string where;  // "" for a flag, else "--config 'FILE': "
+  // A repeatable option's values, in order (text: the last); empty otherwise.
+  std::vector<std::string> texts;
 };
 // Converts and checks the given values (option name -> value) as fsdptrain
 // does, without the rules a training run adds (--train-data required, ...):

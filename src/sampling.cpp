@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "data/text_encoder.h"
 
 namespace fsdp {
 
@@ -37,6 +38,39 @@ int32_t pick_token(const std::vector<float>& logits, float temperature, int top_
     if (u < acc) return order[size_t(j)];
   }
   return order[size_t(k - 1)];
+}
+
+std::vector<std::vector<int32_t>> sample_prompts(const std::vector<std::string>& texts,
+                                                 const TokenStream& data, int seq_len) {
+  std::vector<int32_t> start;
+  if (data.eos_id()) start.push_back(*data.eos_id());
+  if (texts.empty()) {
+    if (start.empty()) {
+      start.resize(size_t(std::min<int64_t>({8, seq_len / 4, data.size()})));
+      data.read(0, int64_t(start.size()), start.data());
+    }
+    return {start};
+  }
+  std::string why_not;
+  const std::optional<TextEncoder> encoder =
+      TextEncoder::open(data.tokenizer_id(), data.eos_id(), &why_not);
+  if (!encoder) throw_error("--prompt: ", why_not);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : texts) {
+    std::vector<int32_t> ids = start;
+    try {
+      for (int32_t id : encoder->encode(text)) ids.push_back(id);
+    } catch (const Error& e) {
+      throw_error("--prompt: ", e.what());
+    }
+    if (int64_t(ids.size()) >= seq_len)
+      throw_error("--prompt '", text, "' is ", ids.size(), " tokens",
+                  start.empty() ? "" : " with the end-of-text token before it",
+                  ", which leaves no room for a new one within --seq-len ", seq_len,
+                  "; shorten it or raise --seq-len");
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
 }
 
 }  // namespace fsdp

@@ -16,6 +16,7 @@
 #include "src/checkpointing.h"
 #include "src/lr_schedule.h"
 #include "src/memory_check.h"
+#include "src/sampling.h"
 #include "src/stop_signal.h"
 #include "src/time_budget.h"
 
@@ -106,6 +107,14 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
       throw Error(std::string("--init-from: ") + e.what());  // every rank caught the same
     }
   }
+
+  // --prompt in the data's own tokenizer: text it cannot encode, or too
+  // long for --seq-len, is said before the GPU is touched.
+  if (o_.sample.count > 0)
+    all_or_none(W, [&] {
+      prompts_ =
+          sample_prompts(o_.sample.prompts, val_data_ ? *val_data_ : train_data_, o_.data.seq_len);
+    });
 
   // Everything the user can get wrong is checked above; now build.
   all_or_none(W, [&] { ops_ = make_ops(device, o_, world_); });
@@ -252,8 +261,8 @@ void Trainer::print_memory_plan() const {
   const std::string name =
       m == model_preset(m.name) ? m.name : "custom (the " + m.name + " preset, fields changed)";
   std::printf(
-      "fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads%s\n",
-      name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
+      "fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads%s\n", name.c_str(),
+      m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
       m.head_dim() * m.n_head == m.d_model ? "" : (" of " + std::to_string(m.head_dim())).c_str());
   std::printf(
       "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s%s, "

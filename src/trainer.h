@@ -152,6 +152,9 @@ class Trainer {
   std::optional<RunCheckpoints> checkpoints_;  // save and resume, once the engine is built
   MetricsLog metrics_;
   std::vector<int32_t> inputs_, targets_;
+  // What samples start from (src/sampling.h), on every rank: each runs the
+  // same forwards, whose count the prompts' lengths set.
+  std::vector<std::vector<int32_t>> prompts_;
   std::optional<TokenDecoder> decoder_;  // rank 0, for --samples
   std::string decoder_note_;             // why there is none
   RunPosition pos_;

@@ -81,39 +81,52 @@ void Trainer::evaluate_only(TrainSummary& summary) {
 
 // Text from the current weights, as llm.c prints while it trains. Every rank
 // runs the same forwards (the weights are gathered collectively); rank 0's
-// first rows are the samples. The prompt is the end-of-text token where the
-// data has one (a fresh document), else the data's first tokens. There is no
-// KV cache: each new token costs one forward of the micro-batch, which is
-// cheap next to training. More samples than --batch-size take more rounds of
-// the micro-batch; the random draws run on in one stream across rounds.
+// first rows are the samples, --samples of each prompt (prompts_: --prompt,
+// else a fresh document). There is no KV cache: each new token costs one
+// forward of the micro-batch, which is cheap next to training. Rows whose
+// prompts differ in length start drawing at different positions; more
+// samples than --batch-size take more rounds of the micro-batch. The random
+// draws run on in one stream across rounds.
 void Trainer::print_samples(int step) {
   const SampleOptions& so = o_.sample;
   if (so.count == 0) return;
   const int T = o_.data.seq_len, B = o_.data.batch_size;
-  const TokenStream& data = val_data_ ? *val_data_ : train_data_;
-  std::vector<int32_t> prompt;
-  if (data.eos_id()) {
-    prompt.push_back(*data.eos_id());
-  } else {
-    prompt.resize(size_t(std::min<int64_t>({8, T / 4, data.size()})));
-    data.read(0, int64_t(prompt.size()), prompt.data());
-  }
-  const int P = int(prompt.size()), n = std::min(so.length, T - P);
+  const int total = so.count * int(prompts_.size());
+  const auto prompt_of = [&](int sample) -> const std::vector<int32_t>& {
+    return prompts_[size_t(sample / so.count)];
+  };
+  // New tokens of a sample: --sample-length, as far as --seq-len allows.
+  const auto new_tokens = [&](int sample) {
+    return std::min(so.length, T - int(prompt_of(sample).size()));
+  };
   std::mt19937_64 rng(o_.run.seed * 1000003u + uint64_t(step));
-  std::vector<std::vector<int32_t>> out(size_t(so.count), prompt);
-  for (int first = 0; first < so.count; first += B) {
-    const int rows = std::min(so.count - first, B);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(total));
+  for (int first = 0; first < total; first += B) {
+    const int rows = std::min(total - first, B);
     std::fill(inputs_.begin(), inputs_.end(), 0);
     std::fill(targets_.begin(), targets_.end(), -1);
-    for (int r = 0; r < B; ++r) std::copy(prompt.begin(), prompt.end(), inputs_.begin() + r * T);
-    for (int t = P - 1; t < P - 1 + n; ++t) {
+    int t_begin = T, t_end = 0;  // the positions whose logits draw a token
+    for (int r = 0; r < rows; ++r) {
+      const auto& p = prompt_of(first + r);
+      std::copy(p.begin(), p.end(), inputs_.begin() + r * T);
+      out[size_t(first + r)] = p;
+      t_begin = std::min(t_begin, int(p.size()) - 1);
+      t_end = std::max(t_end, int(p.size()) - 1 + new_tokens(first + r));
+    }
+    const auto draws_at = [&](int r, int t) {
+      const int P = int(prompt_of(first + r).size());
+      return t >= P - 1 && t < P - 1 + new_tokens(first + r);
+    };
+    for (int t = t_begin; t < t_end; ++t) {
       model_->set_batch(inputs_.data(), targets_.data(), 0.0f);
       std::vector<int64_t> keep;
-      for (int r = 0; r < rows && lead_; ++r) keep.push_back(int64_t(r) * T + t);
+      for (int r = 0; r < rows && lead_; ++r)
+        if (draws_at(r, t)) keep.push_back(int64_t(r) * T + t);
       model_->keep_logits(std::move(keep));
       engine_->forward_only();
       if (!lead_) continue;
       for (int r = 0; r < rows; ++r) {
+        if (!draws_at(r, t)) continue;
         const int32_t tok =
             pick_token(model_->logits_row(int64_t(r) * T + t), so.temperature, so.top_k, rng);
         inputs_[size_t(r) * T + t + 1] = tok;
@@ -122,13 +135,16 @@ void Trainer::print_samples(int step) {
     }
   }
   if (!lead_) return;
-  const int rows = so.count;
   if (!decoder_) std::printf("fsdptrain: note: %s; samples are token ids\n", decoder_note_.c_str());
-  std::printf(
-      "fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %d prompt token(s), "
-      "%d new):\n",
-      rows, step, double(so.temperature), so.top_k, P, n);
-  for (int r = 0; r < rows; ++r) {
+  std::string lengths;  // "N prompt token(s), M new" for each distinct prompt length
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    const std::string one = std::to_string(prompts_[i].size()) + " prompt token(s), " +
+                            std::to_string(new_tokens(int(i) * so.count)) + " new";
+    if (lengths.find(one) == std::string::npos) lengths += (lengths.empty() ? "" : "; ") + one;
+  }
+  std::printf("fsdptrain: %d sample(s) at step %d (temperature %g, top-k %d; %s):\n", total, step,
+              double(so.temperature), so.top_k, lengths.c_str());
+  for (int r = 0; r < total; ++r) {
     std::string text;
     if (decoder_) {
       text = decoder_->decode(out[size_t(r)]);
@@ -138,9 +154,18 @@ void Trainer::print_samples(int step) {
         text += std::to_string(id);
       }
     }
-    std::printf("--- sample %d ---\n%s\n", r + 1, text.c_str());
+    const int prompt = r / so.count + 1;
+    if (so.prompts.empty()) {
+      std::printf("--- sample %d ---\n%s\n", r + 1, text.c_str());
+      metrics_.write({{"step", std::to_string(step)},
+                      {"sample", std::to_string(r + 1)},
+                      {"text", json_string(text)}});
+      continue;
+    }
+    std::printf("--- sample %d (prompt %d) ---\n%s\n", r + 1, prompt, text.c_str());
     metrics_.write({{"step", std::to_string(step)},
                     {"sample", std::to_string(r + 1)},
+                    {"prompt", std::to_string(prompt)},
                     {"text", json_string(text)}});
   }
   std::printf("---\n");

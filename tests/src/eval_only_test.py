@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 
+import h5py
 from program_checks import check, finish, one_error, records, run
 
 exe, example, work = sys.argv[1:4]
@@ -132,6 +133,51 @@ check(texts.get(1) == texts.get(3) and len(texts.get(1, [])) == 2,
 check(all(t.startswith("whether") and len(t.encode()) >= 8 + 24 for t in texts.get(1, [""])),
       f"each sample is the 8-token prompt plus 24 new bytes: {texts.get(1)}")
 check(len(set(texts.get(1, []))) == 1, "greedy gives one text for every row")
+
+# --prompt (issue 65, item 6): each sample starts from its prompt's text,
+# --samples of each (one without --samples), numbered in the metrics. Two prompts of different lengths
+# share a micro-batch, each row drawing from its own position: greedy text
+# equals each prompt's run alone, and 1 rank equals 3.
+A, B = "And God said", "In the beginning was the Word"
+prompted = {}
+for i, (ranks, prompts) in enumerate(((1, [A, B]), (3, [A, B]), (1, [A]), (1, [B]))):
+    m = os.path.join(work, f"prompt_{i}.jsonl")
+    flags = [x for t in prompts for x in ("--prompt", t)]
+    # The initial weights: greedy text from them is arbitrary, so it shows
+    # whether each row reads its own prompt at its own positions.
+    p = run(base + ["--eval-only", "--batch-size", "4", "--samples", "2",
+                    "--sample-length", "16", "--temperature", "0", "--metrics", m] + flags, ranks)
+    got = [r for r in records(m) if "text" in r]
+    check(p.returncode == 0 and [r.get("prompt") for r in got] == [1, 1, 2, 2][:2 * len(prompts)],
+          f"np{ranks} {len(prompts)} prompt(s): 2 samples of each, numbered ({p.stderr[-200:]})")
+    prompted[ranks, tuple(prompts)] = [r["text"] for r in got]
+both = prompted.get((1, (A, B)), [])
+check(len(both) == 4 and both[0].startswith(A) and both[2].startswith(B)
+      and all(len(t.encode()) == len(q) + 16 for t, q in zip(both, [A, A, B, B])),
+      f"each sample is its prompt plus 16 new bytes: {both}")
+check(both == prompted.get((3, (A, B))), "--prompt samples equal on 1 and 3 ranks")
+check(both[:2] == prompted.get((1, (A,))) and both[2:] == prompted.get((1, (B,))),
+      f"in one micro-batch, each prompt's text equals its run alone: {prompted}")
+p = run(base + ["--eval-only", "--prompt", A])
+check(p.returncode == 0 and p.stdout.count("--- sample ") == 1, "--prompt alone prints one sample")
+one_error(base + ["--eval-only", "--resume", saved, "--prompt", ""], "--prompt: '' is invalid: "
+          "must not be empty", "an empty --prompt")
+one_error(base + ["--eval-only", "--resume", saved, "--prompt", A, "--samples", "0"],
+          "--prompt needs --samples", "--prompt with --samples 0")
+one_error(base + ["--eval-only", "--resume", saved, "--prompt", "x" * 64], "leaves no room",
+          "a --prompt as long as --seq-len")
+one_error(base + ["--eval-only", "--resume", saved, "--prompt", "caf\udcff"], "not valid UTF-8",
+          "a --prompt that is not UTF-8")
+# A token file that does not say how its tokenizer encodes text.
+odd = os.path.join(work, "odd_val.h5")
+shutil.copy(val, odd)
+with h5py.File(odd, "r+") as f:
+    f["tokens"].attrs["tokenizer"] = "odd_tokenizer.json"
+    if "text_encoder" in f["tokens"].attrs:
+        del f["tokens"].attrs["text_encoder"]
+one_error([exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-data", odd,
+           "--eval-only", "--resume", saved, "--prompt", A], "does not say how to encode text",
+          "--prompt on data whose tokenizer the trainer cannot encode with")
 
 
 one_error([exe, "--device", "cpu", "--model", "tiny", "--eval-only"], "--eval-only needs --val-data",

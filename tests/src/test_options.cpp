@@ -162,9 +162,7 @@ TEST(Options, MinLrDefaultsToATenthOfLr) {
   EXPECT_NE(e.find("--min-lr"), std::string::npos) << e;
   // from a --config file too
   const std::string path = ::testing::TempDir() + "/min_lr.ini";
-  {
-    std::ofstream(path) << "lr = 0.002\n";
-  }
+  { std::ofstream(path) << "lr = 0.002\n"; }
   o = parse({"--train-data", "x", "--config", path});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->schedule.min_lr, 2e-4f);
@@ -385,6 +383,37 @@ TEST(OptionTable, IniTextReadsBackAsEachRowsValue) {
     EXPECT_EQ(it->second, row.example) << row.name;
   }
   EXPECT_EQ(values.size(), option_table().size());
+}
+
+// --prompt is the one repeatable option: every value counts, in order, from
+// flags or INI lines; the flags' values replace the file's; --samples
+// defaults to one of each.
+TEST(Options, PromptRepeatsAndAsksForSamples) {
+  const auto o = parse({"--train-data", "x.h5", "--prompt", "a b", "--prompt", "c"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->sample.prompts, (std::vector<std::string>{"a b", "c"}));
+  EXPECT_EQ(o->sample.count, 1);
+  EXPECT_EQ(parse({"--train-data", "x.h5", "--prompt", "a", "--samples", "4"})->sample.count, 4);
+  EXPECT_EQ(parse({"--train-data", "x.h5"})->sample.count, 0);
+
+  const std::string path = ::testing::TempDir() + "/fsdp_prompts.ini";
+  std::ofstream(path) << "prompt = from the file\nprompt = and again\n";
+  const auto file = parse({"--train-data", "x.h5", "--config", path});
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->sample.prompts, (std::vector<std::string>{"from the file", "and again"}));
+  EXPECT_NE(options_to_ini(*file, IniScope::everything)
+                .find("prompt = from the file\nprompt = and again\n"),
+            std::string::npos);
+  const auto flags = parse({"--train-data", "x.h5", "--config", path, "--prompt", "flag"});
+  EXPECT_EQ(flags->sample.prompts, (std::vector<std::string>{"flag"}));
+  std::remove(path.c_str());
+
+  EXPECT_NE(error_of({"--train-data", "x.h5", "--prompt", "a", "--prompt", ""})
+                .find("--prompt: '' is invalid: must not be empty"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x.h5", "--prompt", "a", "--samples", "0"})
+                .find("--prompt needs --samples"),
+            std::string::npos);
 }
 
 TEST(Options, HelpReturnsNothing) {
