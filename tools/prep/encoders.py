@@ -284,7 +284,10 @@ def _gpt2_byte_level(cfg):
             and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
             and not model.get("ignore_merges") and cfg.get("normalizer") is None
             and pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space")
-            and pre.get("use_regex", True))
+            and pre.get("use_regex", True)
+            # Added tokens that are not special are cut out of the text before
+            # BPE; special ones are text here (encode_special_tokens).
+            and all(a.get("special") for a in cfg.get("added_tokens") or ()))
 
 
 def text_encoder(tok):
@@ -295,7 +298,8 @@ def text_encoder(tok):
     if tok.kind == "byte":
         return "byte", None
     if tok.kind == "tiktoken":
-        return ("gpt2-bpe-ranks" if tok.obj._pat_str == GPT2_PATTERN else None), None
+        pattern = getattr(tok.obj, "_pat_str", None)
+        return ("gpt2-bpe-ranks" if pattern == GPT2_PATTERN else None), None
     cfg = json.loads(tok.obj.to_str())
     if not _gpt2_byte_level(cfg):
         return None, None
