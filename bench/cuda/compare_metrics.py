@@ -13,6 +13,8 @@ writes it). A loss of null (fsdptrain writes NaN/Inf as null) always fails.
         the same for each field named (default loss alone), one verdict line
         joining theirs; exit is the worst. Still only the lines with a "loss"
         (training steps); a step without the field is left out.
+  compare_metrics.py compare A.jsonl B.jsonl --field loss --field grad_norm=5e-2
+        a field may carry its own tolerance (NAME=TOL); the others take --tolerance.
   compare_metrics.py compare A.jsonl B.jsonl --bitwise
         every common step's loss must be identical as written (%.9g, which
         round-trips a float32: equal text means equal bits of the loss).
@@ -144,8 +146,14 @@ def compare(a_path, b_path, tolerance=2e-2, bitwise=False, steps=None, window=1,
 
 
 def compare_fields(a_path, b_path, fields=("loss",), **kw):
-    """compare() for each field: the worst exit code, the verdicts joined."""
-    results = [compare(a_path, b_path, field=f, **kw) for f in fields]
+    """compare() for each field: the worst exit code, the verdicts joined. A
+    field written NAME=TOL is held to its own tolerance instead of the shared
+    one (group n's gradient norms, whose rounding floor is measured apart)."""
+    results = []
+    for f in fields:
+        name, _, tol = f.partition("=")
+        fkw = dict(kw, tolerance=float(tol)) if tol else kw
+        results.append(compare(a_path, b_path, field=name, **fkw))
     return max(c for c, _ in results), "; ".join(m for _, m in results)
 
 
@@ -262,6 +270,10 @@ def selftest():
         (compare_fields(g, g_loss, both, tolerance=2e-3, quiet=True)[0], 0, "both inside passes"),
         (compare_fields(g, a, both, quiet=True)[0], 2, "a file without grad_norm: too few common steps"),
         (compare_fields(g, g, both, bitwise=True, quiet=True)[0], 0, "bitwise in both fields"),
+        (compare_fields(g, g_off, ("loss", "grad_norm=2e-2"), tolerance=1e-3, quiet=True)[0], 0,
+         "grad_norm=2e-2: its own tolerance"),
+        (compare_fields(g, g_off, ("loss", "grad_norm=5e-3"), tolerance=1e-1, quiet=True)[0], 1,
+         "... which binds even below the shared one"),
     ]
     bad = 0
     for got, want, what in checks:
@@ -285,7 +297,8 @@ def main():
     c.add_argument("--min-common", type=int, default=1)
     c.add_argument("--quiet", action="store_true", help="only the verdict line")
     c.add_argument("--field", action="append",
-                   help="metrics field to compare (repeatable; default loss): e.g. grad_norm")
+                   help="metrics field to compare (repeatable; default loss): e.g. grad_norm, "
+                        "or grad_norm=5e-3 with its own tolerance")
     f = sub.add_parser("falls", help="the loss must fall")
     f.add_argument("a")
     f.add_argument("--ratio", type=float, default=0.75)

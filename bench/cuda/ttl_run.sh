@@ -46,6 +46,10 @@
 #            (whose clock starts after its compilation and stops for evaluations)
 #   here:    ttl_report.py <both calls' ttl_*.jsonl> --ref best:torchtitan --device NAME --png ...
 #            (compare the train_s of the last validation lines: equal within a few %)
+#   Reach times are read at validations: at EVAL_EVERY=100 fsdptrain's Muon steps ~9 s apart
+#   (h100_2026-11-27b: its crossing fell between 27.7 and 36.9 s). EVAL_EVERY=50 in both calls
+#   halves that, costing fsdptrain ~3 s of its 72 (0.5 s a validation, inside --time-budget)
+#   and torchtitan ~10 s of wall time (1.6 s each, outside its training clock).
 
 # Each system's step count is its budget times its speed at this shape on an
 # H100 (bench/results/h100_2026-11-26b: 100.8, 74.1, 70.8, 96.5 and 94.6 ms a
