@@ -188,13 +188,17 @@ void read_tensors(hid_t file, const CheckpointContext& c, const std::string& pat
   for (int u = 0; u < engine.num_units(); ++u) {
     const UnitLayout& l = engine.layout(u);
     for (size_t g = 0; g < std::size(kGroups); ++g) {
-      const Tensor shard = engine_shard(engine, u, int(g));
-      FSDP_CHECK(shard.dtype == DType::f32 && shard.numel == l.shard);
+      // A forward-only engine (--eval-only) has no optimizer state: its
+      // groups are read all the same, so that every checksum is verified,
+      // and dropped.
+      const bool keep = g == 0 || engine.trains();
+      const Tensor shard = keep ? engine_shard(engine, u, int(g)) : Tensor{};
+      FSDP_CHECK(!keep || (shard.dtype == DType::f32 && shard.numel == l.shard));
       // Padding elements past the last parameter must read as zero.
       host.assign(size_t(l.shard), 0.0f);
       move_unit(false, true, file, units[size_t(u)], l, engine.shard_rank(), kGroups[g],
                 host.data(), c.io, path, stats, sums);
-      c.ops.to_device(shard, host.data());
+      if (keep) c.ops.to_device(shard, host.data());
     }
   }
 }

@@ -9,16 +9,20 @@
 namespace fsdp {
 
 std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
-    const ModelConfig& c, int64_t rows, int64_t head_rows, DType ct, Recompute recompute,
-    bool fp8) {
+    const ModelConfig& c, int64_t rows, int64_t head_rows, DType ct, Recompute recompute, bool fp8,
+    ModelUse use) {
   const DType f32 = DType::f32, i32 = DType::i32, u8 = DType::u8;
   const int64_t N = rows, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t qkv = qd + 2 * kvd, H = c.n_head, Hkv = c.n_kv_head;
   const int L = c.n_layer;
   // A block's saved activations: a set per layer, or one set all layers share
-  // for what backward recomputes (mlp: SwiGLU's; block: all of them).
-  const int attn = recompute == Recompute::block ? 1 : L;
-  const int mlp = recompute == Recompute::none ? L : 1;
+  // for what backward recomputes (mlp: SwiGLU's; block: all of them). A
+  // forward-only model keeps one set and no backward buffer (`back`: none of
+  // a row that only the backward reads).
+  const bool trains = use == ModelUse::train;
+  const int attn = recompute == Recompute::block || !trains ? 1 : L;
+  const int mlp = recompute == Recompute::none && trains ? L : 1;
+  const int back = trains ? 1 : 0;
   // Under fp8 the backward reads the transposed codes its forward kept
   // (Transformer::cast_input), never h1, h2 or s themselves: their one copy
   // is scratch for the cast, but for h2 under --recompute mlp, which the
@@ -27,15 +31,18 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
   const int h2_copies = fp8 && recompute != Recompute::mlp ? 1 : attn;
 
   using T = Transformer;
-  auto one = [](Tensor T::*m, DType t, int64_t n) { return ActivationBuffer{t, n, 1, m}; };
+  auto one = [](Tensor T::*m, DType t, int64_t n, int copies = 1) {
+    return ActivationBuffer{t, n, copies, m};
+  };
   auto block = [](Tensor BlockActs::*m, DType t, int64_t n, int copies) {
     return ActivationBuffer{t, n, copies, nullptr, nullptr, m};
   };
   std::vector<ActivationBuffer> table = {
       one(&T::tokens_, i32, N),
       one(&T::targets_, i32, N),
-      // the residual stream entering each block, and after the last
-      ActivationBuffer{ct, N * d, L + 1, nullptr, &T::res_},
+      // the residual stream entering each block, and after the last (two
+      // that take turns, forward-only: Transformer::res)
+      ActivationBuffer{ct, N * d, trains ? L + 1 : 2, nullptr, &T::res_},
       // attention and the norms: qkv is the q|k|v GEMM's output, q and k
       // are normed and rotated out of it; the f32 rows are RMSNorm's,
       // QK-norm's (per head) and attention's log-sum-exp (per head)
@@ -62,14 +69,14 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::logits_, ct, head_rows * c.padded_vocab()),
       one(&T::losses_, f32, N),
       // backward scratch, reused by every layer
-      one(&T::dres_, ct, N * d),
-      one(&T::dh_, ct, N * d),
-      one(&T::dq_, ct, N * qd),
-      one(&T::dk_, ct, N * kvd),
-      one(&T::dqkv_, ct, N * qkv),
-      one(&T::datt_, ct, N * qd),
-      one(&T::ds_, ct, N * ff),
-      one(&T::dab_, ct, N * 2 * ff),
+      one(&T::dres_, ct, N * d, back),
+      one(&T::dh_, ct, N * d, back),
+      one(&T::dq_, ct, N * qd, back),
+      one(&T::dk_, ct, N * kvd, back),
+      one(&T::dqkv_, ct, N * qkv, back),
+      one(&T::datt_, ct, N * qd, back),
+      one(&T::ds_, ct, N * ff, back),
+      one(&T::dab_, ct, N * 2 * ff, back),
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward
@@ -83,14 +90,14 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
     const int64_t weight = std::max(qkv, 2 * ff) * d;  // the largest block matrix
     const std::vector<ActivationBuffer> codes = {
         one(&T::x8_, u8, N * in),
-        block(&BlockActs::h1_t8, u8, N * d, attn),
-        block(&BlockActs::att_t8, u8, N * qd, attn),
-        block(&BlockActs::h2_t8, u8, N * d, mlp),
-        block(&BlockActs::s_t8, u8, N * ff, mlp),
+        block(&BlockActs::h1_t8, u8, N * d, attn * back),
+        block(&BlockActs::att_t8, u8, N * qd, attn * back),
+        block(&BlockActs::h2_t8, u8, N * d, mlp * back),
+        block(&BlockActs::s_t8, u8, N * ff, mlp * back),
         one(&T::w8_, u8, weight),
-        one(&T::w8t_, u8, weight),
-        one(&T::g8_, u8, N * out),
-        one(&T::g8t_, u8, N * out),
+        one(&T::w8t_, u8, weight, back),
+        one(&T::g8_, u8, N * out, back),
+        one(&T::g8t_, u8, N * out, back),
         one(&T::scales8_, f32, (kFixedScales + kBlockInputs * int64_t(L)) * kFp8ScaleSlot),
         one(&T::amax8_, f32, kBlockInputs * int64_t(L) + kGradAmaxes),
     };
@@ -101,11 +108,11 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
 
 int64_t Transformer::activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
                                           DType compute, Recompute recompute, bool fp8,
-                                          int head_rows) {
+                                          int head_rows, ModelUse use) {
   const int64_t rows = int64_t(batch_size) * seq_len;
   int64_t bytes = 0;
   for (const ActivationBuffer& b :
-       activation_table(c, rows, head_rows_for(rows, head_rows), compute, recompute, fp8))
+       activation_table(c, rows, head_rows_for(rows, head_rows), compute, recompute, fp8, use))
     bytes += b.bytes();
   return bytes;
 }

@@ -37,14 +37,15 @@ int64_t Transformer::head_rows_for(int64_t rows, int head_rows) {
 }
 
 Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
-                         Recompute recompute, bool fp8, int head_rows)
+                         Recompute recompute, bool fp8, int head_rows, ModelUse use)
     : cfg_(config),
       ops_(ops),
       units_(model_units(config)),
       B_(batch_size),
       T_(seq_len),
       recompute_(recompute),
-      fp8_(fp8) {
+      fp8_(fp8),
+      use_(use) {
   cfg_.validate();
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
   N_ = capacity_ = int64_t(B_) * T_;
@@ -52,9 +53,10 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   acts_.resize(cfg_.n_layer);
   int block_members = 0;  // BlockActs members bound by the table
   for (const ActivationBuffer& b :
-       activation_table(cfg_, N_, head_rows_, ops_.compute_dtype(), recompute_, fp8_)) {
+       activation_table(cfg_, N_, head_rows_, ops_.compute_dtype(), recompute_, fp8_, use_)) {
     std::vector<Tensor> copies;
     for (int i = 0; i < b.copies; ++i) copies.push_back(alloc(b.dtype, b.elements));
+    if (copies.empty()) continue;  // a backward buffer of a forward-only model: left empty
     if (b.one) this->*b.one = copies[0];
     if (b.each) this->*b.each = copies;
     if (b.layer) {
@@ -64,10 +66,12 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
   }
   // Every BlockActs member has its row; and alloc() ran for the table's rows
   // only, so the memory plan counts every byte the model holds.
+  // (the kept FP8 codes only under fp8_ while training).
+  const bool kept_codes = fp8_ && use_ == ModelUse::train;
   FSDP_CHECK(block_members ==
-             int(sizeof(BlockActs) / sizeof(Tensor)) - (fp8_ ? 0 : kFp8OnlyMembers));
+             int(sizeof(BlockActs) / sizeof(Tensor)) - (kept_codes ? 0 : kFp8OnlyMembers));
   FSDP_CHECK(activation_bytes_ == activation_bytes_for(cfg_, B_, T_, ops_.compute_dtype(),
-                                                       recompute_, fp8_, int(head_rows_)));
+                                                       recompute_, fp8_, int(head_rows_), use_));
 }
 
 Transformer::~Transformer() {
@@ -105,9 +109,10 @@ void Transformer::set_batch(const int32_t* inputs, const int32_t* targets, float
 }
 
 void Transformer::forward(int unit, UnitAccess& w, bool training) {
+  FSDP_CHECK(!training || use_ == ModelUse::train, "a training forward of a forward-only model");
   training_ = training;
   if (unit == 0) {
-    ops_.embedding(res_[0], tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
+    ops_.embedding(res(0), tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
   } else if (unit <= cfg_.n_layer) {
     block_forward(unit - 1, w);
   } else {
@@ -116,6 +121,7 @@ void Transformer::forward(int unit, UnitAccess& w, bool training) {
 }
 
 void Transformer::backward(int unit, UnitAccess& w) {
+  FSDP_CHECK(use_ == ModelUse::train, "backward of a forward-only model");
   training_ = true;  // a recomputation's casts keep their transposed codes
   if (unit == 0) {
     ops_.embedding_backward(w.grad(0, 0), dres_, tokens_, int(N_), cfg_.d_model);
@@ -218,7 +224,7 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv = qd + 2 * kvd;
   const float eps = cfg_.norm_eps;
   BlockActs& a = acts_[layer];
-  Tensor x = res_[layer];
+  Tensor x = res(layer);
   auto amax = [&](BlockInput in) { return input_amax(layer, in); };
 
   ops_.rmsnorm(a.h1, a.rstd1, x, w.weight(u, kAttnNorm), M, d, eps, amax(kInH1));
@@ -240,7 +246,7 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
 
   ops_.rmsnorm(a.h2, a.rstd2, a.mid, w.weight(u, at(cfg_, kMlpNorm)), M, d, eps, amax(kInH2));
   const LinearInput s = mlp_forward(layer, w, false);
-  block_linear(res_[layer + 1], s, w, u, {at(cfg_, kW2), 1}, M, d, ff, a.mid);
+  block_linear(res(layer + 1), s, w, u, {at(cfg_, kW2), 1}, M, d, ff, a.mid);
 }
 
 Transformer::LinearInput Transformer::mlp_forward(int layer, UnitAccess& w, bool again) {
@@ -258,7 +264,7 @@ Transformer::LinearInput Transformer::mlp_forward(int layer, UnitAccess& w, bool
 // dres_ holds dL/d(block output) on entry and dL/d(block input) on exit.
 void Transformer::block_backward(int layer, UnitAccess& w) {
   // Recomputation rewrites the shared buffers with exactly the values the
-  // forward computed (block_forward also rewrites res_[layer + 1], which no
+  // forward computed (block_forward also rewrites res(layer + 1), which no
   // later step reads any more).
   if (recompute_ == Recompute::block) block_forward(layer, w);
   if (recompute_ == Recompute::mlp) mlp_forward(layer, w, true);
@@ -297,7 +303,7 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                           cfg_.rope(), {}, qkv);
   block_linear_backward(dh_, dqkv_, input(a.h1, d, kInH1), w, u, {kWq, 3}, M, qkv, d, false);
   // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
-  ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res_[layer], w.weight(u, kAttnNorm),
+  ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res(layer), w.weight(u, kAttnNorm),
                         a.rstd1, M, d, true, layer > 0 ? grad_amax(kGradRes) : Tensor{});
 }
 
@@ -307,7 +313,7 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
   const bool tied = cfg_.tie_embeddings;
   Tensor wout = tied ? w.weight(0, 0) : w.weight(u, 1);
   Tensor dwout = !training ? Tensor{} : tied ? w.grad(0, 0) : w.grad(u, 1);
-  ops_.rmsnorm(hf_, rstdf_, res_[cfg_.n_layer], w.weight(u, 0), int(N_), d, cfg_.norm_eps, {});
+  ops_.rmsnorm(hf_, rstdf_, res(cfg_.n_layer), w.weight(u, 0), int(N_), d, cfg_.norm_eps, {});
   // Kept rows serve the next forward without training only: an evaluation
   // after sampling copies nothing to the host.
   std::vector<int64_t> keep;
@@ -334,7 +340,7 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
 // dh_ already holds the gradient the training forward sent through the head.
 void Transformer::head_backward(UnitAccess& w) {
   const int u = num_units() - 1, M = int(N_), d = cfg_.d_model;
-  ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res_[cfg_.n_layer], w.weight(u, 0), rstdf_, M, d,
+  ops_.rmsnorm_backward(dres_, w.grad(u, 0), dh_, res(cfg_.n_layer), w.weight(u, 0), rstdf_, M, d,
                         false, grad_amax(kGradRes));
 }
 
@@ -343,7 +349,7 @@ Tensor Transformer::output_of(int unit, bool backward) const {
   const int64_t d = cfg_.d_model;
   if (backward) return dres_.slice(0, N_ * d);  // the gradient flowing to the unit below
   if (unit == num_units() - 1) return losses_.slice(0, N_);
-  return res_[unit].slice(0, N_ * d);  // unit 0 writes res_[0]; block l (unit l+1) res_[l+1]
+  return res(unit).slice(0, N_ * d);  // unit 0 writes res(0); block l (unit l+1) res(l+1)
 }
 
 bool all_finite(Ops& ops, Tensor t) {

@@ -27,6 +27,13 @@ namespace fsdp {
 // bitwise identical; recomputed FLOPs do not count as useful work.
 enum class Recompute { none, mlp, block };
 
+// What a model is built for. forward_only (--eval-only): evaluation and
+// sampling, no backward ever, so the activations are one block's set (every
+// layer's forward overwrites the last's), two residual buffers taking turns,
+// and none of the backward's scratch; backward() and a training forward
+// refuse. The losses are bitwise a training model's.
+enum class ModelUse { train, forward_only };
+
 class Transformer {
  public:
   // Activations are allocated once for micro-batches of batch_size x seq_len
@@ -37,13 +44,15 @@ class Transformer {
   // the compute dtype, as do the weights and gradients the engine holds.
   // head_rows: rows per LM-head chunk (0: kHeadRows).
   Transformer(const ModelConfig& config, Ops& ops, int batch_size, int seq_len,
-              Recompute recompute = Recompute::none, bool fp8 = false, int head_rows = 0);
+              Recompute recompute = Recompute::none, bool fp8 = false, int head_rows = 0,
+              ModelUse use = ModelUse::train);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   bool fp8() const { return fp8_; }
+  ModelUse use() const { return use_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   int num_units() const { return int(units_.size()); }
   // Units that must be gathered while unit u computes, u itself included: the
@@ -64,7 +73,8 @@ class Transformer {
   // At most linear in the tokens: the logits take one head chunk's rows.
   static int64_t activation_bytes_for(const ModelConfig& c, int batch_size, int seq_len,
                                       DType compute, Recompute recompute = Recompute::none,
-                                      bool fp8 = false, int head_rows = 0);
+                                      bool fp8 = false, int head_rows = 0,
+                                      ModelUse use = ModelUse::train);
   // rows per head chunk for micro-batches of `rows` rows (head_rows 0: kHeadRows)
   static int64_t head_rows_for(int64_t rows, int head_rows);
   // The LM head's rows per chunk: 4096 keeps its GEMMs large (4096 rows by
@@ -110,7 +120,8 @@ class Transformer {
   // buffers of `elements` each, bound to one member (`one`), to a vector
   // member a copy each (`each`), or to a member of every layer's BlockActs
   // (`layer`; layer l takes copy l % copies, so one copy is a set all layers
-  // share: what backward recomputes).
+  // share: what backward recomputes; none, a buffer a forward-only model does
+  // not need, left empty).
   struct ActivationBuffer {
     DType dtype;
     int64_t elements;
@@ -125,7 +136,8 @@ class Transformer {
   // already resolved (at most rows).
   static std::vector<ActivationBuffer> activation_table(const ModelConfig& c, int64_t rows,
                                                         int64_t head_rows, DType compute,
-                                                        Recompute recompute, bool fp8);
+                                                        Recompute recompute, bool fp8,
+                                                        ModelUse use);
   Tensor alloc(DType t, int64_t n);
   void block_forward(int layer, UnitAccess& w);
   void block_backward(int layer, UnitAccess& w);
@@ -183,6 +195,7 @@ class Transformer {
   int B_, T_;  // the current shape (set_shape)
   Recompute recompute_;
   bool fp8_;
+  ModelUse use_;
   bool training_ = false;  // the current forward's: whether a backward follows
   int64_t N_;              // rows = B*T, at most capacity_
   int64_t capacity_;       // rows allocated: the constructor's B*T
@@ -194,6 +207,9 @@ class Transformer {
 
   Tensor tokens_, targets_;
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
+  // res_[i], the stream entering block i (i = n_layer: after the last); a
+  // forward-only model keeps two buffers, which alternate.
+  Tensor res(int64_t i) const { return res_[size_t(i) % res_.size()]; }
   std::vector<BlockActs> acts_;
   Tensor hf_, rstdf_, losses_;
   Tensor logits_;  // one head chunk's [head_rows_, padded vocab]

@@ -18,7 +18,8 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
       ct_(ops.compute_dtype()),
       rt_(options.reduce_dtype),
       direct_(options.direct_when_unsharded && shard.size() == 1),
-      fp8_(options.fp8_gather && model.fp8()) {
+      fp8_(options.fp8_gather && model.fp8()),
+      trains_(model.use() == ModelUse::train) {
   const auto& specs = model_.units();
   const int U = int(specs.size()), rank = shard_.rank();
   units_.resize(U);
@@ -39,13 +40,16 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
     }
     x.master = ops_.alloc(DType::f32, n);
     ops_.to_device(x.master, host.data());
-    x.exp_avg = ops_.alloc(DType::f32, n);
-    x.exp_avg_sq = ops_.alloc(DType::f32, n);
-    x.grad = ops_.alloc(DType::f32, n);
-    ops_.zero(x.exp_avg);
-    ops_.zero(x.exp_avg_sq);
-    ops_.zero(x.grad);
-    persistent_bytes_ += 16 * n;
+    persistent_bytes_ += 4 * n;
+    if (trains_) {  // a forward-only model's engine holds the weights alone
+      x.exp_avg = ops_.alloc(DType::f32, n);
+      x.exp_avg_sq = ops_.alloc(DType::f32, n);
+      x.grad = ops_.alloc(DType::f32, n);
+      ops_.zero(x.exp_avg);
+      ops_.zero(x.exp_avg_sq);
+      ops_.zero(x.grad);
+      persistent_bytes_ += 12 * n;
+    }
     for (const Segment& g : x.layout.segments) {
       const bool own = gather_dtype(g) != DType::f32;
       x.send.push_back(own ? ops_.alloc(gather_dtype(g), g.shard)
@@ -89,6 +93,7 @@ FsdpEngine::FsdpEngine(Transformer& model, Ops& ops, Communicator& shard, Commun
         slots_[s].full.push_back(ops_.alloc(gather_dtype(seg), plan.segment_elems[s][g]));
         buffer_bytes_ += int64_t(slots_[s].full.back().bytes());
       }
+    if (!trains_) continue;
     slots_[s].grad_full = ops_.alloc(rt_, n);
     slots_[s].rs_out = ops_.alloc(rt_, n / shard_.size());
     buffer_bytes_ += int64_t(slots_[s].grad_full.bytes() + slots_[s].rs_out.bytes());
@@ -397,7 +402,12 @@ void FsdpEngine::forward_only() {
   }
 }
 
+void FsdpEngine::require_training(const char* what) const {
+  FSDP_CHECK(trains_, what, " on an engine whose model is forward-only (ModelUse::forward_only)");
+}
+
 void FsdpEngine::forward_backward(bool last_of_step) {
+  require_training("forward_backward");
   last_of_step_ = last_of_step;
   const int U = num_units();
   for (int u = 0; u < U; ++u) {
@@ -467,6 +477,7 @@ void FsdpEngine::finish_replica_reduces(bool issue_missing) {
 }
 
 void FsdpEngine::discard_gradients() {
+  require_training("discard_gradients");
   for (auto& s : slots_) finish_reduce(s);
   finish_replica_reduces(false);  // never zero a buffer a collective still reads
   for (auto& u : units_) ops_.zero(u.grad);
@@ -486,6 +497,7 @@ std::vector<std::string> GradientNorms::nonfinite_units(const Transformer& model
 }
 
 GradientNorms FsdpEngine::measure_gradients() {
+  require_training("measure_gradients");
   finish_replica_reduces(true);
   // Every replica now holds the same gradient shards, so the norm needs only
   // the shard group's sum. One value per unit (a few dozen floats, one
@@ -512,6 +524,7 @@ GradientNorms FsdpEngine::measure_gradients() {
 }
 
 void FsdpEngine::apply_update(const OptimizerConfig& oc, float lr, const GradientNorms& norms) {
+  require_training("apply_update");
   const AdamWConfig& c = oc.adamw;
   const double norm = norms.total;
   FSDP_CHECK(std::isfinite(norm), "apply_update with a non-finite gradient norm ", norm);

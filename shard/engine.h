@@ -2,7 +2,8 @@
 // AdamW moments and fp32 gradients, gathers a unit's full weights just before
 // it computes (prefetching the next one), reduce-scatters its gradients just
 // after, and runs the sharded optimizer step. It moves bytes; the Transformer
-// decides what a unit computes.
+// decides what a unit computes. For a forward-only model (--eval-only) it
+// holds the master weights alone: no moments, gradients or gradient buffers.
 #pragma once
 
 #include <cstdint>
@@ -93,7 +94,8 @@ class FsdpEngine final : public UnitAccess {
   int shard_rank() const { return shard_.rank(); }
   // This rank's fp32 slices (for checkpoints and tests).
   Tensor master(int unit) const { return units_[unit].master; }
-  // AdamW's first moment; for Muon's matrices, Muon's momentum buffer.
+  // AdamW's first moment; for Muon's matrices, Muon's momentum buffer. The
+  // moments and gradients are empty tensors when !trains().
   Tensor exp_avg(int unit) const { return units_[unit].exp_avg; }
   Tensor exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
   Tensor grad_shard(int unit) const { return units_[unit].grad; }
@@ -112,6 +114,8 @@ class FsdpEngine final : public UnitAccess {
   const std::vector<std::string>& trace() const { return trace_; }
   // Whether this engine runs unsharded in place (direct_when_unsharded).
   bool direct() const { return direct_; }
+  // Whether its model trains (ModelUse::train): else forward_only() alone.
+  bool trains() const { return trains_; }
   // Time compute stood waiting for collectives since the last call (or
   // discard_timing): stream time on a GPU, host time on the CPU. Reads marks
   // of ops (Ops::mark), so call it before ops.clear_marks().
@@ -160,6 +164,8 @@ class FsdpEngine final : public UnitAccess {
   void timed_wait(Work& w);
   void note(const std::string& event, int unit);
   void check_finite(int unit, bool backward);
+  // Refuses a training entry point (named `what`) when !trains_.
+  void require_training(const char* what) const;
 
   Transformer& model_;
   Ops& ops_;
@@ -170,6 +176,7 @@ class FsdpEngine final : public UnitAccess {
   DType ct_, rt_;  // compute and reduce dtypes
   bool direct_;    // one rank holds whole units: no gather, no reduce-scatter
   bool fp8_;       // block linears gathered as FP8 codes
+  bool trains_;    // the model trains: moments, gradients and their buffers exist
   // f32 per FP8-gathered matrix of every unit: the amax of its master
   // (agreed over the shard group) and the inverse scale of its codes.
   Tensor amax_, scale_inv_;

@@ -44,6 +44,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
   const int64_t times[3] = {1, blocks, 1};
   MemoryPlan m;
   const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(s.engine.reduce_dtype));
+  const int64_t trains = s.use == ModelUse::train ? 1 : 0;
   // The bytes of one element of a segment's send copy and gather buffer: FP8
   // codes, the compute dtype, or none for the send copy when that is f32 (the
   // master itself is sent).
@@ -52,8 +53,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
   for (int u = 0; u < 3; ++u) {
     const int64_t shard = times[u] * layouts[u].shard;
     m.master += 4 * shard;
-    m.grads += 4 * shard;
-    m.moments += 8 * shard;
+    m.grads += trains * 4 * shard;
+    m.moments += trains * 8 * shard;
     for (const Segment& g : layouts[u].segments) m.send_copy += times[u] * send_size(g) * g.shard;
     // and an f32 amax and inverse scale (in its own slot) per FP8-gathered
     // matrix: a parameter, or a packed run of them (FsdpEngine::fp8_index)
@@ -75,20 +76,21 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
     for (const Segment& g : layouts[u].segments)
       m.gather_buffers += slots[u] * gather_size(g) * g.padded;
     // full gradients + reduce-scatter output, in the reduce dtype
-    m.grad_buffers += slots[u] * rs * (n + n / shard_size);
+    m.grad_buffers += trains * slots[u] * rs * (n + n / shard_size);
   }
-  if (s.optimizer == OptimizerKind::muon)
+  if (s.optimizer == OptimizerKind::muon && trains)
     m.optimizer_buffers = 4 * muon_buffer_elems(units, layouts, shard_size);
   // Activations are at most linear in the tokens of a micro-batch (the
   // logits hold one head chunk); an absurd --batch-size x --seq-len
   // saturates instead of overflowing, so the memory check still refuses it
   // with a number.
-  const int64_t per_token = Transformer::activation_bytes_for(c, 1, 1, compute, s.recompute, fp8);
+  const int64_t per_token =
+      Transformer::activation_bytes_for(c, 1, 1, compute, s.recompute, fp8, 0, s.use);
   if (static_cast<long double>(per_token) * s.batch * s.seq_len >= kPlanSaturation)
     m.activations = kPlanSaturation;
   else
-    m.activations =
-        Transformer::activation_bytes_for(c, s.batch, s.seq_len, compute, s.recompute, fp8);
+    m.activations = Transformer::activation_bytes_for(c, s.batch, s.seq_len, compute, s.recompute,
+                                                      fp8, 0, s.use);
   return m;
 }
 

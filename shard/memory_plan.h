@@ -55,6 +55,10 @@ struct PlanSettings {
   // initialiser leave it out without GCC's -Wmissing-field-initializers.
   EngineOptions engine = {};
   OptimizerKind optimizer = OptimizerKind::adamw;
+  // forward_only (--eval-only): the weights, their send copies and gather
+  // buffers, and a forward's activations; no gradients, moments or their
+  // buffers (FsdpEngine holds none for such a model).
+  ModelUse use = ModelUse::train;
 };
 
 // Per-rank bytes of the model `c` under `s`. Costs the same for any n_layer.

@@ -242,7 +242,7 @@ RunPosition RunCheckpoints::init_from() {
 
 void RunCheckpoints::zero_optimizer_state() {
   FsdpEngine& e = context_.engine;
-  for (int u = 0; u < e.num_units(); ++u) {
+  for (int u = 0; u < e.num_units() && e.trains(); ++u) {
     context_.ops.zero(e.exp_avg(u));
     context_.ops.zero(e.exp_avg_sq(u));
   }

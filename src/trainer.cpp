@@ -186,7 +186,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
 void Trainer::build(ProcessGroups& engine_groups) {
   const DataOptions& d = o_.data;
   model_ = std::make_unique<Transformer>(o_.model, *ops_, d.batch_size, d.seq_len,
-                                         o_.compute.recompute, o_.compute.fp8());
+                                         o_.compute.recompute, o_.compute.fp8(), 0, model_use());
   EngineOptions eo = o_.engine;
   eo.seed = o_.run.seed;
   eo.check_finite = o_.run.debug;
@@ -235,7 +235,14 @@ MemoryPlan Trainer::memory_plan(int batch) const {
                                 .recompute = o_.compute.recompute,
                                 .fp8 = o_.compute.fp8(),
                                 .engine = o_.engine,
-                                .optimizer = o_.optimizer.kind});
+                                .optimizer = o_.optimizer.kind,
+                                .use = model_use()});
+}
+
+// --eval-only builds what evaluation needs: the weights and a forward's
+// activations, no gradients, optimizer state or backward buffers.
+ModelUse Trainer::model_use() const {
+  return o_.eval.only ? ModelUse::forward_only : ModelUse::train;
 }
 
 MemorySettings Trainer::memory_settings(int batch) const {
@@ -261,8 +268,8 @@ void Trainer::print_memory_plan() const {
   const std::string name =
       m == model_preset(m.name) ? m.name : "custom (the " + m.name + " preset, fields changed)";
   std::printf(
-      "fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads%s\n",
-      name.c_str(), m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
+      "fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads%s\n", name.c_str(),
+      m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
       m.head_dim() * m.n_head == m.d_model ? "" : (" of " + std::to_string(m.head_dim())).c_str());
   std::printf(
       "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s%s, "
@@ -273,12 +280,19 @@ void Trainer::print_memory_plan() const {
   char muon[48] = "";  // Muon's exchange buffers, only when it runs
   if (p.optimizer_buffers > 0)
     std::snprintf(muon, sizeof muon, " + Muon buffers %.1f", mib(p.optimizer_buffers));
-  std::printf(
-      "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
-      "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f%s | "
-      "activations %.1f | total %.1f\n",
-      mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
-      mib(p.grad_buffers), muon, mib(p.activations), mib(p.total()));
+  if (o_.eval.only)
+    std::printf(
+        "fsdptrain: per-rank memory plan (MiB), evaluation only: params %.1f + send copy %.1f "
+        "(both 1/%d) | gather buffers %.1f | activations of a forward %.1f | total %.1f\n",
+        mib(p.master), mib(p.send_copy), n, mib(p.gather_buffers), mib(p.activations),
+        mib(p.total()));
+  else
+    std::printf(
+        "fsdptrain: per-rank memory plan (MiB): params %.1f + grads %.1f + AdamW %.1f "
+        "+ send copy %.1f (all 1/%d) | gather buffers %.1f + grad buffers %.1f%s | "
+        "activations %.1f | total %.1f\n",
+        mib(p.master), mib(p.grads), mib(p.moments), mib(p.send_copy), n, mib(p.gather_buffers),
+        mib(p.grad_buffers), muon, mib(p.activations), mib(p.total()));
   const std::string steps =
       steps_ > 0 ? std::to_string(steps_) + " steps"
                  : "the steps fixed by --time-budget " + format_value(o_.run.time_budget) +

@@ -107,6 +107,7 @@ class Trainer {
   // The memory plan of this run with micro-batches of `batch` sequences, and
   // what the memory check may advise changing.
   MemoryPlan memory_plan(int batch) const;
+  ModelUse model_use() const;
   MemorySettings memory_settings(int batch) const;
   int auto_batch_size_everywhere();
   void print_memory_plan() const;

@@ -338,6 +338,41 @@ TEST(CheckpointUntrusted, DivergenceRecordIsChecked) {
   expect_damaged(load_error(s, neg), neg, "attribute 'rollbacks' is -1");
 }
 
+// --eval-only's engine holds no optimizer state (issue 65), yet its load
+// reads every tensor and checks every checksum: the weights arrive as saved,
+// and a changed moment is refused as it would be by a training run.
+TEST(CheckpointUntrusted, ForwardOnlyLoadChecksEveryTensor) {
+  TestDir dir;
+  Saved s;
+  const std::string path = s.save(dir.path(), 2);
+  EngineOptions eo;
+  eo.seed = 7;  // other weights until the load
+  EngineRun eval(s.run->cfg, *s.g.shard, nullptr, s.g.world->rank(), s.g.world->size(), kB, kT,
+                 kAccum, eo, false, ModelUse::forward_only);
+  auto load = [&] {
+    return error_of([&] {
+      load_checkpoint({eval.cfg, eval.engine, eval.ops, MPI_COMM_WORLD}, path);
+    });
+  };
+  EXPECT_EQ(load(), "");
+  for (int u = 0; u < eval.engine.num_units(); ++u)
+    EXPECT_EQ(eval.full_master(u, *s.g.shard), s.run->full_master(u, *s.g.shard)) << u;
+
+  const std::string moment = "optim/exp_avg/" + model_units(s.run->cfg)[1].params[0].name;
+  edit_file(path, [&](hid_t f) {
+    const hid_t d = H5Dopen2(f, moment.c_str(), H5P_DEFAULT);
+    ASSERT_GE(d, 0) << moment;
+    const hid_t space = H5Dget_space(d);
+    std::vector<float> v(size_t(H5Sget_simple_extent_npoints(space)));
+    EXPECT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    v[0] += 1.0f;
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Sclose(space);
+    H5Dclose(d);
+  });
+  expect_damaged(load(), path, "tensor " + moment + " does not match its checksum");
+}
+
 TEST(CheckpointUntrusted, ChecksumsAreRequired) {
   TestDir dir;
   Saved s;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "model/config.h"
 #include "model/cpu/cpu_ops.h"
@@ -47,6 +48,46 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
                         2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0);
+}
+
+// A forward-only model (--eval-only): one block's set of activations that
+// every layer overwrites (h1, h2 and s once each, FP8 or not), the two
+// residual buffers that take turns, the head's, no backward scratch; under
+// fp8 the row-major codes of the largest input and weight, and the scales and
+// amaxes, none of the kept transposed codes or gradient codes.
+int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
+  const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
+  const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
+  const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + 3 * ff) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t tokens = 4 * 2 * N, stream = es * 2 * N * d;
+  const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
+  const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
+  const int64_t codes = N * std::max({d, qd, ff}) + std::max(qkv, 2 * ff) * d +
+                        4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
+  return tokens + stream + block + head + (fp8 ? codes : 0);
+}
+
+TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
+  CpuOps ops;
+  for (const char* name : {"tiny", "gpt-350m"})
+    for (bool fp8 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << name << " fp8 " << fp8);
+      const ModelConfig c = model_preset(name);
+      // recompute does not matter: nothing is kept for a backward
+      for (Recompute r : {Recompute::none, Recompute::block})
+        EXPECT_EQ(Transformer::activation_bytes_for(c, 8, 1024, DType::bf16, r, fp8, 0,
+                                                    ModelUse::forward_only),
+                  counted_forward_bytes(c, 8, 1024, 2, fp8));
+      if (std::string(name) != "tiny") continue;
+      Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
+      EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8));
+    }
+  // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
+  // backward's scratch are most of training's
+  const ModelConfig big = model_preset("gpt-350m");
+  EXPECT_LT(8 * Transformer::activation_bytes_for(big, 8, 1024, DType::bf16, Recompute::none, false,
+                                                  0, ModelUse::forward_only),
+            Transformer::activation_bytes_for(big, 8, 1024, DType::bf16));
 }
 
 TEST(ActivationTable, MatchesTheArchitecturesCount) {

@@ -57,12 +57,13 @@ struct EngineRun {
   // backward, as the trainer does (false: all of it in measure_gradients).
   bool overlap_replicas = true;
 
-  // fp8: the model's block linears on FP8 codes (--precision fp8).
+  // fp8: the model's block linears on FP8 codes (--precision fp8). use:
+  // forward_only builds what --eval-only does (no gradients or moments).
   EngineRun(const ModelConfig& c, Communicator& shard, Communicator* replicate, int dp_rank,
             int dp_world, int batch, int seq, int grad_accum, EngineOptions eo = {},
-            bool fp8 = false)
+            bool fp8 = false, ModelUse use = ModelUse::train)
       : cfg(c),
-        model(c, ops, batch, seq, Recompute::none, fp8),
+        model(c, ops, batch, seq, Recompute::none, fp8, 0, use),
         engine(model, ops, shard, replicate, eo),
         B(batch),
         T(seq),
@@ -103,6 +104,24 @@ struct EngineRun {
     world_comm.all_reduce(&v, 1, DType::f32, ReduceOp::sum)->wait();
     losses.push_back(double(v) / double(G * T));
     return losses.back();
+  }
+
+  // Step s's micro-batch 0 forward only (as --eval-only runs it); returns
+  // the global mean loss.
+  double forward_only(int s, Communicator& world_comm) {
+    std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+    for (int b = 0; b < B; ++b) {
+      const int64_t j = int64_t(rank) * B + b;
+      for (int t = 0; t < T; ++t) {
+        in[size_t(b) * T + t] = synthetic_token(s, j, t, cfg.vocab_size);
+        tgt[size_t(b) * T + t] = synthetic_token(s, j, t + 1, cfg.vocab_size);
+      }
+    }
+    model.set_batch(in.data(), tgt.data(), 0.0f);
+    engine.forward_only();
+    float v = float(model.loss_sum());
+    world_comm.all_reduce(&v, 1, DType::f32, ReduceOp::sum)->wait();
+    return double(v) / double(int64_t(B) * world * T);
   }
 
   // One optimizer step; returns the global mean loss. lr 1e-3: at 1e-2 Adam

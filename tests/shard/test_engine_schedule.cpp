@@ -238,5 +238,41 @@ TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   EXPECT_GT(kept.engine.buffer_bytes(), 0);
 }
 
+// --eval-only's engine (issue 65): a forward-only model's engine holds the
+// weights and one forward's activations, no gradients, moments or their
+// buffers, exactly as its plan says; its losses are bitwise a training
+// model's forward on the same weights; the training entry points refuse.
+TEST(FsdpMemory, ForwardOnlyHoldsTheWeightsAlone) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  const ModelConfig cfg = testing::engine_test_config();
+  const int n = g.shard->size(), rank = g.world->rank(), size = g.world->size();
+  for (bool fp8 : {false, true})
+    for (bool direct : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " direct " << direct);
+      EngineOptions eo;
+      eo.direct_when_unsharded = direct;
+      EngineRun train(cfg, *g.shard, nullptr, rank, size, 2, 16, 1, eo, fp8);
+      EngineRun eval(cfg, *g.shard, nullptr, rank, size, 2, 16, 1, eo, fp8, ModelUse::forward_only);
+      const PlanSettings ps{.shard_size = n, .batch = 2, .seq_len = 16, .fp8 = fp8, .engine = eo};
+      PlanSettings eval_ps = ps;
+      eval_ps.use = ModelUse::forward_only;
+      const MemoryPlan p = plan_memory(cfg, eval_ps), t = plan_memory(cfg, ps);
+      EXPECT_EQ(eval.engine.persistent_bytes(), p.persistent());
+      EXPECT_EQ(eval.engine.buffer_bytes(), p.buffers());
+      EXPECT_EQ(eval.model.activation_bytes(), p.activations);
+      EXPECT_EQ(p.grads + p.moments + p.grad_buffers + p.optimizer_buffers, 0);
+      EXPECT_EQ(p.persistent(), t.persistent() - t.grads - t.moments);
+      EXPECT_EQ(p.gather_buffers, t.gather_buffers);
+      EXPECT_LT(p.activations, t.activations);
+      EXPECT_FALSE(eval.engine.trains());
+      EXPECT_EQ(eval.engine.exp_avg(1).numel, 0);
+      for (int s = 0; s < 3; ++s)
+        EXPECT_EQ(eval.forward_only(s, *g.world), train.forward_only(s, *g.world)) << s;
+      EXPECT_THROW(eval.engine.forward_backward(), Error);
+      EXPECT_THROW(eval.engine.measure_gradients(), Error);
+      EXPECT_THROW(eval.engine.discard_gradients(), Error);
+    }
+}
+
 }  // namespace
 }  // namespace fsdp

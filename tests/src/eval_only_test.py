@@ -10,7 +10,9 @@ line and a non-zero exit."""
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 
 import h5py
 from program_checks import check, finish, one_error, records, run
@@ -179,6 +181,42 @@ one_error([exe, "--device", "cpu", "--model", "tiny", "--seq-len", "64", "--val-
            "--eval-only", "--resume", saved, "--prompt", A], "does not say how to encode text",
           "--prompt on data whose tokenizer the trainer cannot encode with")
 
+
+# Issue 65, item 7: evaluation holds what evaluation needs. A model of 25M
+# parameters whose weights (4 bytes each on the CPU) dwarf a 2 x 64 forward:
+# training's gradients and AdamW moments would add 12 bytes a parameter (300
+# MiB), its per-layer activations and backward scratch more. --eval-only
+# plans and allocates the weights and one forward's activations only; its
+# peak resident memory, less a tiny model's (the process itself), stays under
+# twice the weights (before: 377 MiB above it for 96 MiB of weights; after,
+# measured here: 59).
+def peak_rss(cmd):
+    """(exit code, stdout, peak resident MiB) of cmd alone (os.wait4's rusage)."""
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        return p.returncode, out.read(), usage.ru_maxrss / 1024
+
+
+wide = ["--d-model", "512", "--n-head", "8", "--n-kv-head", "4", "--d-ff", "1536", "--n-layer", "8"]
+peaks = {}
+for name, shape in (("tiny", []), ("wide", wide)):
+    code, out, peaks[name] = peak_rss(base + shape + ["--eval-only", "--batch-size", "2",
+                                                      "--eval-batches", "1"])
+    check(code == 0, f"--eval-only of the {name} model exits 0 ({out[-300:]})")
+    plan = re.search(r"memory plan \(MiB\)(, evaluation only)?: params ([0-9.]+) .* total ([0-9.]+)", out)
+    check(plan is not None and plan.group(1) is not None,
+          f"{name}: the memory plan is evaluation's, without gradients or AdamW")
+    if name == "wide" and plan:
+        params = float(plan.group(2))
+        check(float(plan.group(3)) < 1.2 * params,
+              f"wide: planned total {plan.group(3)} MiB is the weights ({params} MiB) and a forward")
+        extra = peaks["wide"] - peaks["tiny"]
+        check(extra < 2 * params,
+              f"wide: peak memory {peaks['wide']:.0f} MiB, {extra:.0f} above the tiny model's, "
+              f"is under twice its {params:.0f} MiB of weights")
 
 one_error([exe, "--device", "cpu", "--model", "tiny", "--eval-only"], "--eval-only needs --val-data",
           "no --val-data")

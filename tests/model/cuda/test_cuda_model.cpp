@@ -193,6 +193,52 @@ TEST(CudaModel, Gpt350mShapedReshapedMatchesCpu) {
   check_model(cfg, 1, 256, false, 0, Recompute::none, {2, 128});
 }
 
+// --eval-only's model (ModelUse::forward_only): one set of block activations
+// that every layer overwrites, two residual buffers taking turns, no
+// backward buffers. Its loss equals a training model's forward on the same
+// CudaOps bit for bit (the same kernels and plans, other buffers), and the
+// CPU's within the loss tolerance.
+void check_forward_only(ModelConfig cfg, int B, int T, bool fp8) {
+  FSDP_SKIP_WITHOUT_GPU();
+  const auto units = model_units(cfg);
+  testing::FullWeights host(units, 99);
+  std::vector<std::vector<float>> weights;
+  for (int u = 0; u < int(units.size()); ++u) {
+    for (float& x : host.unit_weights(u)) x = test::round_bf16(x);
+    weights.push_back(host.unit_weights(u));
+  }
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = int32_t((i * 7919) % size_t(cfg.vocab_size));
+    tg[i] = int32_t((i * 104729 + 3) % size_t(cfg.vocab_size));
+  }
+  auto forward = [&](Transformer& m, UnitAccess& w) {
+    m.set_batch(in.data(), tg.data(), 0.0f);
+    for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, false);
+    return m.loss_sum();
+  };
+  CpuOps cpu;
+  Transformer cm(cfg, cpu, B, T, Recompute::none, fp8);
+  const double cpu_loss = forward(cm, host);
+  CudaOps gpu;
+  test::DeviceWeights dev(gpu, units, weights);
+  Transformer train(cfg, gpu, B, T, Recompute::none, fp8);
+  Transformer eval(cfg, gpu, B, T, Recompute::none, fp8, 0, ModelUse::forward_only);
+  const double train_loss = forward(train, dev), eval_loss = forward(eval, dev);
+  std::printf("  forward-only loss%s: cpu %.6f gpu %.6f (training model's %.6f)\n",
+              fp8 ? " (fp8)" : "", cpu_loss, eval_loss, train_loss);
+  EXPECT_EQ(eval_loss, train_loss);
+  EXPECT_LE(std::abs(eval_loss - cpu_loss), (fp8 ? kFp8LossTol : kLossTol) * std::abs(cpu_loss));
+  EXPECT_LT(eval.activation_bytes(), train.activation_bytes());
+}
+
+TEST(CudaModel, Gpt350mShapedForwardOnlyMatchesTraining) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 3;
+  check_forward_only(cfg, 2, 256, false);
+  check_forward_only(cfg, 2, 256, true);
+}
+
 // The rerun check (src/trainer_rerun.cpp) compares a step with its rerun:
 // each unit's gradient sum of squares and the loss. On a GPU the attention
 // backward sums in a varying order, so a rerun must stay well inside
