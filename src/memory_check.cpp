@@ -45,11 +45,11 @@ std::string memory_shortfall(const MemoryPlan& plan, int64_t free_bytes, const s
   // Advice for the larger part first: activations shrink with recomputation
   // and smaller micro-batches, model state with more ranks to shard over.
   std::vector<std::string> activations, state;
-  if (s.recompute == Recompute::none) activations.push_back("--recompute mlp|block");
-  if (s.recompute == Recompute::mlp) activations.push_back("--recompute block");
+  if (s.trains && s.recompute == Recompute::none) activations.push_back("--recompute mlp|block");
+  if (s.trains && s.recompute == Recompute::mlp) activations.push_back("--recompute block");
   if (s.batch_size > 1)
     activations.push_back("a smaller --batch-size (now " + std::to_string(s.batch_size) +
-                          ", with more --grad-accum for the same global batch)");
+                          (s.trains ? ", with more --grad-accum for the same global batch)" : ")"));
   if (s.shard_size < s.world_size)
     state.push_back("a larger --shard-group-size (now " + std::to_string(s.shard_size) + " of " +
                     std::to_string(s.world_size) + " ranks)");

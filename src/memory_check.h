@@ -30,6 +30,9 @@ struct MemorySettings {
   int world_size = 1;
   int batch_size = 1;
   Recompute recompute = Recompute::none;
+  // false for --eval-only: nothing is recomputed and no step accumulates,
+  // so neither is advised
+  bool trains = true;
   // The host's memory: more ranks on the same node add gathered buffers and
   // activations without adding memory, so only more nodes help.
   bool node_shared = false;

@@ -246,7 +246,8 @@ ModelUse Trainer::model_use() const {
 }
 
 MemorySettings Trainer::memory_settings(int batch) const {
-  return {world_.local_size, groups_.shard->size(), world_.size, batch, o_.compute.recompute};
+  return {world_.local_size,    groups_.shard->size(),         world_.size, batch,
+          o_.compute.recompute, model_use() == ModelUse::train};
 }
 
 Trainer::~Trainer() = default;

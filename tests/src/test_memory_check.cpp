@@ -83,6 +83,17 @@ TEST(MemoryCheck, ActivationAdviceFirstWhenTheyDominate) {
              "use a smaller --batch-size (now 4");
 }
 
+// --eval-only recomputes nothing and accumulates no steps: neither is advised.
+TEST(MemoryCheck, EvaluationIsNotToldToRecomputeOrAccumulate) {
+  MemorySettings s;
+  s.batch_size = 8;
+  s.trains = false;
+  const std::string m = memory_shortfall(plan_of(GiB, 0, 20 * GiB), GiB, "host memory", s);
+  EXPECT_HAS(m, "use a smaller --batch-size (now 8), more ranks or a smaller model");
+  EXPECT_EQ(m.find("--recompute"), std::string::npos) << m;
+  EXPECT_EQ(m.find("--grad-accum"), std::string::npos) << m;
+}
+
 TEST(MemoryCheck, RanksOnOneNodeShareItsMemory) {
   MemorySettings s;
   s.ranks_sharing = 4;
