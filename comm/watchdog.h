@@ -97,6 +97,9 @@ class WatchScope {
   ~WatchScope();
   WatchScope(const WatchScope&) = delete;
   WatchScope& operator=(const WatchScope&) = delete;
+  // Whether a watchdog times this scope: the process-wide one only once
+  // start_collective_watchdog ran.
+  bool watching() const { return watchdog_ != nullptr; }
 
  private:
   Watchdog* watchdog_;

@@ -112,7 +112,10 @@ TEST(Watchdog, TimeThisProcessDidNotRunDoesNotCount) {
 TEST(Watchdog, ScopesWithoutAStartedWatchdogWatchNothing) {
   // Unit tests never start the process-wide watchdog: scopes must be inert.
   WatchScope scope("nothing");
-  SUCCEED();
+  EXPECT_FALSE(scope.watching());
+  Watchdog w(0, 60, 0, [](const std::string&) {});  // poll 0: no monitor thread
+  WatchScope given(w, "something");
+  EXPECT_TRUE(given.watching());
 }
 
 TEST(Watchdog, MonitorThreadFiresOnAStuckScope) {

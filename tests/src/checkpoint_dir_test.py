@@ -10,8 +10,9 @@
 - --metrics in a folder not made yet is created;
 - warnings go to stderr; .tmp files of crashed saves are removed at start,
   with a line; a checkpoint is the size of its data and has no holes.
-The tmpfs cases need mount (root in a container, as in CI); where mounting
-is not permitted they are skipped with the reason printed."""
+The tmpfs cases (read-only file system, full disk) need mount (root in a
+container, as in CI) and run as their own CTest entry (PART tmpfs), which
+exits 77, reported as skipped, where mounting is not permitted."""
 import os
 import shutil
 import signal
@@ -24,7 +25,11 @@ import numpy as np
 
 from program_checks import wait_for
 
-exe, example, work = sys.argv[1:4]
+# PART: "main" (default), or "tmpfs", the cases that mount a tmpfs (root in
+# a container, as in CI): a CTest entry of their own, which reports itself
+# skipped (exit 77) where mounting is not permitted.
+exe, example, work = sys.argv[1], sys.argv[2], sys.argv[-1]
+part = sys.argv[3] if len(sys.argv) == 5 else "main"
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -98,65 +103,68 @@ def latest(d):
 
 
 try:
-    # Case 7: the lock. The first run trains until told to stop; a second one
-    # into the same directory, with or without --resume, refuses at once.
-    lock_dir = os.path.join(work, "locked")
-    first = subprocess.Popen(args(lock_dir, steps=100000), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    children.append(first)
-    wait_for(lambda: "pid" in text_of(os.path.join(lock_dir, ".lock")), seconds=30)
-    for extra in [(), ("--resume", "auto")]:
-        r = run(lock_dir, extra=extra)
+    if part == "main":
+        # Case 7: the lock. The first run trains until told to stop; a second one
+        # into the same directory, with or without --resume, refuses at once.
+        lock_dir = os.path.join(work, "locked")
+        first = subprocess.Popen(args(lock_dir, steps=100000), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        children.append(first)
+        wait_for(lambda: "pid" in text_of(os.path.join(lock_dir, ".lock")), seconds=30)
+        for extra in [(), ("--resume", "auto")]:
+            r = run(lock_dir, extra=extra)
+            e = errors(r)
+            check(r.returncode != 0 and len(e) == 1 and lock_dir in e[0] and
+                  f"held by pid {first.pid} on host {socket.gethostname()} since" in e[0] and
+                  not trained(r),
+                  f"second run {' '.join(extra) or '(fresh)'} into a directory in use: refused at "
+                  "start, naming the holder", r)
+        check(first.poll() is None, "the first run goes on")
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+        check(first.returncode == 0 and len(os.listdir(lock_dir)) >= 3,
+              f"the first run stops and saves normally (exit {first.returncode})")
+
+        # A run killed with SIGKILL holds nothing: the next one starts.
+        killed = subprocess.Popen(args(lock_dir, steps=100000, extra=("--resume", "auto")),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        check(wait_for(lambda: f"pid {killed.pid}\n" in text_of(os.path.join(lock_dir, ".lock")),
+                       seconds=60), "the next run takes the lock and writes its pid into it")
+        killed.kill()
+        killed.communicate()
+        saved_step = int(latest(lock_dir)[len("step_"):-len(".h5")])
+        r = run(lock_dir, steps=saved_step + 1, extra=("--resume", "auto"))
+        check(r.returncode == 0 and f"at step {saved_step}" in r.stdout,
+              "after kill -9 of the holder the directory is free again", r)
+
+        # Case 5: unusable directories are found before any training.
+        plain = os.path.join(work, "a_file")
+        open(plain, "w").write("x")
+        bad = os.path.join(plain, "ckpt")
+        r = run(bad, steps=3)
         e = errors(r)
-        check(r.returncode != 0 and len(e) == 1 and lock_dir in e[0] and
-              f"held by pid {first.pid} on host {socket.gethostname()} since" in e[0] and
-              not trained(r),
-              f"second run {' '.join(extra) or '(fresh)'} into a directory in use: refused at "
-              "start, naming the holder", r)
-    check(first.poll() is None, "the first run goes on")
-    first.send_signal(signal.SIGTERM)
-    out, err = first.communicate(timeout=120)
-    check(first.returncode == 0 and len(os.listdir(lock_dir)) >= 3,
-          f"the first run stops and saves normally (exit {first.returncode})")
+        check(r.returncode != 0 and len(e) == 1 and bad in e[0] and "--checkpoint-dir" in e[0] and
+              not trained(r), "--checkpoint-dir under a regular file: one error line, no training", r)
 
-    # A run killed with SIGKILL holds nothing: the next one starts.
-    killed = subprocess.Popen(args(lock_dir, steps=100000, extra=("--resume", "auto")),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    check(wait_for(lambda: f"pid {killed.pid}\n" in text_of(os.path.join(lock_dir, ".lock")),
-                   seconds=60), "the next run takes the lock and writes its pid into it")
-    killed.kill()
-    killed.communicate()
-    saved_step = int(latest(lock_dir)[len("step_"):-len(".h5")])
-    r = run(lock_dir, steps=saved_step + 1, extra=("--resume", "auto"))
-    check(r.returncode == 0 and f"at step {saved_step}" in r.stdout,
-          "after kill -9 of the holder the directory is free again", r)
+        # --metrics inside a checkpoint folder not made yet (a first sbatch
+        # submission): the folders are created; under a regular file, one error.
+        fresh = os.path.join(work, "fresh", "ckpt")
+        r = run(fresh, steps=2, extra=("--metrics", os.path.join(fresh, "logs", "metrics.jsonl")))
+        check(r.returncode == 0 and os.path.exists(os.path.join(fresh, "logs", "metrics.jsonl")),
+              "--metrics in a folder that does not exist yet: created, metrics written", r)
+        r = run(os.path.join(work, "m2"), steps=2,
+                extra=("--metrics", os.path.join(plain, "m", "metrics.jsonl")))
+        e = errors(r)
+        check(r.returncode != 0 and len(e) == 1 and "--metrics" in e[0] and plain in e[0] and
+              not trained(r), "--metrics under a regular file: one error line, no training", r)
 
-    # Case 5: unusable directories are found before any training.
-    plain = os.path.join(work, "a_file")
-    open(plain, "w").write("x")
-    bad = os.path.join(plain, "ckpt")
-    r = run(bad, steps=3)
-    e = errors(r)
-    check(r.returncode != 0 and len(e) == 1 and bad in e[0] and "--checkpoint-dir" in e[0] and
-          not trained(r), "--checkpoint-dir under a regular file: one error line, no training", r)
-
-    # --metrics inside a checkpoint folder not made yet (a first sbatch
-    # submission): the folders are created; under a regular file, one error.
-    fresh = os.path.join(work, "fresh", "ckpt")
-    r = run(fresh, steps=2, extra=("--metrics", os.path.join(fresh, "logs", "metrics.jsonl")))
-    check(r.returncode == 0 and os.path.exists(os.path.join(fresh, "logs", "metrics.jsonl")),
-          "--metrics in a folder that does not exist yet: created, metrics written", r)
-    r = run(os.path.join(work, "m2"), steps=2,
-            extra=("--metrics", os.path.join(plain, "m", "metrics.jsonl")))
-    e = errors(r)
-    check(r.returncode != 0 and len(e) == 1 and "--metrics" in e[0] and plain in e[0] and
-          not trained(r), "--metrics under a regular file: one error line, no training", r)
-
-    ro = os.path.join(work, "ro")
-    why = mount_tmpfs(ro, "ro,size=1m")
-    if why:
-        print(f"skip read-only file system: cannot mount a tmpfs here ({why})")
-    else:
+    if part == "tmpfs":
+        ro = os.path.join(work, "ro")
+        why = mount_tmpfs(ro, "ro,size=1m")
+        if why:
+            print(f"skipped: cannot mount a tmpfs here ({why}); the read-only and full-disk "
+                  "cases need it (root in a container, as in CI)")
+            sys.exit(77)
         for d in [ro, os.path.join(ro, "sub")]:
             r = run(d, steps=3)
             e = errors(r)
@@ -165,12 +173,10 @@ try:
                   f"--checkpoint-dir {os.path.relpath(d, work)} on a read-only file system: one "
                   "error line, no training", r)
 
-    # Case 6: a full disk.
-    full = os.path.join(work, "full")
-    why = mount_tmpfs(full, "size=2m")
-    if why:
-        print(f"skip full disk: cannot mount a tmpfs here ({why})")
-    else:
+        # Case 6: a full disk.
+        full = os.path.join(work, "full")
+        why = mount_tmpfs(full, "size=2m")
+        check(why is None, f"a second tmpfs mounts for the full disk ({why or 'mounted'})")
         for ranks in [1, 2]:
             d = os.path.join(full, f"np{ranks}")
             r = run(d, steps=3, extra=("--checkpoint-every", "1"), ranks=ranks)
@@ -217,33 +223,34 @@ try:
               f"(exit {p.returncode}; {err.strip()[-300:]})")
         os.remove(os.path.join(full, "filler"))
 
-    # Case 11: warnings on stderr; .tmp of crashed saves removed at start.
-    w = os.path.join(work, "w")
-    run(w, steps=6, extra=("--checkpoint-every", "2", "--stop-at-step", "4"))
-    with open(os.path.join(w, "step_00000004.h5"), "r+b") as f:
-        f.truncate(os.path.getsize(os.path.join(w, "step_00000004.h5")) // 3)
-    for n in ["step_00000006.h5.tmp", "latest.tmp", "notes.tmp"]:
-        open(os.path.join(w, n), "w").write("half")
-    r = run(w, steps=6, extra=("--resume", "auto", "--stop-at-step", "5"))
-    check(r.returncode == 0 and "warning" in r.stderr and "step_00000004.h5" in r.stderr and
-          "warning" not in r.stdout and "at step 2" in r.stdout,
-          "the damaged newest checkpoint is skipped with a warning on stderr, not stdout", r)
-    check(not os.path.exists(os.path.join(w, "step_00000006.h5.tmp")) and
-          not os.path.exists(os.path.join(w, "latest.tmp")) and
-          os.path.exists(os.path.join(w, "notes.tmp")) and
-          "removed '" + os.path.join(w, "step_00000006.h5.tmp") + "'" in r.stdout,
-          "stray .tmp files of our names are removed at start with a line, others kept", r)
+    if part == "main":
+        # Case 11: warnings on stderr; .tmp of crashed saves removed at start.
+        w = os.path.join(work, "w")
+        run(w, steps=6, extra=("--checkpoint-every", "2", "--stop-at-step", "4"))
+        with open(os.path.join(w, "step_00000004.h5"), "r+b") as f:
+            f.truncate(os.path.getsize(os.path.join(w, "step_00000004.h5")) // 3)
+        for n in ["step_00000006.h5.tmp", "latest.tmp", "notes.tmp"]:
+            open(os.path.join(w, n), "w").write("half")
+        r = run(w, steps=6, extra=("--resume", "auto", "--stop-at-step", "5"))
+        check(r.returncode == 0 and "warning" in r.stderr and "step_00000004.h5" in r.stderr and
+              "warning" not in r.stdout and "at step 2" in r.stdout,
+              "the damaged newest checkpoint is skipped with a warning on stderr, not stdout", r)
+        check(not os.path.exists(os.path.join(w, "step_00000006.h5.tmp")) and
+              not os.path.exists(os.path.join(w, "latest.tmp")) and
+              os.path.exists(os.path.join(w, "notes.tmp")) and
+              "removed '" + os.path.join(w, "step_00000006.h5.tmp") + "'" in r.stdout,
+              "stray .tmp files of our names are removed at start with a line, others kept", r)
 
-    # Case 11: a checkpoint is the size of its data, without holes.
-    path = os.path.join(w, "step_00000005.h5")
-    with h5py.File(path, "r") as f:
-        data = []
-        f.visititems(lambda n, o: data.append(o.nbytes) if isinstance(o, h5py.Dataset) else None)
-    st = os.stat(path)
-    check(sum(data) <= st.st_size <= sum(data) * 1.05 + 64 * 1024 and
-          st.st_blocks * 512 >= st.st_size,
-          f"checkpoint is {st.st_size} bytes for {sum(data)} bytes of tensors, "
-          f"{st.st_blocks * 512} on disk (no holes)")
+        # Case 11: a checkpoint is the size of its data, without holes.
+        path = os.path.join(w, "step_00000005.h5")
+        with h5py.File(path, "r") as f:
+            data = []
+            f.visititems(lambda n, o: data.append(o.nbytes) if isinstance(o, h5py.Dataset) else None)
+        st = os.stat(path)
+        check(sum(data) <= st.st_size <= sum(data) * 1.05 + 64 * 1024 and
+              st.st_blocks * 512 >= st.st_size,
+              f"checkpoint is {st.st_size} bytes for {sum(data)} bytes of tensors, "
+              f"{st.st_blocks * 512} on disk (no holes)")
 finally:
     for c in children:
         if c.poll() is None:
