@@ -6,9 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/collective.h"
@@ -18,6 +16,7 @@
 #include "comm/mpi_check.h"
 #include "common/error.h"
 #include "common/hdf5_lock.h"
+#include "common/test_hooks.h"
 #include "model/params.h"
 
 namespace fsdp {
@@ -35,23 +34,6 @@ bool is_writer(int me, MPI_Comm world) {
   for (int r = 0; r < rank_of(world); ++r)
     if (all[size_t(r)] == me) return false;
   return true;
-}
-
-// Test hook: FSDP_TEST_CHECKPOINT_PAUSE_S=N holds every rank for N seconds
-// with the .tmp file half written, so a test can kill -9 a rank right there,
-// or fill the disk. With FSDP_TEST_CHECKPOINT_PAUSE_UNTIL=PATH the pause ends
-// as soon as PATH exists, so such a test need not sleep out all N seconds.
-void pause_for_tests(const std::string& tmp, int rank) {
-  const char* s = std::getenv("FSDP_TEST_CHECKPOINT_PAUSE_S");
-  if (!s) return;
-  if (rank == 0)
-    std::fprintf(stderr, "checkpoint: pausing %s s while writing '%s'\n", s, tmp.c_str());
-  const char* until = std::getenv("FSDP_TEST_CHECKPOINT_PAUSE_UNTIL");
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(s));
-  while (std::chrono::steady_clock::now() < end) {
-    if (std::error_code ec; until && fs::exists(until, ec)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 // The error path of a save, on every rank: gives the space of the half
@@ -185,7 +167,7 @@ void write_checkpoint_file(const SaveSource& src, const std::string& path,
                     "creating", tmp);
       write_meta(file.get(), m, tmp);
     }
-    pause_for_tests(tmp, rank_of(world));
+    test_hooks::pause_in_save(tmp, rank_of(world));  // FSDP_TEST_CHECKPOINT_PAUSE_S
     Checksums sums;
     write_tensors(file.get(), src.model, src.shards, src.io, writer, tmp, stats, &sums);
     // Only the writers hashed anything, so the sum is each tensor's checksum.

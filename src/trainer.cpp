@@ -146,9 +146,6 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
     pos_ = checkpoints_->resume();
   }
   spikes_.restore(pos_.loss_history);
-  if (const char* p = std::getenv("FSDP_TEST_SPIKE_POSITION")) test_spike_position_ = std::atoll(p);
-  read_test_fault();
-  read_test_slow_steps();
   // The step count; under a time budget the checkpoint's fixed count, or
   // --steps where it caps the run within the timed steps, or 0 until the
   // budget fixes it (run()).
@@ -328,20 +325,11 @@ StepLoss Trainer::train_step(int step) {
   // token's loss is scaled by 1 / (tokens in the global batch).
   const double global_tokens = double(o_.data.tokens_per_step(world_.size));
   const int accum = o_.data.grad_accum;
-  const int64_t first = loader_->state().consumed;
-  const auto reads = [&](int64_t p) {
-    return p >= first && p < first + loader_->sequences_per_step();
-  };
-  // Tests only (tests/src/rerun_test.py): a fault of this rank's device,
-  // once: its loss and gradients 10x, or its gradients Inf; or of the
-  // exchange, the reduced loss 10x.
-  test_hooks::stall_at_step(world_.rank, step + 1);  // FSDP_TEST_STALL
-  const bool fault = reads(test_fault_.position);
-  if (fault) test_fault_.position = -1;
-  const bool device_fault = fault && !test_fault_.exchange;
-  float fault_scale = 1.0f;
-  if (device_fault) fault_scale = test_fault_.gradient_only ? 1e38f : 10.0f;
-  const float grad_scale = float(1.0 / global_tokens) * fault_scale;
+  // Tests only (common/test_hooks.h): all 1 unless an FSDP_TEST_* fault is
+  // asked for at this step.
+  const test_hooks::StepFault fault =
+      test_faults_.begin_step(step + 1, loader_->state().consumed, loader_->sequences_per_step());
+  const float grad_scale = float(1.0 / global_tokens) * fault.grad_scale;
   double loss_sum = 0, count = 0;
   for (int m = 0; m < accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
@@ -351,13 +339,9 @@ StepLoss Trainer::train_step(int step) {
     count += double(model_->loss_count());
   }
   loader_->end_step();
-  if (device_fault && !test_fault_.gradient_only) loss_sum *= 10;
+  loss_sum *= fault.local_loss_scale;
   auto [s, c] = global_sum(loss_sum, count);
-  if (fault && test_fault_.exchange) s *= 10;
-  // Tests only (tests/src/rollback_test.py): the step that reads this global
-  // position reports ten times its loss, a spike tied to the data as a bad
-  // batch's is, and judged by every rank alike.
-  if (reads(test_spike_position_)) s *= 10;
+  s *= fault.global_loss_scale;
   return {s / c, loss_sum};
 }
 
@@ -548,7 +532,8 @@ TrainSummary Trainer::run() {
     const std::string diverged = spikes_.judge(loss, norms.total);
     if (diverged.empty()) engine_->apply_update(o_.optimizer, lr, norms);
     const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
-    const double host_s = test_slow_step(
+    // (the step's host seconds; tests only: FSDP_TEST_SLOW_STEPS may stretch them)
+    const double host_s = test_hooks::slow_step(
         step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count());
     train_seconds_ += host_s;  // a step undone by a rollback took time all the same
     if (step > int(first_step)) run_step_s_ += host_s, ++run_steps_;

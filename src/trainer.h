@@ -10,6 +10,7 @@
 
 #include "comm/process_groups.h"
 #include "comm/runtime.h"
+#include "common/test_hooks.h"
 #include "data/batch_loader.h"
 #include "data/token_decoder.h"
 #include "data/token_stream.h"
@@ -95,11 +96,6 @@ class Trainer {
   void plan_time_budget(int done);
   void replan_time_budget(int done);
   void report_time_budget(double used_s);
-  // FSDP_TEST_SLOW_STEPS, tests only: steps FIRST..LAST (1-based) take
-  // FACTOR times their time, so a test can make the steps after a plan
-  // slower or faster than the ones it timed. Returns the step's seconds.
-  void read_test_slow_steps();
-  double test_slow_step(int done, double host_s) const;
   std::string steps_text() const;  // the step count, "?" until a budget fixes it
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
@@ -123,7 +119,6 @@ class Trainer {
   // fault, and the run ends (kExitTransientFault) naming it. `before` is the
   // data position the step started from.
   void rerun_diverged_step(DivergedStep& d, const SamplerState& before, const StepLoss& first);
-  void read_test_fault();  // FSDP_TEST_TRANSIENT_FAULT into test_fault_
   [[noreturn]] void stop_for_transient_fault(const DivergedStep& d, const std::vector<int>& ranks);
   // A reproduced one (src/trainer_rollback.cpp): refused, ending the run, or
   // under --on-divergence rollback undone with the steps since the newest
@@ -159,15 +154,10 @@ class Trainer {
   std::optional<TokenDecoder> decoder_;  // rank 0, for --samples
   std::string decoder_note_;             // why there is none
   RunPosition pos_;
-  SpikeDetector spikes_;              // judges each step's loss (src/divergence.h)
-  int64_t test_spike_position_ = -1;  // FSDP_TEST_SPIKE_POSITION, tests only (train_step)
-  // FSDP_TEST_TRANSIENT_FAULT, tests only: this rank's computation of the
-  // step that reads this global position goes wrong once (train_step).
-  struct TestFault {
-    int64_t position = -1;
-    bool gradient_only = false;  // an Inf gradient, the loss untouched
-    bool exchange = false;       // every rank's reduced loss, not one rank's own
-  } test_fault_;
+  SpikeDetector spikes_;  // judges each step's loss (src/divergence.h)
+  // Tests only: FSDP_TEST_TRANSIENT_FAULT and FSDP_TEST_SPIKE_POSITION
+  // (common/test_hooks.h), consulted once a step (train_step).
+  test_hooks::StepFaults test_faults_{world_.rank, world_.local_rank, node_name()};
   // The run's step count: --steps, or the count a time budget fixed (0 until
   // it does). Under a budget: the seconds used before this process, this
   // process's timed steps and the last validation's time.
@@ -177,10 +167,6 @@ class Trainer {
   // Every step of this process but its first, for wsd's second plan.
   double run_step_s_ = 0;
   int64_t run_steps_ = 0;
-  struct TestSlowSteps {
-    int first = 0, last = -1;
-    double factor = 1;
-  } test_slow_;  // FSDP_TEST_SLOW_STEPS
   double eval_s_ = 0;
   std::chrono::steady_clock::time_point start_;
   // Host seconds in this process's training steps: evaluation, samples,

@@ -1,12 +1,9 @@
 // The Trainer's side of --time-budget (src/time_budget.h): the clock over
 // every process of a run, the plan after the timed warmup steps, wsd's second
 // plan late in the stable phase, and how the final validation's end met the
-// budget. Kept apart from trainer.cpp, whose loop calls these at three points;
-// FSDP_TEST_SLOW_STEPS lets tests slow chosen steps against the plans.
+// budget. Kept apart from trainer.cpp, whose loop calls these at three points.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <thread>
 
 #include "src/option_values.h"
 #include "src/time_budget.h"
@@ -112,23 +109,6 @@ void Trainer::replan_time_budget(int done) {
                  "first plan's that %lld would be the count; the decay cannot start before the "
                  "%d steps taken, so the run takes %d and ends late\n",
                  format_value(budget).c_str(), (long long)want.steps, done, steps_);
-}
-
-void Trainer::read_test_slow_steps() {
-  const char* spec = std::getenv("FSDP_TEST_SLOW_STEPS");
-  if (!spec) return;
-  TestSlowSteps t;
-  FSDP_CHECK(std::sscanf(spec, "%d:%d:%lf", &t.first, &t.last, &t.factor) == 3 && t.factor >= 1,
-             "FSDP_TEST_SLOW_STEPS '", spec, "': FIRST:LAST:FACTOR, FACTOR >= 1");
-  test_slow_ = t;
-}
-
-// The sleep counts on every clock the budget reads (a step's host seconds,
-// budget_used_s); the step's arithmetic is untouched.
-double Trainer::test_slow_step(int done, double host_s) const {
-  if (done < test_slow_.first || done > test_slow_.last) return host_s;
-  std::this_thread::sleep_for(std::chrono::duration<double>(host_s * (test_slow_.factor - 1)));
-  return host_s * test_slow_.factor;
 }
 
 // When the final validation ended against the budget, slowest rank's clock.

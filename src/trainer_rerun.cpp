@@ -57,28 +57,6 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
 
 }  // namespace
 
-// FSDP_TEST_TRANSIENT_FAULT=WHO:POSITION[:grad]: WHO is a world rank, or a
-// node name (then the first rank on that node); the step that reads global
-// sequence POSITION goes wrong on that rank once (Trainer::train_step).
-// WHO = exchange: the reduced loss of that step goes wrong once, on every
-// rank alike, their own parts intact.
-void Trainer::read_test_fault() {
-  const char* spec = std::getenv("FSDP_TEST_TRANSIENT_FAULT");
-  if (!spec) return;
-  const std::string s = spec;
-  const size_t a = s.find(':'), b = s.find(':', a + 1);
-  FSDP_CHECK(a != std::string::npos, "FSDP_TEST_TRANSIENT_FAULT '", s, "': WHO:POSITION[:grad]");
-  const std::string who = s.substr(0, a);
-  test_fault_.exchange = who == "exchange";
-  const bool by_rank = !who.empty() && who.find_first_not_of("0123456789") == std::string::npos;
-  const bool mine =
-      test_fault_.exchange || (by_rank ? std::atoi(who.c_str()) == world_.rank
-                                       : who == node_name() && world_.local_rank == 0);
-  if (!mine) return;
-  test_fault_.position = std::atoll(s.substr(a + 1, b - a - 1).c_str());
-  test_fault_.gradient_only = b != std::string::npos && s.substr(b + 1) == "grad";
-}
-
 void Trainer::rerun_diverged_step(DivergedStep& d, const SamplerState& before,
                                   const StepLoss& first) {
   engine_->discard_gradients();
