@@ -126,6 +126,9 @@ Options options_from_values(const std::map<std::string, GivenValue>& given);
 // value or config file.
 std::optional<Options> parse_options(int argc, const char* const argv[]);
 std::string options_help();
+// docs/OPTIONS.md: every option of the table as Markdown (tools/options_doc.cpp
+// prints it; CTest options_reference holds the committed file to it).
+std::string options_reference();
 // Throws unless a validation micro-batch (--eval-seq-len) fits in the tokens
 // of a training micro-batch of `batch` sequences: parsing checks a given
 // --batch-size, the trainer the one --batch-size 0 picks.
