@@ -459,25 +459,12 @@ void Trainer::warm_up() {
   std::fflush(stdout);
 }
 
-TrainSummary Trainer::run() {
-  TrainSummary summary;
-  const int64_t tokens_per_step = o_.data.tokens_per_step(world_.size);
-  const bool checkpoints = !o_.checkpoint.dir.empty();
-  const bool budget = o_.run.time_budget.seconds > 0;
+// Before the first step: the loaded weights checked, the warm-up, a signal
+// that came during set-up, --eval-only's whole run, and the validation and
+// save a run starts with. Returns whether steps follow.
+bool Trainer::start_run(TrainSummary& summary) {
   install_stop_handlers();
   start_ = std::chrono::steady_clock::now();
-  auto validate = [&](int steps_done) {
-    if (!val_batches_) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    const double v = evaluate();
-    eval_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    summary.val_loss.emplace_back(steps_done, v);
-    metrics_.write({{"step", std::to_string(steps_done)},
-                    {"val_loss", json_number(v)},
-                    {"train_s", json_number(train_seconds_)}});
-    if (lead_) std::printf("step %5d/%s | val_loss %.4f\n", steps_done, steps_text().c_str(), v);
-  };
-
   if (!pos_.resumed_from.empty() && !engine_->masters_finite())
     throw_agreed_error(
         "--resume: '", pos_.resumed_from,
@@ -496,80 +483,112 @@ TrainSummary Trainer::run() {
           "limit, the --signal lead time is longer than the job's --time)\n",
           stop_signal_name() ? stop_signal_name() : "a stop signal", kExitStoppedBeforeFirstStep);
     summary.stopped_before_first_step = true;
-    return summary;
+    return false;
   }
   if (o_.eval.only) {
     evaluate_only(summary);
     print_samples(int(pos_.step));
-    return summary;
+    return false;
   }
   // A budget not yet fixed times a validation for its plan.
-  if ((o_.eval.every > 0 && pos_.step == 0) || (budget && steps_ == 0)) validate(int(pos_.step));
+  const bool budget = o_.run.time_budget.seconds > 0;
+  if ((o_.eval.every > 0 && pos_.step == 0) || (budget && steps_ == 0))
+    validate(int(pos_.step), summary);
   // A rollback goes back to a checkpoint: a run that starts without one saves its start.
   if (o_.divergence.action == OnDivergence::rollback && pos_.resumed_from.empty()) save();
-  const int64_t first_step = pos_.step;
-  for (int step = int(pos_.step); steps_ == 0 || step < steps_; ++step) {
-    // Step time between marks on the compute stream: on a GPU what the device
-    // spent, whatever the host ran ahead (see Ops::mark). Marks left by an
-    // evaluation or the previous step are dropped first.
-    const auto h0 = std::chrono::steady_clock::now();
-    engine_->discard_timing();
-    ops_->clear_marks();
-    const int t0 = ops_->mark();
-    // --profile-ops: the first step of a run builds plans and caches; it is left out
-    if (profiler_ && step > int(first_step)) profiler_->set_enabled(true), profiler_->count_step();
+  return true;
+}
+
+// A step's clocks: host time from its start, and device time between marks
+// on the compute stream (on a GPU what the device spent, whatever the host
+// ran ahead: Ops::mark); marks left by an evaluation or the previous step are
+// dropped first. --profile-ops counts from the run's second step, the first
+// building plans and caches.
+Trainer::StepClock Trainer::start_step_clock(int step, int first_step) {
+  StepClock c{std::chrono::steady_clock::now(), 0};
+  engine_->discard_timing();
+  ops_->clear_marks();
+  c.mark = ops_->mark();
+  if (profiler_ && step > first_step) profiler_->set_enabled(true), profiler_->count_step();
+  return c;
+}
+
+// Waits for the step's last op. The host seconds (tests only:
+// FSDP_TEST_SLOW_STEPS may stretch them) add up to the run's clocks.
+Trainer::StepTimes Trainer::stop_step_clock(const StepClock& c, int step, int first_step) {
+  StepTimes t;
+  t.device_s = ops_->seconds(c.mark, ops_->mark());
+  t.host_s = test_hooks::slow_step(
+      step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - c.host).count());
+  train_seconds_ += t.host_s;  // a step undone by a rollback took time all the same
+  if (step > first_step) run_step_s_ += t.host_s, ++run_steps_;
+  if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
+  return t;
+}
+
+// An applied step: the spike detector's window, the run's position, the
+// summary and the progress line.
+void Trainer::accept_step(int step, double loss, float lr, double norm, double device_s,
+                          TrainSummary& summary) {
+  spikes_.accept(loss);
+  pos_.step = step + 1;
+  pos_.tokens_seen += o_.data.tokens_per_step(world_.size);
+  summary.train_loss.push_back(loss);
+  log_step(step, loss, lr, norm, device_s);
+}
+
+// The cadences after applied step `done`: the time budget's plans, then (at
+// the last step, or on their periods) validation, the budget's report,
+// samples and a save; a stop (--stop-at-step, or a signal every rank agreed
+// on) saves too and ends the run early: returns false then.
+bool Trainer::after_step(int done, double host_s, TrainSummary& summary) {
+  budget_after_step(done, host_s);
+  const bool last = done == steps_;
+  if (last || every(o_.eval.every, done)) validate(done, summary);
+  if (last && o_.run.time_budget.seconds > 0) report_time_budget(budget_used_s());
+  if (last || every(o_.sample.every, done)) print_samples(done);
+  const bool stop = done == o_.run.stop_at_step || agree_at_step_boundary();
+  const bool checkpoints = !o_.checkpoint.dir.empty();
+  if (checkpoints && (last || stop || every(o_.checkpoint.every, done))) save();
+  if (!stop || last) return true;
+  if (lead_)
+    std::printf("fsdptrain: stopping after step %d (%s); continue with --resume auto\n", done,
+                stop_signal_name() ? stop_signal_name() : "--stop-at-step");
+  return false;
+}
+
+// One iteration is docs/ARCHITECTURE.md's "One optimizer step": the batch's
+// forward and backward, the gradients judged before they change a weight,
+// then the cadences. A diverged step is rerun to tell a device fault from the
+// data, then refused or rolled back.
+TrainSummary Trainer::run() {
+  TrainSummary summary;
+  if (!start_run(summary)) return summary;
+  const int first_step = int(pos_.step);
+  for (int step = first_step; steps_ == 0 || step < steps_; ++step) {
+    const StepClock clock = start_step_clock(step, first_step);
     // Until a budget fixes the count, the steps are warmup steps, whose rate
     // does not depend on it.
     FSDP_CHECK(steps_ > 0 || step < o_.schedule.warmup_steps, "step ", step, " of no count");
     const float lr = lr_at(step, steps_, o_.schedule);
     const SamplerState before = loader_->state();
-    const StepLoss step_loss = train_step(step);
-    const double loss = step_loss.mean;
+    const StepLoss loss = train_step(step);
     // The update waits until the loss and the gradient norm are judged
     // (src/divergence.h): a diverged step changes no weight and reaches no
     // checkpoint.
     const GradientNorms norms = engine_->measure_gradients();
-    const std::string diverged = spikes_.judge(loss, norms.total);
+    const std::string diverged = spikes_.judge(loss.mean, norms.total);
     if (diverged.empty()) engine_->apply_update(o_.optimizer, lr, norms);
-    const double dt = ops_->seconds(t0, ops_->mark());  // waits for the step's last op
-    // (the step's host seconds; tests only: FSDP_TEST_SLOW_STEPS may stretch them)
-    const double host_s = test_hooks::slow_step(
-        step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count());
-    train_seconds_ += host_s;  // a step undone by a rollback took time all the same
-    if (step > int(first_step)) run_step_s_ += host_s, ++run_steps_;
-    if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
+    const StepTimes t = stop_step_clock(clock, step, first_step);
     if (!diverged.empty()) {
-      DivergedStep d{.step = step, .loss = loss, .norms = norms, .why = diverged};
-      rerun_diverged_step(d, before, step_loss);  // returns only if reproduced
+      DivergedStep d{.step = step, .loss = loss.mean, .norms = norms, .why = diverged};
+      rerun_diverged_step(d, before, loss);  // returns only if reproduced
       // The loop's ++step makes it the checkpoint's step.
       step = int(roll_back_or_stop(d, summary)) - 1;
       continue;
     }
-    spikes_.accept(loss);
-    pos_.step = step + 1;
-    pos_.tokens_seen += tokens_per_step;
-    summary.train_loss.push_back(loss);
-    log_step(step, loss, lr, norms.total, dt);
-
-    const int done = step + 1;
-    if (steps_ == 0) {
-      probe_step_s_.push_back(host_s);
-      if (done == budget_probe_steps(o_.schedule)) plan_time_budget(done);
-    } else if (budget && done == budget_replan_step(steps_, o_.schedule)) {
-      replan_time_budget(done);
-    }
-    const bool last = done == steps_;
-    if (last || every(o_.eval.every, done)) validate(done);
-    if (last && budget) report_time_budget(budget_used_s());
-    if (last || every(o_.sample.every, done)) print_samples(done);
-    const bool stop = done == o_.run.stop_at_step || agree_at_step_boundary();
-    if (checkpoints && (last || stop || every(o_.checkpoint.every, done))) save();
-    if (stop && !last) {
-      if (lead_)
-        std::printf("fsdptrain: stopping after step %d (%s); continue with --resume auto\n",
-                    step + 1, stop_signal_name() ? stop_signal_name() : "--stop-at-step");
-      break;
-    }
+    accept_step(step, loss.mean, lr, norms.total, t.device_s, summary);
+    if (!after_step(step + 1, t.host_s, summary)) break;
   }
   // The last save may still be in flight: the run ends when it is written.
   finish_background_save();

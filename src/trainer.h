@@ -76,6 +76,21 @@ class Trainer {
   FsdpEngine& engine() { return *engine_; }
 
  private:
+  // run()'s parts (src/trainer.cpp): what comes before the first step, a
+  // step's clocks, an applied step's bookkeeping and the cadences after it.
+  bool start_run(TrainSummary& summary);
+  struct StepClock {
+    std::chrono::steady_clock::time_point host;
+    int mark = 0;  // Ops::mark at the step's start
+  };
+  struct StepTimes {
+    double device_s = 0, host_s = 0;
+  };
+  StepClock start_step_clock(int step, int first_step);
+  StepTimes stop_step_clock(const StepClock& c, int step, int first_step);
+  void accept_step(int step, double loss, float lr, double norm, double device_s,
+                   TrainSummary& summary);
+  bool after_step(int done, double host_s, TrainSummary& summary);
   void warm_up();
   StepLoss train_step(int step);
   // Validation and samples (src/trainer_eval.cpp). The model's micro-batch
@@ -85,6 +100,7 @@ class Trainer {
   bool validates_whole_split() const;
   // Mean validation loss; `tokens` (if given) gets how many it covered.
   double evaluate(double* tokens = nullptr);
+  void validate(int steps_done, TrainSummary& summary);
   void evaluate_only(TrainSummary& summary);
   void print_samples(int step);
   // --time-budget (src/time_budget.h): the seconds the run has used, over
@@ -96,6 +112,7 @@ class Trainer {
   void plan_time_budget(int done);
   void replan_time_budget(int done);
   void report_time_budget(double used_s);
+  void budget_after_step(int done, double host_s);
   std::string steps_text() const;  // the step count, "?" until a budget fixes it
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;

@@ -111,6 +111,18 @@ void Trainer::replan_time_budget(int done) {
                  format_value(budget).c_str(), (long long)want.steps, done, steps_);
 }
 
+// After applied step `done` (host_s its seconds): until a budget fixes the
+// count, the timed steps, and the plan once there are enough of them; then
+// wsd's second plan at its step.
+void Trainer::budget_after_step(int done, double host_s) {
+  if (steps_ == 0) {
+    probe_step_s_.push_back(host_s);
+    if (done == budget_probe_steps(o_.schedule)) plan_time_budget(done);
+  } else if (o_.run.time_budget.seconds > 0 && done == budget_replan_step(steps_, o_.schedule)) {
+    replan_time_budget(done);
+  }
+}
+
 // When the final validation ended against the budget, slowest rank's clock.
 void Trainer::report_time_budget(double used_s) {
   float used = float(used_s);

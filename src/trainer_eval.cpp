@@ -2,6 +2,7 @@
 // (during training and --eval-only) and text samples. Both run forwards only,
 // validation at its own context (--eval-seq-len) in the training activations.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -46,6 +47,20 @@ double Trainer::evaluate(double* tokens) {
   auto [s, c] = global_sum(loss_sum, count);
   if (tokens) *tokens = c;
   return s / c;
+}
+
+// One validation at `steps_done`: recorded in the summary and the metrics
+// with the training seconds so far (a time-to-loss curve's clock), printed.
+void Trainer::validate(int steps_done, TrainSummary& summary) {
+  if (!val_batches_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double v = evaluate();
+  eval_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  summary.val_loss.emplace_back(steps_done, v);
+  metrics_.write({{"step", std::to_string(steps_done)},
+                  {"val_loss", json_number(v)},
+                  {"train_s", json_number(train_seconds_)}});
+  if (lead_) std::printf("step %5d/%s | val_loss %.4f\n", steps_done, steps_text().c_str(), v);
 }
 
 // --eval-only: the validation loss of the loaded weights, printed and written
