@@ -17,6 +17,12 @@ namespace fsdp {
 
 namespace {
 
+// --config and --help are no rows of the table: both --help and
+// options_reference() print them from here.
+constexpr const char* kConfigHelp =
+    "INI file of option = value lines, named as the flags; flags override it";
+constexpr const char* kHelpHelp = "print the options and exit";
+
 std::string help_line(const OptionRow& r) {
   if (r.model_field || r.is_switch) return r.help;
   const std::string d = r.default_help.empty() ? r.get(Options{}) : r.default_help;
@@ -43,9 +49,8 @@ void add_rows(po::options_description& d) {
 
 po::options_description flags_description() {
   po::options_description d{"fsdptrain options", 100};
-  d.add_options()("help,h", "print this help")(
-      "config", po::value<std::string>()->value_name("FILE"),
-      "INI file of option = value lines (the names of the flags below); flags override it");
+  d.add_options()("help,h", kHelpHelp)("config", po::value<std::string>()->value_name("FILE"),
+                                       kConfigHelp);
   add_rows(d);
   return d;
 }
@@ -229,9 +234,8 @@ std::string options_reference() {
      << "of the configuration leaves it out. *repeatable*: each value counts.\n\n"
      << "| option | value | default | what it does |\n"
      << "| --- | --- | --- | --- |\n"
-     << "| `--config` | FILE | | INI file of option = value lines (the names of the flags); "
-        "flags override it |\n"
-     << "| `--help`, `-h` | | | print the options and exit |\n";
+     << "| `--config` | FILE | | " << kConfigHelp << " |\n"
+     << "| `--help`, `-h` | | | " << kHelpHelp << " |\n";
   for (const auto& r : option_table()) {
     // a value as code; a rule (--min-lr's "a tenth of --lr") as words
     const std::string value = r.get(Options{});

@@ -1,7 +1,7 @@
 // The Trainer's side of --time-budget (src/time_budget.h): the clock over
 // every process of a run, the plan after the timed warmup steps, wsd's second
 // plan late in the stable phase, and how the final validation's end met the
-// budget. Kept apart from trainer.cpp, whose loop calls these at three points.
+// budget. Kept apart from trainer.cpp, whose Trainer::after_step calls these.
 #include <algorithm>
 #include <cstdio>
 

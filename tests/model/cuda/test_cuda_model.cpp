@@ -32,6 +32,18 @@ constexpr double kLossTol = 1e-2, kGradTol = 5e-2;
 // wrong cast or GEMM is off by order 1.
 constexpr double kFp8LossTol = 2e-2, kFp8GradTol = 1.5e-1;
 
+// The host weights rounded to bf16 in place, so that both backends start from
+// the same values; returns them per unit for the device copy.
+std::vector<std::vector<float>> round_to_bf16(testing::FullWeights& host,
+                                              const std::vector<UnitSpec>& units) {
+  std::vector<std::vector<float>> weights;
+  for (int u = 0; u < int(units.size()); ++u) {
+    for (float& x : host.unit_weights(u)) x = test::round_bf16(x);
+    weights.push_back(host.unit_weights(u));
+  }
+  return weights;
+}
+
 double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
                   const std::vector<int32_t>& tg, float scale) {
   m.set_batch(in.data(), tg.data(), scale);
@@ -51,11 +63,7 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows 
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
-  std::vector<std::vector<float>> weights;
-  for (int u = 0; u < int(units.size()); ++u) {
-    for (float& x : host.unit_weights(u)) x = test::round_bf16(x);
-    weights.push_back(host.unit_weights(u));
-  }
+  const std::vector<std::vector<float>> weights = round_to_bf16(host, units);
   std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> pick(0, cfg.vocab_size - 1);
   std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
@@ -202,11 +210,7 @@ void check_forward_only(ModelConfig cfg, int B, int T, bool fp8) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 99);
-  std::vector<std::vector<float>> weights;
-  for (int u = 0; u < int(units.size()); ++u) {
-    for (float& x : host.unit_weights(u)) x = test::round_bf16(x);
-    weights.push_back(host.unit_weights(u));
-  }
+  const std::vector<std::vector<float>> weights = round_to_bf16(host, units);
   std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
   for (size_t i = 0; i < in.size(); ++i) {
     in[i] = int32_t((i * 7919) % size_t(cfg.vocab_size));
