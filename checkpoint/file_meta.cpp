@@ -177,7 +177,7 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
     throw_error("checkpoint '", path, "' is damaged: shard_group_size ", m.shard_group_size,
                 " does not divide world_size ", m.world_size);
   // Kept for people (tools/inspect_checkpoint.py shows it) and for a resume's
-  // report of changed settings (src/checkpointing.cpp); no value is loaded
+  // report of changed settings (src/trainer/checkpointing.cpp); no value is loaded
   // from it: a load uses the attributes checked here and in /model.
   m.config_text = get_str(file, "config", path);
   // Files of this format always carry them; without them a changed tensor

@@ -20,7 +20,7 @@
 //                (f32). Optional, so no new version: a build without them
 //                resumes by its --steps, which is what it was told.
 //                Likewise optional: loss_history (f64, the losses of the last
-//                applied steps, oldest first: src/divergence.h judges the
+//                applied steps, oldest first: src/policy/divergence.h judges the
 //                next step against them), and after a rollback rollbacks
 //                (int64, how many the run made) and skipped_sequences (int64
 //                pairs [first, end) of global sequence positions the data
@@ -58,11 +58,11 @@ struct CheckpointMeta {
   std::vector<std::pair<std::string, int64_t>> sampler;
   // What optim/ holds (see the layout above).
   OptimizerKind optimizer = OptimizerKind::adamw;
-  // A --time-budget run's (src/time_budget.h); written only when has_budget.
+  // A --time-budget run's (src/policy/time_budget.h); written only when has_budget.
   bool has_budget = false;
   int64_t budget_steps = 0;  // 0: not fixed yet
   double budget_used_s = 0;
-  // --on-divergence's (src/divergence.h); each written only when not empty/0.
+  // --on-divergence's (src/policy/divergence.h); each written only when not empty/0.
   std::vector<double> loss_history;
   int64_t rollbacks = 0;
   std::vector<int64_t> skipped_sequences;  // [first, end) pairs, ascending

@@ -25,7 +25,7 @@ class AgreedError : public Error {
   explicit AgreedError(const std::string& what, int exit_status = 1)
       : Error(what), exit_status_(exit_status) {}
   // What the program exits with: 1, or a status a batch script acts on
-  // (src/trainer.h lists them).
+  // (src/trainer/trainer.h lists them).
   int exit_status() const { return exit_status_; }
 
  private:

@@ -50,7 +50,7 @@ struct SamplerState {
   // throws fsdp::Error "<what> ..." naming the value when a name is unknown,
   // repeated or missing, the state is of another step, or its position is
   // not a count that `step` steps, and the `skipped` positions a rollback
-  // passed over (src/divergence.h), can reach.
+  // passed over (src/policy/divergence.h), can reach.
   static SamplerState from_named(const Named& values, int64_t step, const std::string& what,
                                  int64_t skipped = 0);
   bool operator==(const SamplerState&) const = default;

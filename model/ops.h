@@ -102,7 +102,7 @@ struct OpsCapabilities {
   double peak_flops = 0;
   // The same ops on the same inputs give the same bits every time (the CPU;
   // a GPU with --debug's deterministic attention backward). Elsewhere a
-  // rerun of a step matches only to rounding (src/trainer_rerun.cpp).
+  // rerun of a step matches only to rounding (src/trainer/trainer_rerun.cpp).
   bool bitwise_reruns = false;
 };
 
@@ -147,7 +147,7 @@ class Ops {
   // Bytes this process could still allocate through alloc() now: what the
   // GPU has free, or on the host the memory the kernel and this process's
   // cgroup would still grant. Set-up compares the memory plan against it
-  // before allocating (src/memory_check.h).
+  // before allocating (src/policy/memory_check.h).
   virtual int64_t free_memory_bytes() const = 0;
 
   // Every op call from now on is reported to hook (nullptr: none). The hook

@@ -30,7 +30,7 @@ struct GradientNorms {
   // This rank's own share of the computation, before any reduction mixed
   // it with its peers': per unit, the sum of squares of the gradient it
   // computed (summed over micro-batches). A rerun of the step that gives
-  // another value names this rank (src/trainer_rerun.cpp). Empty under
+  // another value names this rank (src/trainer/trainer_rerun.cpp). Empty under
   // --reduce-dtype bf16, whose low-precision buffers it does not read.
   std::vector<float> local;
   bool finite() const;

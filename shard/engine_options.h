@@ -1,5 +1,5 @@
 // What the FSDP engine is told: how it gathers, reduces and keeps weights.
-// Apart from the engine's own header so that the option table (src/options.h)
+// Apart from the engine's own header so that the option table (src/options/options.h)
 // and the memory plan take it as it is, without the engine's interface.
 #pragma once
 

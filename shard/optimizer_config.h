@@ -1,6 +1,6 @@
 // The optimizer's hyperparameters, written once: the option table's defaults
-// (src/option_table.cpp) are these, and the engine's step takes them as they
-// are. The learning rate comes per step from the schedule (src/lr_schedule.h).
+// (src/options/option_table.cpp) are these, and the engine's step takes them as they
+// are. The learning rate comes per step from the schedule (src/policy/lr_schedule.h).
 #pragma once
 
 namespace fsdp {

@@ -9,9 +9,9 @@
 #include "comm/runtime.h"
 #include "comm/watchdog.h"
 #include "common/error.h"
-#include "src/options.h"
-#include "src/stop_signal.h"
-#include "src/trainer.h"
+#include "src/options/options.h"
+#include "src/policy/stop_signal.h"
+#include "src/trainer/trainer.h"
 
 namespace {
 

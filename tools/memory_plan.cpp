@@ -27,9 +27,9 @@
 #include "model/params.h"
 #include "shard/layout.h"
 #include "shard/muon.h"
-#include "src/option_table.h"
-#include "src/option_values.h"
-#include "src/options.h"
+#include "src/options/option_table.h"
+#include "src/options/option_values.h"
+#include "src/options/options.h"
 
 namespace fsdp {
 namespace {

@@ -70,7 +70,7 @@ MODEL_FLAGS = ("vocab-size", "n-layer", "d-model", "n-head", "n-kv-head", "d-ff"
 # Exposed communication above this share of the step counts as "not hidden"
 # (the first gather and last reduce-scatter of each micro-batch never hide).
 NOT_HIDDEN_SHARE = 0.05
-# The share of free GPU memory a run may plan (kUsableShare, src/memory_check.h).
+# The share of free GPU memory a run may plan (kUsableShare, src/policy/memory_check.h).
 USABLE_SHARE = 0.9
 
 # The README table: each model at its context, micro-batch chosen to fill

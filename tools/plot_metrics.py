@@ -23,7 +23,7 @@ figure:
 tokens/s is taken over every step record kept (see below); the first step
 of a process, which pays one-time costs, moves a median little.
 
-What is read. Each line is one JSON object (src/trainer.cpp writes them):
+What is read. Each line is one JSON object (src/trainer/trainer.cpp writes them):
   * step records: step, loss, lr, grad_norm, tokens_per_s, mfu (null on the
     CPU), elapsed_s and more; a number that was NaN/Inf is written as null
     and is left out of the curves;

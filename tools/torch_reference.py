@@ -31,14 +31,14 @@ What it mirrors, and where (keep in step with the C++):
   final RMSNorm, tied or untied head, mean cross-entropy);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
-  window once) and src/trainer_eval.cpp evaluate (mean over all tokens), at
+  window once) and src/trainer/validator.cpp Validator::evaluate (mean over all tokens), at
   --eval-seq-len's context in as many rows as the training micro-batch has
-  tokens for (src/options.h EvalOptions::micro_batch);
+  tokens for (src/options/options.h EvalOptions::micro_batch);
 - batches: data/permutation.cpp and data/sampler.cpp (Feistel permutation
   per epoch keyed by seed and epoch; step s uses global positions
   s*G .. s*G+G-1, G = global batch); single-file datasets only;
 - optimizer: shard/engine.cpp (clip to --grad-clip with norm+1e-6, AdamW with
-  decay on matrices only) and src/lr_schedule.h (cosine, linear, wsd); with --optimizer muon in the
+  decay on matrices only) and src/policy/lr_schedule.h (cosine, linear, wsd); with --optimizer muon in the
   checkpoint's configuration, torch.optim.Muon (PyTorch >= 2.9) for the block
   matrices (shard/muon.h), continuing from the momentum fsdptrain keeps in
   optim/exp_avg, and AdamW for the rest. torch.optim.Muon runs its
@@ -114,7 +114,7 @@ def window_of(position, windows, seed):
 
 
 def lr_at(step, total, warmup, lr, min_lr, shape="cosine", decay_fraction=0.2):
-    """src/lr_schedule.h: warmup, then cosine, linear or wsd (stable, then linear
+    """src/policy/lr_schedule.h: warmup, then cosine, linear or wsd (stable, then linear
     over the last decay_fraction of the steps) to min_lr at the last step."""
     if step < warmup:
         return np.float32(lr * (step + 1) / warmup)

@@ -12,7 +12,7 @@ same data in the same order, so that only the systems differ:
   residual branches' output projections (wo, w2) at init_std / sqrt(2 L),
   gains 1; the numbers differ from fsdptrain's, the distribution does not;
 - AdamW with decay on matrices only, global-norm clipping, linear warm-up then
-  cosine to --min-lr (src/lr_schedule.h), bf16 autocast;
+  cosine to --min-lr (src/policy/lr_schedule.h), bf16 autocast;
 - validation: fsdptrain's --eval-batches 0, every window of the file once,
   the mean over every token (tools/torch_reference.py's val_loss).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far healthy runs' step losses rise above their recent median: the
-number --spike-factor (src/divergence.h) must stay clear of.
+number --spike-factor (src/policy/divergence.h) must stay clear of.
 
   bench/spike_ratio.py METRICS.jsonl [...] [--windows 16,32,64]
 

@@ -1,5 +1,5 @@
 // How much host memory this process can still get, for the check that a run
-// fits before it allocates (src/memory_check.h). MemAvailable alone is not
+// fits before it allocates (src/policy/memory_check.h). MemAvailable alone is not
 // the answer inside a container or a Slurm job: the cgroup's limit is what
 // the OOM killer enforces, and it is often far below the machine's memory.
 #pragma once

@@ -111,7 +111,7 @@ TEST(EngineUpdate, MastersFiniteSeesOneRanksInf) {
   EXPECT_TRUE(run->engine.masters_finite());
 }
 
-// GradientNorms::local (the rerun check's fingerprint, src/trainer_rerun.cpp)
+// GradientNorms::local (the rerun check's fingerprint, src/trainer/trainer_rerun.cpp)
 // is what this rank computed itself, before any reduction: each unit's sum of
 // squares equals that of a lone rank fed the same micro-batch. Sharded (one
 // micro-batch: one term) and data parallel in place (shard groups of one,

@@ -33,7 +33,7 @@ exe, example, work = sys.argv[1:4]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 HOST = socket.gethostname()
-TRANSIENT = 4  # kExitTransientFault, src/trainer.h
+TRANSIENT = 4  # kExitTransientFault, src/trainer/trainer.h
 
 
 def run(ranks, tag, fault=None, spike=None, extra=(), env_extra=None):

@@ -91,17 +91,17 @@ def final(name):
 
 
 def decay_start(n, warmup=12, fraction=0.2):
-    """wsd's first decay step in a run of n (src/lr_schedule.h; lround of a float 0.2)."""
+    """wsd's first decay step in a run of n (src/policy/lr_schedule.h; lround of a float 0.2)."""
     return max(warmup, n - max(1, math.floor(n * 0.20000000298023224 + 0.5)))
 
 
 def replan_step(n):
-    """When a run of n plans again (src/time_budget.h: 90% of the stable phase)."""
+    """When a run of n plans again (src/policy/time_budget.h: 90% of the stable phase)."""
     return int(0.9 * decay_start(n))
 
 
 def replan_range(done):
-    """The counts wsd's second plan at `done` may choose (src/time_budget.cpp):
+    """The counts wsd's second plan at `done` may choose (src/policy/time_budget.cpp):
     from the least whose decay starts after the steps taken to the most whose
     second plan is not still ahead."""
     least = done + 1

@@ -3,7 +3,7 @@
 
   test_plot_metrics.py PLOT_METRICS_PY
 
-Writes small metrics files (JSON lines as src/trainer.cpp writes them) in a
+Writes small metrics files (JSON lines as src/trainer/trainer.cpp writes them) in a
 temporary folder: a run resumed from a checkpoint whose later process
 repeats steps (and evaluations) the earlier one had written, a run without
 evaluation records whose MFU is set, a run started again from scratch in the

@@ -243,7 +243,7 @@ TEST(CudaModel, Gpt350mShapedForwardOnlyMatchesTraining) {
   check_forward_only(cfg, 2, 256, true);
 }
 
-// The rerun check (src/trainer_rerun.cpp) compares a step with its rerun:
+// The rerun check (src/trainer/trainer_rerun.cpp) compares a step with its rerun:
 // each unit's gradient sum of squares and the loss. On a GPU the attention
 // backward sums in a varying order, so a rerun must stay well inside
 // kRerunTolerance (1e-2 relative; here 1e-3, ten times inside) or every

@@ -1,0 +1,332 @@
+// The training loop (Trainer::run) and its parts: the warm-up, what comes
+// before the first step, a step's micro-batches and clocks, its progress
+// line, and the cadences after it. The set-up is in trainer_setup.cpp.
+#include "src/trainer/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "comm/agree.h"
+#include "common/test_hooks.h"
+#include "src/policy/cadence.h"
+#include "src/policy/lr_schedule.h"
+#include "src/policy/stop_signal.h"
+
+namespace fsdp {
+
+namespace {
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return int64_t(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace
+
+std::pair<double, double> Trainer::global_sum(double a, double b) {
+  float v[2] = {float(a), float(b)};
+  groups_.world->all_reduce(v, 2, DType::f32, ReduceOp::sum)->wait();
+  return {v[0], v[1]};
+}
+
+StepLoss Trainer::train_step(int step) {
+  // Gradients are averaged over the global batch exactly once, here: every
+  // token's loss is scaled by 1 / (tokens in the global batch).
+  const double global_tokens = double(o_.data.tokens_per_step(world_.size));
+  const int accum = o_.data.grad_accum;
+  // Tests only (common/test_hooks.h): all 1 unless an FSDP_TEST_* fault is
+  // asked for at this step.
+  const test_hooks::StepFault fault =
+      test_faults_.begin_step(step + 1, loader_->state().consumed, loader_->sequences_per_step());
+  const float grad_scale = float(1.0 / global_tokens) * fault.grad_scale;
+  double loss_sum = 0, count = 0;
+  for (int m = 0; m < accum; ++m) {
+    loader_->next_micro_batch(m, inputs_.data(), targets_.data());
+    model_->set_batch(inputs_.data(), targets_.data(), grad_scale);
+    engine_->forward_backward(m + 1 == accum);
+    loss_sum += model_->loss_sum();
+    count += double(model_->loss_count());
+  }
+  loader_->end_step();
+  loss_sum *= fault.local_loss_scale;
+  auto [s, c] = global_sum(loss_sum, count);
+  s *= fault.global_loss_scale;
+  return {s / c, loss_sum};
+}
+
+// Model FLOPs utilisation (docs/ARCHITECTURE.md, "FLOPs and MFU"): useful FLOPs
+// per token (recomputation excluded) times tokens/s over the dense peak of all
+// GPUs; none on the CPU.
+double Trainer::mfu(double tokens_per_s) const {
+  const double peak = ops_->capabilities().peak_flops;
+  if (peak <= 0) return std::nan("");
+  return tokens_per_s * o_.model.flops_per_token(o_.data.seq_len) / (peak * world_.size);
+}
+
+void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
+  const double tok_s = double(o_.data.tokens_per_step(world_.size)) / seconds;
+  if (step > 0) {  // the first step pays one-time costs; leave it out of the ETA
+    step_seconds_total_ += seconds;
+    ++steps_timed_;
+  }
+  const double avg = steps_timed_ ? step_seconds_total_ / steps_timed_ : seconds;
+  // The highest per-rank peak: the number that decides whether a run fits.
+  float peak[2] = {float(peak_rss_bytes()), float(ops_->peak_device_bytes())};
+  groups_.world->all_reduce(peak, 2, DType::f32, ReduceOp::max)->wait();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  metrics_.write({{"step", std::to_string(step + 1)},
+                  {"loss", json_number(loss)},
+                  {"lr", json_number(lr)},
+                  {"grad_norm", json_number(norm)},
+                  {"tokens_seen", std::to_string(pos_.tokens_seen)},
+                  {"tokens_per_s", json_number(tok_s)},
+                  {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
+                  {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},
+                  {"mfu", json_number(mfu(tok_s))},
+                  {"peak_rss_bytes_max_rank", json_number(peak[0])},
+                  {"peak_device_bytes_max_rank", json_number(peak[1])},
+                  {"elapsed_s", json_number(elapsed)},
+                  {"train_s", json_number(train_seconds_)}});
+  const int steps = budget_->steps();
+  if (lead_ && (every(o_.run.log_every, step + 1) || step + 1 == steps)) {
+    std::printf("step %5d/%s | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
+                budget_->steps_text().c_str(), loss, lr, norm, format_rate(tok_s).c_str(),
+                steps > 0 ? format_duration(avg * (steps - step - 1)).c_str() : "?");
+    std::fflush(stdout);
+  }
+}
+
+// All ranks stop at the same step: the signal may reach them at different
+// times. Likewise a background save ends on each rank in its own time; it is
+// finished (and its outcome, perhaps an error, acted on) at the first step
+// boundary where it has ended on every rank, found by the same all-reduce.
+bool Trainer::agree_at_step_boundary() {
+  float flags[2] = {stop_signal_name() ? 1.0f : 0.0f,
+                    checkpointer_->background_save_done() ? 0.0f : 1.0f};
+  groups_.world->all_reduce(flags, 2, DType::f32, ReduceOp::max)->wait();
+  if (flags[1] == 0) checkpointer_->finish_background_save();
+  return flags[0] > 0;
+}
+
+// One validation: in the summary, and its time for the budget's plan.
+void Trainer::validate(int steps_done, TrainSummary& summary) {
+  const double v = validator_->validate(steps_done, train_seconds_, budget_->steps_text());
+  summary.val_loss.emplace_back(steps_done, v);
+  budget_->time_validation(validator_->last_seconds());
+}
+
+void Trainer::evaluate_only(TrainSummary& summary) {
+  const auto [step, loss] = validator_->evaluate_only(pos_);
+  summary.val_loss.emplace_back(int(step), loss);
+}
+
+void Trainer::print_samples(int step) {
+  samples_->print(step, forward_pass());
+}
+
+// A save holds the position as it is once the save before it is finished:
+// the budget's count and clock then, and the spike detector's window.
+void Trainer::save() {
+  checkpointer_->save(pos_.step, budget_->steps_text(), [&] {
+    budget_->record(pos_);
+    pos_.loss_history = spikes_.history();
+    return pos_;
+  });
+}
+
+// One forward+backward on the shapes of a real step, gradients then dropped:
+// cuDNN graphs, cuBLASLt plans and NCCL connections are built here, so a
+// configuration the GPU libraries cannot run stops before step 1, and step 1's
+// time is a step's. Tokens 0 are valid for any vocabulary. On the CPU it
+// costs one micro-batch and exercises the same path.
+//
+// A run whose --time-budget count is still to be fixed repeats the pass
+// until the device has worked for budget_settle_seconds after the first one
+// (src/policy/time_budget.h), so that the steps it times run at the clock the rest
+// will. The ranks agree after each pass whether to go on: each pass gathers
+// weights from all of them.
+void Trainer::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](auto t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  std::fill(inputs_.begin(), inputs_.end(), 0);
+  std::fill(targets_.begin(), targets_.end(), 0);
+  model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
+  const double settle_s = budget_->settle_seconds();
+  int passes = 0;
+  auto work_start = t0;  // the first pass builds plans; the work is counted after it
+  while (!o_.eval.only) {
+    const int m = settle_s > 0 ? ops_->mark() : 0;
+    // As a step's last micro-batch: with hybrid sharding its all-reduce
+    // across replicas then connects that communicator here too (NCCL
+    // connects on first use), not in the middle of step 1's backward.
+    engine_->forward_backward(/*last_of_step=*/true);
+    engine_->discard_gradients();
+    ++passes;
+    if (settle_s == 0) break;
+    ops_->seconds(m, ops_->mark());  // waits for the device's work, not only its enqueueing
+    if (passes == 1) work_start = std::chrono::steady_clock::now();
+    float short_s = float(settle_s - seconds_since(work_start));
+    groups_.world->all_reduce(&short_s, 1, DType::f32, ReduceOp::max)->wait();
+    if (short_s <= 0) break;
+  }
+  if (validator_) validator_->warm_up();  // validation's shape may need graphs of its own
+  const double seconds = seconds_since(t0);
+  if (!lead_) return;
+  if (passes > 1)
+    std::printf(
+        "fsdptrain: warm-up (%d forward+backward passes, discarded: --time-budget times steps "
+        "after %.1f s of work, at the clock the device keeps) took %.2f s\n",
+        passes, settle_s, seconds);
+  else
+    std::printf("fsdptrain: warm-up (one %s, discarded) took %.2f s\n",
+                o_.eval.only ? "forward" : "forward+backward", seconds);
+  for (const std::string& line : ops_->runtime_report())
+    std::printf("fsdptrain: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// Before the first step: the loaded weights checked, the warm-up, a signal
+// that came during set-up, --eval-only's whole run, and the validation and
+// save a run starts with. Returns whether steps follow.
+bool Trainer::start_run(TrainSummary& summary) {
+  install_stop_handlers();
+  start_ = std::chrono::steady_clock::now();
+  if (!pos_.resumed_from.empty() && !engine_->masters_finite())
+    throw_agreed_error(
+        "--resume: '", pos_.resumed_from,
+        "' holds NaN or Inf weights; resume from an earlier checkpoint (--resume PATH)");
+  if (!pos_.initialised_from.empty() && !engine_->masters_finite())
+    throw_agreed_error("--init-from: '", pos_.initialised_from,
+                       "' holds NaN or Inf weights; start from another checkpoint");
+  warm_up();
+  // A signal during set-up is acted on here, before any step: nothing new
+  // would be saved, and requeueing could repeat this forever (kExitStoppedBeforeFirstStep).
+  const int steps = budget_->steps();
+  if ((steps == 0 || pos_.step < steps) && agree_at_step_boundary()) {
+    if (lead_)
+      std::printf(
+          "fsdptrain: %s arrived before the first step of this run: nothing new to save, "
+          "exiting with status %d (a batch script must not requeue; if it came from the time "
+          "limit, the --signal lead time is longer than the job's --time)\n",
+          stop_signal_name() ? stop_signal_name() : "a stop signal", kExitStoppedBeforeFirstStep);
+    summary.stopped_before_first_step = true;
+    return false;
+  }
+  if (o_.eval.only) {
+    evaluate_only(summary);
+    print_samples(int(pos_.step));
+    return false;
+  }
+  // A budget not yet fixed times a validation for its plan.
+  if (validator_ && validator_->due_at_start(pos_.step, budget_->times_validation_first()))
+    validate(int(pos_.step), summary);
+  // A rollback goes back to a checkpoint: a run that starts without one saves its start.
+  if (o_.divergence.action == OnDivergence::rollback && pos_.resumed_from.empty()) save();
+  return true;
+}
+
+// A step's clocks: host time from its start, and device time between marks
+// on the compute stream (on a GPU what the device spent, whatever the host
+// ran ahead: Ops::mark); marks left by an evaluation or the previous step are
+// dropped first. --profile-ops counts from the run's second step, the first
+// building plans and caches.
+Trainer::StepClock Trainer::start_step_clock(int step, int first_step) {
+  StepClock c{std::chrono::steady_clock::now(), 0};
+  engine_->discard_timing();
+  ops_->clear_marks();
+  c.mark = ops_->mark();
+  if (profiler_ && step > first_step) profiler_->set_enabled(true), profiler_->count_step();
+  return c;
+}
+
+// Waits for the step's last op. The host seconds (tests only:
+// FSDP_TEST_SLOW_STEPS may stretch them) add up to the run's clocks.
+Trainer::StepTimes Trainer::stop_step_clock(const StepClock& c, int step, int first_step) {
+  StepTimes t;
+  t.device_s = ops_->seconds(c.mark, ops_->mark());
+  t.host_s = test_hooks::slow_step(
+      step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - c.host).count());
+  train_seconds_ += t.host_s;  // a step undone by a rollback took time all the same
+  budget_->time_step(t.host_s, step > first_step);
+  if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
+  return t;
+}
+
+// An applied step: the spike detector's window, the run's position, the
+// summary and the progress line.
+void Trainer::accept_step(int step, double loss, float lr, double norm, double device_s,
+                          TrainSummary& summary) {
+  spikes_.accept(loss);
+  pos_.step = step + 1;
+  pos_.tokens_seen += o_.data.tokens_per_step(world_.size);
+  summary.train_loss.push_back(loss);
+  log_step(step, loss, lr, norm, device_s);
+}
+
+// The cadences after applied step `done`, each decided by its component: the
+// time budget's plans, validation, the budget's report at the end, samples;
+// then a stop (--stop-at-step, or a signal every rank agreed on) and a save.
+// A stop ends the run early: returns false then.
+bool Trainer::after_step(int done, TrainSummary& summary) {
+  budget_->after_step(done);
+  const bool last = done == budget_->steps();
+  if (validator_ && validator_->due(done, last)) validate(done, summary);
+  if (last) budget_->report_end();
+  if (samples_->due(done, last)) print_samples(done);
+  const bool stop = done == o_.run.stop_at_step || agree_at_step_boundary();
+  if (checkpointer_->due(done, last, stop)) save();
+  if (!stop || last) return true;
+  if (lead_)
+    std::printf("fsdptrain: stopping after step %d (%s); continue with --resume auto\n", done,
+                stop_signal_name() ? stop_signal_name() : "--stop-at-step");
+  return false;
+}
+
+// One iteration is docs/ARCHITECTURE.md's "One optimizer step": the batch's
+// forward and backward, the gradients judged before they change a weight,
+// then the cadences. A diverged step is rerun to tell a device fault from the
+// data, then refused or rolled back.
+TrainSummary Trainer::run() {
+  TrainSummary summary;
+  if (!start_run(summary)) return summary;
+  const int first_step = int(pos_.step);
+  for (int step = first_step; budget_->steps() == 0 || step < budget_->steps(); ++step) {
+    const StepClock clock = start_step_clock(step, first_step);
+    // Until a budget fixes the count, the steps are warmup steps, whose rate
+    // does not depend on it.
+    const int steps = budget_->steps();
+    FSDP_CHECK(steps > 0 || step < o_.schedule.warmup_steps, "step ", step, " of no count");
+    const float lr = lr_at(step, steps, o_.schedule);
+    const SamplerState before = loader_->state();
+    const StepLoss loss = train_step(step);
+    // The update waits until the loss and the gradient norm are judged
+    // (src/policy/divergence.h): a diverged step changes no weight and reaches no
+    // checkpoint.
+    const GradientNorms norms = engine_->measure_gradients();
+    const std::string diverged = spikes_.judge(loss.mean, norms.total);
+    if (diverged.empty()) engine_->apply_update(o_.optimizer, lr, norms);
+    const StepTimes t = stop_step_clock(clock, step, first_step);
+    if (!diverged.empty()) {
+      DivergedStep d{.step = step, .loss = loss.mean, .norms = norms, .why = diverged};
+      rerun_diverged_step(d, before, loss);  // returns only if reproduced
+      // The loop's ++step makes it the checkpoint's step.
+      step = int(roll_back_or_stop(d, summary)) - 1;
+      continue;
+    }
+    accept_step(step, loss.mean, lr, norms.total, t.device_s, summary);
+    if (!after_step(step + 1, summary)) break;
+  }
+  // The last save may still be in flight: the run ends when it is written.
+  checkpointer_->finish_background_save();
+  if (profiler_ && lead_) std::printf("%s", profiler_->report().c_str());
+  return summary;
+}
+
+}  // namespace fsdp
