@@ -1,5 +1,5 @@
 // Single-GPU benchmark of the CUDA backend: every case of the op table
-// (tests/model/cuda/op_cases.h, the cases the parity suite test_cuda_ops
+// (tests/model/op_table/op_table.h, the cases the parity suite test_cuda_ops
 // checks) timed with CUDA events, forward and backward where a case has both;
 // the same ops at the model's shapes (every projection's GEMM, attention, the
 // fused cross-entropy, the optimizer ops on one block); and a full training
@@ -30,7 +30,7 @@
 #include "model/cuda/cuda_ops.h"
 #include "model/transformer.h"
 #include "tests/model/cuda/device_weights.h"
-#include "tests/model/cuda/op_cases.h"
+#include "tests/model/op_table/op_table.h"
 #include "tests/model/full_weights.h"
 
 namespace fsdp {

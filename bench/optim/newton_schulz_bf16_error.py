@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far Newton-Schulz in bf16 lands from fp32: the measurement behind the
-op table's kNewtonSchulz tolerances (tests/model/cuda/muon_op_cases.cpp).
+op table's kNewtonSchulz tolerances (tests/model/op_table/muon_cases.cpp).
 
 The CUDA backend runs Muon's iteration on bf16 matrices with cuBLASLt GEMMs
 that accumulate in fp32 and round each output to bf16. PyTorch's bf16 matmul

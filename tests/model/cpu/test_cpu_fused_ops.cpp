@@ -2,8 +2,8 @@
 // linear_add against linear then add (r separate and r aliasing y), and
 // norm_rope against rmsnorm then rope, its backward against rope_backward
 // then rmsnorm_backward composed by hand. The reference defines the fused ops
-// as these compositions, so results must agree bit for bit; a finite-
-// difference check of norm_rope's gradients guards the composition itself.
+// as these compositions, so results must agree bit for bit; the op table's
+// gradient mode (tests/model/op_table) checks norm_rope's gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "model/cpu/cpu_ops.h"
-#include "tests/model/cpu/gradcheck.h"
 
 namespace fsdp {
 namespace {
@@ -107,33 +106,6 @@ TEST(CpuFusedOps, NormRopeIsRmsnormThenRope) {
   // Odd head_dim: RoPE pairs the halves of a head, so it must be even.
   EXPECT_ANY_THROW(ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H * 8, 1, eps,
                                  theta, s.H * 8));
-}
-
-// loss = sum(norm_rope(x, g) * R): norm_rope_backward with dy = R must give
-// its gradients with respect to x and g (tolerance as in test_cpu_ops.cpp).
-TEST(CpuFusedOps, NormRopeBackwardMatchesFiniteDifferences) {
-  const Heads s;
-  const float eps = 1e-5f, theta = 10000.0f;
-  CpuOps ops;
-  std::mt19937 rng(5);
-  Vec x = random_vec(rng, s.n(), -2.0f, 2.0f), g = random_vec(rng, s.hd, 0.5f, 1.5f);
-  const Vec R = random_vec(rng, s.n());
-  Vec y(s.n()), rstd(s.rows());
-  auto loss = [&] {
-    ops.norm_rope(view(y), view(rstd), view(x), view(g), s.B, s.T, s.H, s.hd, eps, theta,
-                  s.width());
-    double l = 0.0;
-    for (size_t i = 0; i < y.size(); ++i) l += double(y[i]) * R[i];
-    return l;
-  };
-  loss();
-  Vec dy = R, dx(s.n()), dg(s.hd, 0.0f);
-  ops.norm_rope_backward(view(dx), view(dg), view(dy), view(x), view(g), view(rstd), s.B, s.T, s.H,
-                         s.hd, theta, Tensor{}, s.width());
-  const test::GradCheckResult rx = test::grad_check(loss, x.data(), dx.data(), int64_t(x.size()));
-  EXPECT_LT(rx.worst_rel_err, 1e-2) << "dx: " << rx.describe();
-  const test::GradCheckResult rg = test::grad_check(loss, g.data(), dg.data(), int64_t(g.size()));
-  EXPECT_LT(rg.worst_rel_err, 1e-2) << "dg: " << rg.describe();
 }
 
 }  // namespace

@@ -1,20 +1,17 @@
 // The fp32 reference backend against direct double-precision computations
-// (forward) and central finite differences (backward). Outputs are poisoned
-// with NaN before each call so an element an op forgets to write fails.
+// (forward), the semantics of its backwards (what accumulates, what is
+// skipped) and, for attention on tiny shapes, central finite differences at
+// every coordinate. Every other op's gradients are checked against finite
+// differences by the op table's gradient mode (tests/model/op_table). Outputs
+// are poisoned with NaN before each call so an element an op forgets to write
+// fails.
 //
 // Tolerances:
 //  - Forward: ops reduce in double and round once (linear: OpenBLAS in fp32
 //    with K <= 16), so results sit within a few fp32 ulps of the double
 //    reference; kFwdTol = 1e-5 relative (atol 1e-6 for values near zero) is
 //    ~100 ulps of headroom yet far below any real bug.
-//  - Gradients: the loss sum(out * R) is evaluated from fp32 outputs, so it
-//    carries rounding noise of ~1e-7 relative; with a 1e-2 relative step that
-//    noise contributes ~1e-5 to a derivative of order 1, and the truncation
-//    error of the central difference is ~h^2 ~ 1e-4. Measured worst errors are
-//    ~1e-3 or below (printed by each test); kGradTol = 1e-2 leaves room for that
-//    while any real backward bug (a missing term, wrong sign, wrong head
-//    mapping) gives errors of order 1e-1..1. GradCheck.DetectsWrongGradient
-//    shows a 5% error in one coordinate is caught.
+//  - Gradients: as the op table's gradient mode (test_op_table.cpp), 1e-2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +25,7 @@
 #include <vector>
 
 #include "model/cpu/cpu_ops.h"
-#include "tests/model/cpu/gradcheck.h"
+#include "tests/model/gradcheck.h"
 
 namespace fsdp {
 namespace {
@@ -109,28 +106,6 @@ void expect_grad(const char* what, const GradCheckResult& r) {
   EXPECT_LT(r.worst_rel_err, kGradTol) << what << ": " << r.describe();
 }
 
-// ---- the checker itself ------------------------------------------------------
-
-TEST(GradCheck, DetectsWrongGradient) {
-  // loss = sum_i c_i x_i^2, gradient 2 c_i x_i.
-  std::vector<float> x = {0.3f, -1.2f, 0.7f, 2.0f, -0.5f};
-  const std::vector<double> c = {1.0, 0.5, -2.0, 0.25, 3.0};
-  auto loss = [&] {
-    double s = 0.0;
-    for (size_t i = 0; i < x.size(); ++i) s += c[i] * double(x[i]) * x[i];
-    return s;
-  };
-  std::vector<float> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) g[i] = float(2.0 * c[i] * x[i]);
-  const std::vector<float> x0 = x;
-  EXPECT_LT(grad_check(loss, x.data(), g.data(), int64_t(x.size())).worst_rel_err, 1e-3);
-  EXPECT_EQ(x, x0) << "grad_check must restore the parameters";
-  g[2] *= 1.05f;
-  const GradCheckResult bad = grad_check(loss, x.data(), g.data(), int64_t(x.size()));
-  EXPECT_GT(bad.worst_rel_err, kGradTol);
-  EXPECT_EQ(bad.worst_index, 2);
-}
-
 // ---- memory ------------------------------------------------------------------
 
 TEST_F(CpuOpsTest, MemoryAllocZeroCopyTransfer) {
@@ -176,11 +151,6 @@ TEST_F(CpuOpsTest, Embedding) {
   fill(r);
   ops_.zero(dwte);
   ops_.embedding_backward(dwte, r, tok, n, C);
-  auto loss = [&] {
-    ops_.embedding(out, tok, wte, n, C);
-    return dot_loss(out, r);
-  };
-  expect_grad("embedding dwte", grad_check(loss, wte.f(), dwte.f(), wte.n()));
 
   // Weight gradients accumulate: a second call adds the same amount again.
   const std::vector<float> once = snapshot(dwte);
@@ -223,15 +193,8 @@ TEST_F(CpuOpsTest, RmsNorm) {
   poison(dx);
   ops_.zero(dg);
   ops_.rmsnorm_backward(dx, dg, R, x, g, rstd, rows, dim, false, Tensor{});
-  auto loss = [&] {
-    ops_.rmsnorm(y, rstd, x, g, rows, dim, eps, {});
-    return dot_loss(y, R);
-  };
-  expect_grad("rmsnorm dx", grad_check(loss, x.f(), dx.f(), x.n()));
-  expect_grad("rmsnorm dg", grad_check(loss, g.f(), dg.f(), g.n()));
 
   // accumulate_dx adds to what is there; dg always accumulates.
-  ops_.rmsnorm(y, rstd, x, g, rows, dim, eps, {});
   const std::vector<float> dx1 = snapshot(dx), dg1 = snapshot(dg);
   Buf base(ops_, DType::f32, rows * dim);
   fill(base);
@@ -272,12 +235,6 @@ TEST_F(CpuOpsTest, Linear) {
   poison(dx);
   ops_.zero(dw);
   ops_.linear_backward(dx, dw, R, x, w, M, N, K, false);
-  auto loss = [&] {
-    ops_.linear(y, x, w, M, N, K);
-    return dot_loss(y, R);
-  };
-  expect_grad("linear dx", grad_check(loss, x.f(), dx.f(), x.n()));
-  expect_grad("linear dw", grad_check(loss, w.f(), dw.f(), w.n()));
 
   const std::vector<float> dx1 = snapshot(dx), dw1 = snapshot(dw);
   Buf base(ops_, DType::f32, M * K);
@@ -326,17 +283,6 @@ TEST_F(CpuOpsTest, Rope) {
   ops_.rope_backward(x, B, T, H, hd, theta);
   std::vector<double> orig(x0.f(), x0.f() + n);
   expect_close("rope_backward(rope(x))", x.f(), orig);
-
-  Buf R(ops_, DType::f32, n), dx(ops_, DType::f32, n);
-  fill(R);
-  ops_.copy(dx, R);
-  ops_.rope_backward(dx, B, T, H, hd, theta);
-  auto loss = [&] {
-    ops_.copy(x, x0);
-    ops_.rope(x, B, T, H, hd, theta);
-    return dot_loss(x, R);
-  };
-  expect_grad("rope dx", grad_check(loss, x0.f(), dx.f(), n));
 }
 
 // ---- attention -------------------------------------------------------------------
@@ -500,12 +446,10 @@ TEST_F(CpuOpsTest, SwiGlu) {
   poison(da);
   poison(db);
   ops_.swiglu_backward(da, db, R, a, b, 1, int(n), n, {});
-  auto loss = [&] {
-    ops_.swiglu(s, a, b, 1, int(n), n, {});
-    return dot_loss(s, R);
-  };
-  expect_grad("swiglu da", grad_check(loss, a.f(), da.f(), n));
-  expect_grad("swiglu db", grad_check(loss, b.f(), db.f(), n));
+  for (int64_t i = 0; i < n; ++i) {  // every element written
+    EXPECT_TRUE(std::isfinite(da[i]));
+    EXPECT_TRUE(std::isfinite(db[i]));
+  }
 }
 
 TEST_F(CpuOpsTest, Add) {
@@ -553,14 +497,6 @@ TEST_F(CpuOpsTest, CrossEntropy) {
   ops_.cross_entropy(losses, grad, tg, n, V, V, gs);
   expect_close("cross_entropy loss (fused)", losses.f(), want);
   for (int j = 0; j < V; ++j) EXPECT_EQ(grad[1 * V + j], 0.0f) << "ignored row has a gradient";
-  Buf scratch(ops_, DType::f32, n);
-  auto loss = [&] {
-    ops_.cross_entropy(scratch, logits, tg, n, V, V, 0.0f);
-    double s = 0.0;
-    for (int i = 0; i < n; ++i) s += gs * double(scratch[i]);
-    return s;
-  };
-  expect_grad("cross_entropy dlogits", grad_check(loss, logits.f(), grad.f(), logits.n()));
 
   // Large logits must not overflow: the row max is subtracted before exp.
   const float big[3] = {1000.0f, 0.0f, -1000.0f};

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/cuda/cuda_ops.h"
-#include "tests/model/cuda/tensor_io.h"
+#include "tests/model/op_table/tensor_io.h"
 
 namespace fsdp::test {
 

@@ -1,5 +1,5 @@
 // Every CUDA op against the fp32 CPU reference on fresh random inputs, one
-// GoogleTest per case of the op table (tests/model/cuda/op_cases.h, which
+// GoogleTest per case of the op table (tests/model/op_table/op_table.h, which
 // also holds the tolerances and their reasons; bench/cuda/bench_ops.cpp times
 // the same cases). Both backends get the same bf16-representable inputs;
 // outputs are poisoned with NaN first, and a non-finite element fails
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tests/model/cuda/cuda_test_util.h"
-#include "tests/model/cuda/op_cases.h"
+#include "tests/model/op_table/op_table.h"
 
 namespace fsdp::test {
 

@@ -1,4 +1,4 @@
-// The op table's cases for Muon's ops (see op_cases.h): the momentum and the
+// The op table's cases for Muon's ops (see op_table.h): the momentum and the
 // update over a shard's spans (fp32 in and out, so checked tight), and
 // Newton-Schulz, which the CUDA backend runs in bf16 against the reference's
 // fp32. Its tolerances come from measurements, not from what passes:
@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "shard/muon.h"
-#include "tests/model/cuda/op_case_util.h"
+#include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
 namespace {
@@ -119,43 +119,47 @@ OpCase newton_schulz_case(int rows, int cols, int batch, int steps) {
 
 }  // namespace
 
-void add_muon_cases(std::vector<OpCase>& t, int64_t n) {
-  for (bool nesterov : {true, false}) t.push_back(muon_momentum_case(n, nesterov));
-  t.push_back(muon_update_case(n));
-  // Wide and tall (iterated transposed), square, leading dimensions that are
-  // not multiples of 8, batches of one and more; 0 and 1 steps judge the
-  // casts and one step's three GEMMs tightly, 5 the published iteration.
-  for (auto [rows, cols] : {std::pair{64, 96}, std::pair{96, 64}}) {
-    t.push_back(newton_schulz_case(rows, cols, 1, 0));
-    t.push_back(newton_schulz_case(rows, cols, 3, 1));
-    t.push_back(newton_schulz_case(rows, cols, 2, 5));
-  }
-  t.push_back(newton_schulz_case(128, 128, 1, 5));
-  t.push_back(newton_schulz_case(50, 70, 3, 5));
-  t.push_back(newton_schulz_case(160, 48, 1, 1));
-}
-
-void add_muon_model_cases(std::vector<OpCase>& t, const ModelConfig& c, int64_t block) {
-  const int d = c.d_model;
-  // Muon on one block: its matrices batched by shape as MuonStep batches them
-  // on one rank (wq and wo; wk and wv; w1 and w3; w2 alone).
-  t.push_back(muon_momentum_case(block, true));
-  t.push_back(muon_update_case(block));
-  if (c.q_dim() == d) {
-    t.push_back(newton_schulz_case(d, d, 2, 5));
-    t.back().variant = "wq and wo, " + t.back().variant;
-  } else {
-    t.push_back(newton_schulz_case(c.q_dim(), d, 1, 5));
-    t.back().variant = "wq, " + t.back().variant;
-    t.push_back(newton_schulz_case(d, c.q_dim(), 1, 5));
-    t.back().variant = "wo, " + t.back().variant;
-  }
-  t.push_back(newton_schulz_case(c.kv_dim(), d, 2, 5));
-  t.back().variant = "wk and wv, " + t.back().variant;
-  t.push_back(newton_schulz_case(c.d_ff, d, 2, 5));
-  t.back().variant = "w1 and w3, " + t.back().variant;
-  t.push_back(newton_schulz_case(d, c.d_ff, 1, 5));
-  t.back().variant = "w2, " + t.back().variant;
-}
+FSDP_OP_FAMILY(
+    "muon",
+    [](std::vector<OpCase>& t) {
+      const int64_t n = 100003;
+      for (bool nesterov : {true, false}) t.push_back(muon_momentum_case(n, nesterov));
+      t.push_back(muon_update_case(n));
+      // Wide and tall (iterated transposed), square, leading dimensions that are
+      // not multiples of 8, batches of one and more; 0 and 1 steps judge the
+      // casts and one step's three GEMMs tightly, 5 the published iteration.
+      for (auto [rows, cols] : {std::pair{64, 96}, std::pair{96, 64}}) {
+        t.push_back(newton_schulz_case(rows, cols, 1, 0));
+        t.push_back(newton_schulz_case(rows, cols, 3, 1));
+        t.push_back(newton_schulz_case(rows, cols, 2, 5));
+      }
+      t.push_back(newton_schulz_case(128, 128, 1, 5));
+      t.push_back(newton_schulz_case(50, 70, 3, 5));
+      t.push_back(newton_schulz_case(160, 48, 1, 1));
+    },
+    [](std::vector<OpCase>& t, const ModelShape& m) {
+      const ModelConfig& c = m.c;
+      const int64_t block = m.block;
+      const int d = c.d_model;
+      // Muon on one block: its matrices batched by shape as MuonStep batches them
+      // on one rank (wq and wo; wk and wv; w1 and w3; w2 alone).
+      t.push_back(muon_momentum_case(block, true));
+      t.push_back(muon_update_case(block));
+      if (c.q_dim() == d) {
+        t.push_back(newton_schulz_case(d, d, 2, 5));
+        t.back().variant = "wq and wo, " + t.back().variant;
+      } else {
+        t.push_back(newton_schulz_case(c.q_dim(), d, 1, 5));
+        t.back().variant = "wq, " + t.back().variant;
+        t.push_back(newton_schulz_case(d, c.q_dim(), 1, 5));
+        t.back().variant = "wo, " + t.back().variant;
+      }
+      t.push_back(newton_schulz_case(c.kv_dim(), d, 2, 5));
+      t.back().variant = "wk and wv, " + t.back().variant;
+      t.push_back(newton_schulz_case(c.d_ff, d, 2, 5));
+      t.back().variant = "w1 and w3, " + t.back().variant;
+      t.push_back(newton_schulz_case(d, c.d_ff, 1, 5));
+      t.back().variant = "w2, " + t.back().variant;
+    });
 
 }  // namespace fsdp::test

@@ -1,8 +1,10 @@
-// One table of op cases that drives both the GPU parity suite
+// One table of op cases that drives the GPU parity suite
 // (tests/model/cuda/test_cuda_ops.cpp: every case, CUDA vs the fp32 CPU
+// reference), the gradient check (test_op_table.cpp: every case with a
+// backward, its gradients against finite differences of its forward on the
 // reference) and the op benchmark (bench/cuda/bench_ops.cpp: every case timed
 // with CUDA events), as ggml's test-backend-ops does. Adding a case adds its
-// test and its benchmark at once.
+// test, its gradient check and its benchmark at once.
 //
 // A case names the op, its shapes, the device dtypes and what else varies,
 // and has one function, bind(Env&), that builds the case's tensors on one
@@ -11,6 +13,10 @@
 // the same seed, so the reference and the device start from identical
 // bf16-representable inputs. Outputs are poisoned with NaN when they are made,
 // so an element an op forgets to write fails the check.
+//
+// Cases live in one file per op family (`<family>_cases.cpp`, as the CUDA
+// kernels live in one .cu per family), each adding its own to the table with
+// FSDP_OP_FAMILY; nothing else lists them.
 //
 // Tolerances (relative L2 error ||gpu - cpu|| / ||cpu|| unless bitwise) carry
 // their reason; each check names one. A real bug (wrong transpose, head
@@ -26,7 +32,7 @@
 
 #include "model/config.h"
 #include "model/ops.h"
-#include "tests/model/cuda/tensor_io.h"
+#include "tests/model/op_table/tensor_io.h"
 
 namespace fsdp::test {
 
@@ -85,6 +91,27 @@ struct Bound {
   // from_ref take the reference's values, the reference's tensors in from_dev
   // take the device's. Ignored by the benchmark.
   std::vector<Tensor> from_ref, from_dev;
+
+  // Gradient mode (finite differences of fwd on the reference): the scalar
+  // L = sum over `loss` of weight . out, read after fwd. After fwd and bwd
+  // each grad's dx holds dL/dx (added: dx += dL/dx). Before every forward
+  // the mode puts back each x, so an op that overwrites its input (the
+  // cross-entropy's logits) is differentiated from the same point.
+  struct Term {
+    Tensor out;
+    Tensor weight;  // dy, as backward reads it; empty: every element weighs `scale`
+    float scale = 1.0f;
+  };
+  struct Grad {
+    std::string what;
+    Tensor x, dx;
+    bool added = false;
+  };
+  std::vector<Term> loss;
+  std::vector<Grad> grads;
+  // Why a case with a backward declares no grads (a strided view of a packed
+  // case that does; a backward that is no derivative). Empty otherwise.
+  std::string no_gradient;
 };
 
 // Where one backend's side of a case lives and where its inputs come from.
@@ -137,13 +164,38 @@ void run_parity(const Bound& r, const Bound& d, Ops& ref, Ops& dev,
                 const std::function<void(const std::vector<Check>& ref_checks,
                                          const std::vector<Check>& dev_checks)>& compare);
 
-// The parity table: small shapes that exercise every path (vectorised and
-// not, aliasing, accumulation, padding, ignored targets) and that the CPU
-// reference computes in seconds. The test checks and the benchmark times each.
+// The model shapes a family's benchmark cases are made at: B sequences of T
+// tokens of model c, whose transformer blocks hold `block` parameters.
+struct ModelShape {
+  const ModelConfig& c;
+  int B, T;
+  int64_t block;
+  int M() const { return B * T; }
+  int qkv() const { return c.q_dim() + 2 * c.kv_dim(); }  // the q|k|v GEMM's width
+};
+
+// One op family's cases: the parity table's (small shapes that exercise
+// every path: vectorised and not, aliasing, accumulation, padding, ignored
+// targets, at sizes the CPU reference computes in seconds) and, optionally,
+// the same ops at a model's shapes (for the benchmark only: the CPU
+// reference would take minutes on them).
+struct OpFamily {
+  std::string name;  // orders the table
+  std::function<void(std::vector<OpCase>&)> cases;
+  std::function<void(std::vector<OpCase>&, const ModelShape&)> model_cases;
+};
+
+// Adds a family to the table; called during static initialisation by
+// FSDP_OP_FAMILY, once per family file. Returns true.
+bool add_op_family(OpFamily f);
+#define FSDP_OP_FAMILY(...)                                 \
+  [[maybe_unused]] static const bool fsdp_op_family_added = \
+      ::fsdp::test::add_op_family(OpFamily{__VA_ARGS__})
+
+// The parity table: every family's cases, families in name order.
 std::vector<OpCase> op_cases();
 
-// The same ops at one model's shapes (B sequences of T tokens), for the
-// benchmark only: the CPU reference would take minutes on them.
+// The same ops at one model's shapes (B sequences of T tokens).
 std::vector<OpCase> model_op_cases(const ModelConfig& c, int B, int T);
 
 }  // namespace fsdp::test

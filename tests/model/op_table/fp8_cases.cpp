@@ -1,13 +1,15 @@
-// The op table's FP8 cases: per-tensor quantization must give the
+// The op table's FP8 cases (see op_table.h): per-tensor quantization must give the
 // reference's codes and scale bit for bit (one rounding per element, a max,
 // one division: nothing order-dependent), and dequantization its values.
 #include <cmath>
+#include <utility>
 
-#include "tests/model/cuda/op_case_util.h"
+#include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
+namespace {
 
-OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros) {
+OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros = false) {
   OpCase c;
   c.op = "quantize_fp8";
   c.shape = fmt("n=%lld", static_cast<long long>(n));
@@ -35,6 +37,7 @@ OpCase quantize_fp8_case(int64_t n, Fp8 format, DType src, bool zeros) {
     b.from_ref = {q, si};
     b.bwd = [=, &o] { o.dequantize_fp8(back, q, si, format); };
     b.bwd_checks = {vs_ref("dequantize_fp8", back, src == BF ? kRound : kBitwise)};
+    b.no_gradient = "backward is dequantize_fp8, the cast's inverse, not a derivative";
     return b;
   };
   return c;
@@ -172,7 +175,7 @@ OpCase fp8_gather_cast_case(int rows, int cols) {
 // same, see above): only the order of the fp32 sums and the bf16 output
 // rounding differ from the reference's product of the dequantized values.
 // With a residual, r is added in the GEMM's epilogue (linear_add's role).
-OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format, bool residual) {
+OpCase linear_fp8_case(int M, int N, int K, Fp8 x_format, Fp8 w_format, bool residual = false) {
   OpCase c;
   c.op = "linear_fp8";
   c.shape = fmt("M=%d N=%d K=%d", M, N, K);
@@ -231,5 +234,67 @@ OpCase linear_backward_fp8_case(int M, int N, int K, bool accumulate_dx, DType d
   };
   return c;
 }
+
+}  // namespace
+
+FSDP_OP_FAMILY(
+    "fp8",
+    [](std::vector<OpCase>& t) {
+      // n = 100003: odd, so no kernel can assume a multiple of its vector width.
+      for (Fp8 f : {Fp8::e4m3, Fp8::e5m2})
+        for (DType src : {F32, BF}) t.push_back(quantize_fp8_case(100003, f, src));
+      t.push_back(quantize_fp8_case(1000, Fp8::e4m3, BF, /*zeros=*/true));
+      // 300 and 77 rows (not multiples of 16): the 32 x 32 kernel; 320 and 96:
+      // the vectorised 64 x 64 one, with partial tiles in both directions.
+      t.push_back(quantize_fp8_t_case(300, 200, Fp8::e4m3, BF));
+      t.push_back(quantize_fp8_t_case(77, 1030, Fp8::e5m2, F32));
+      t.push_back(quantize_fp8_t_case(320, 200, Fp8::e4m3, BF));
+      t.push_back(quantize_fp8_t_case(96, 1032, Fp8::e5m2, F32));
+      for (bool t_only : {true, false}) {
+        t.push_back(quantize_fp8_t_amax_case(320, 200, BF, t_only));   // 64 x 64 tiles
+        t.push_back(quantize_fp8_t_amax_case(77, 1030, F32, t_only));  // 32 x 32
+      }
+      t.push_back(fp8_gather_cast_case(300, 200));
+      t.push_back(fp8_gather_cast_case(320, 200));    // the 64 x 64 transpose, partial tiles
+      t.push_back(fp8_gather_cast_case(1024, 4096));  // gpt-350m's w2
+      t.push_back(fp8_each_case());
+      // e4m3 x e4m3 (forward) and an e5m2 operand (backward's gradients).
+      t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3));
+      t.push_back(linear_fp8_case(128, 64, 320, Fp8::e5m2, Fp8::e4m3));
+      t.push_back(linear_fp8_case(256, 192, 128, Fp8::e4m3, Fp8::e4m3, /*residual=*/true));
+      t.push_back(linear_backward_fp8_case(256, 192, 128, false, F32));
+      t.push_back(linear_backward_fp8_case(128, 64, 320, true, BF));
+    },
+    [](std::vector<OpCase>& t, const ModelShape& m) {
+      const ModelConfig& c = m.c;
+      const int M = m.M(), d = c.d_model;
+      struct Proj {
+        const char* name;
+        int N, K;
+      };
+      // The block projections as FP8 GEMMs (issue 13's forward), and the
+      // per-tensor cast of an activation that feeds them.
+      for (Proj p : {Proj{"wq|wk|wv", m.qkv(), d}, Proj{"wo", d, c.q_dim()},
+                     Proj{"w1|w3", 2 * c.d_ff, d}, Proj{"w2", d, c.d_ff}}) {
+        t.push_back(linear_fp8_case(M, p.N, p.K, Fp8::e4m3, Fp8::e4m3));
+        t.back().variant = std::string(p.name) + ", " + t.back().variant;
+        t.push_back(linear_backward_fp8_case(M, p.N, p.K, false, F32));
+        t.back().variant = std::string(p.name) + ", " + t.back().variant;
+      }
+      t.push_back(linear_fp8_case(M, d, c.d_ff, Fp8::e4m3, Fp8::e4m3, /*residual=*/true));
+      t.back().variant = "w2, " + t.back().variant;
+      t.push_back(quantize_fp8_case(int64_t(M) * d, Fp8::e4m3, BF));
+      t.push_back(quantize_fp8_t_case(M, d, Fp8::e4m3, BF));
+      t.push_back(quantize_fp8_t_case(M, c.d_ff, Fp8::e4m3, BF));
+      // A block input's cast in training: codes for the forward GEMM and the
+      // transposed codes the backward keeps (h1 and h2; s); s's transposed codes
+      // alone under --recompute mlp.
+      t.push_back(quantize_fp8_t_amax_case(M, d, BF, /*t_only=*/false));
+      t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/false));
+      t.push_back(quantize_fp8_t_amax_case(M, c.d_ff, BF, /*t_only=*/true));
+      // The packed gradients: dA|dB by SwiGLU's amax, dq|dk|dv by its own.
+      t.push_back(quantize_fp8_t_amax_case(M, 2 * c.d_ff, BF, /*t_only=*/false));
+      t.push_back(quantize_fp8_t_case(M, m.qkv(), Fp8::e4m3, BF));
+    });
 
 }  // namespace fsdp::test

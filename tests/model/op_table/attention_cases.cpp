@@ -1,12 +1,13 @@
-// The op table's cases for attention (see op_cases.h): cuDNN's fused causal
+// The op table's cases for attention (see op_table.h): cuDNN's fused causal
 // GQA forward and backward against the CPU reference's, with v packed or as
 // the last columns of q|k|v rows, as the model reads it.
-#include "tests/model/cuda/op_case_util.h"
+#include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
+namespace {
 
 // ---- attention --------------------------------------------------------------
-OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld) {
+OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld = 0) {
   const int64_t nq = int64_t(B) * T * H * hd, nkv = int64_t(B) * T * Hkv * hd;
   const int64_t nl = int64_t(B) * H * T, kv_width = int64_t(Hkv) * hd;
   if (v_ld == 0) v_ld = kv_width;
@@ -43,9 +44,38 @@ OpCase attention_case(int B, int T, int H, int Hkv, int hd, int64_t v_ld) {
     };
     b.bwd_checks = {vs_ref("attention dq", dq, kAttn), vs_ref("attention dk", dk, kAttn),
                     vs_ref("attention dv", dvw, kAttn)};
+    if (v_ld == kv_width) {
+      b.loss = {{out, dot}};
+      b.grads = {{"dq", qt, dq}, {"dk", kt, dk}, {"dv", vt, dv}};
+    } else {
+      b.no_gradient =
+          "v a view into q|k|v rows: the packed case's gradient, as test_cpu_strided_ops shows";
+    }
     return b;
   };
   return c;
 }
+
+}  // namespace
+
+FSDP_OP_FAMILY(
+    "attention",
+    [](std::vector<OpCase>& t) {
+      // Grouped (4:2, 8:2) and plain (4:4) heads; head_dim 64, 16, 128.
+      t.push_back(attention_case(2, 128, 4, 2, 64));
+      t.push_back(attention_case(1, 64, 4, 4, 16));
+      t.push_back(attention_case(2, 96, 8, 2, 128));
+      // v inside a q|k|v row (4 + 2 * 2 heads of 64), and at gpt-350m's heads
+      // (16 + 2 * 4 of 64): v's rows (q+2kv wide) are not k's (kv wide).
+      t.push_back(attention_case(2, 128, 4, 2, 64, 8 * 64));
+      t.push_back(attention_case(1, 256, 16, 4, 64, 24 * 64));
+      // Heads wider than d_model / n_head (--head-dim), as Qwen3-0.6B's: 16 + 2 * 8
+      // heads of 128, so q|k|v rows are 4096 wide.
+      t.push_back(attention_case(1, 64, 16, 8, 128, 4096));
+    },
+    [](std::vector<OpCase>& t, const ModelShape& m) {
+      const ModelConfig& c = m.c;
+      t.push_back(attention_case(m.B, m.T, c.n_head, c.n_kv_head, c.head_dim(), m.qkv()));
+    });
 
 }  // namespace fsdp::test

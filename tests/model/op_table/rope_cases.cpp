@@ -1,36 +1,13 @@
-// The op table's cases for the fused and elementwise ops (see op_cases.h): a
-// GEMM with the residual add in its epilogue, RoPE alone and with QK-norm,
-// SwiGLU and the residual add. Each is checked against the CPU reference,
-// which composes the unfused ops.
-#include "tests/model/cuda/op_case_util.h"
+// The op table's cases for RoPE (see op_table.h): alone, in place, and fused
+// with QK-norm (norm_rope), packed or as views into q|k|v rows, and without
+// a gain (a model without QK-norm).
+#include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
-
-// ---- linear_add ---------------------------------------------------------------
-OpCase linear_add_case(int M, int N, int K, bool alias) {
-  OpCase c;
-  c.op = "linear_add";
-  c.shape = fmt("M=%d N=%d K=%d", M, N, K);
-  c.variant = alias ? "r aliases y (residual in place)" : "r separate";
-  c.dtypes = "x,w,r,y bf16";
-  c.fwd_flops = 2.0 * M * N * K;
-  c.bind = [=](Env& e) {
-    const auto x = e.rnd(int64_t(M) * K), w = e.rnd(int64_t(N) * K);
-    const auto r = e.rnd(int64_t(M) * N, -4.0f, 4.0f);
-    Tensor xt = e.in(BF, x), wt = e.in(BF, w), rt = e.in(BF, r);
-    Tensor y = alias ? rt : e.out(BF, int64_t(M) * N);
-    Ops& o = e.ops;
-    Bound b;
-    b.fwd = [=, &o] { o.linear_add(y, xt, wt, rt, M, N, K); };
-    b.fwd_checks = {vs_ref(alias ? "linear_add y, r aliasing y" : "linear_add y", y, kGemm)};
-    if (!alias) b.fwd_checks.push_back(vs_host("linear_add r untouched", rt, kBitwise, r));
-    return b;
-  };
-  return c;
-}
+namespace {
 
 // ---- rope -------------------------------------------------------------------
-OpCase rope_case(int B, int T, int H, int hd, const Rope& rope) {
+OpCase rope_case(int B, int T, int H, int hd, const Rope& rope = kTheta) {
   const int64_t n = int64_t(B) * T * H * hd;
   OpCase c;
   c.op = "rope";
@@ -53,75 +30,46 @@ OpCase rope_case(int B, int T, int H, int hd, const Rope& rope) {
     b.bwd = [=, &o] { o.rope_backward(xt, B, T, H, hd, rope); };
     b.bwd_checks = {vs_host("rope then rope_backward", xt, kRound, x),
                     vs_ref("rope_backward", xt, kRound)};
+    b.no_gradient = "in place, backward of forward's own output; rope_grad_case differentiates it";
     return b;
   };
   return c;
 }
 
-// ---- swiglu and add -----------------------------------------------------------
-// halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
-// da and db likewise; otherwise each packed.
-OpCase swiglu_case(int rows, int cols, bool halves) {
-  const int64_t n = int64_t(rows) * cols, ld = halves ? 2 * cols : cols;
+// RoPE as the model differentiates it: forward rotates a copy of x,
+// backward rotates a copy of dy back.
+OpCase rope_grad_case(int B, int T, int H, int hd) {
+  const int64_t n = int64_t(B) * T * H * hd;
   OpCase c;
-  c.op = "swiglu";
-  c.shape = fmt("%dx%d", rows, cols);
-  c.variant = halves ? "s = silu(a) * b, a|b in one row" : "s = silu(a) * b";
-  c.dtypes = "a,b,s,ds,da,db bf16";
-  c.fwd_bytes = 3.0 * n * 2;
-  c.bwd_bytes = 5.0 * n * 2;
+  c.op = "rope";
+  c.shape = fmt("B=%d T=%d heads=%d head_dim=%d", B, T, H, hd);
+  c.variant = "of a copy, backward of dy";
+  c.dtypes = "x,y,dy,dx bf16";
+  c.fwd_bytes = c.bwd_bytes = 2.0 * n * 2;
   c.bind = [=](Env& e) {
-    const auto a = e.rnd(halves ? 2 * n : n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
-    // With halves, a holds both: its rows' second halves are b.
-    Tensor at = e.in(BF, a), bt = halves ? at.slice(cols, 2 * n - cols) : e.in(BF, bv);
-    Tensor s = e.out(BF, n), dst = e.in(BF, ds);
-    Tensor da = e.out(BF, halves ? 2 * n : n);
-    Tensor db = halves ? da.slice(cols, 2 * n - cols) : e.out(BF, n);
+    const auto x = e.rnd(n), dy = e.rnd(n);
+    Tensor xt = e.in(BF, x), y = e.out(BF, n), dyt = e.in(BF, dy), dx = e.out(BF, n);
     Ops& o = e.ops;
     Bound b;
-    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 1);
-    b.fwd = [=, &o] { o.swiglu(s, at, bt, rows, cols, ld, s_amax); };
-    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
-    b.fwd_checks = {vs_ref("swiglu", s, kRound), vs_ref("max |s|", s_amax, kRound)};
-    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, rows, cols, ld, amax); };
-    b.bwd_checks = {vs_ref(halves ? "swiglu da|db" : "swiglu da", da, kRound),
-                    vs_ref("max of |da|, |db|", amax, kRound)};
-    if (!halves) b.bwd_checks.push_back(vs_ref("swiglu db", db, kRound));
-    return b;
-  };
-  return c;
-}
-
-// misaligned: operands at an odd element offset take the unvectorised path;
-// otherwise in place (y aliases a), as the model's residual adds call it.
-OpCase add_case(int64_t n, bool misaligned) {
-  const int64_t m = misaligned ? n - 1 : n;
-  OpCase c;
-  c.op = "add";
-  c.shape = fmt("n=%lld", (long long)m);
-  c.variant = misaligned ? "operands at an odd element offset" : "in place, y aliases a";
-  c.dtypes = "a,b,y bf16";
-  c.fwd_bytes = 3.0 * m * 2;
-  c.bind = [=](Env& e) {
-    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n);
-    Tensor at = e.in(BF, a), bt = e.in(BF, bv);
-    Ops& o = e.ops;
-    Bound b;
-    if (misaligned) {
-      Tensor y = e.out(BF, n).slice(1, m);
-      b.fwd = [=, &o] { o.add(y, at.slice(1, m), bt.slice(1, m), m); };
-      b.fwd_checks = {vs_ref("add (misaligned)", y, kRound)};
-    } else {
-      b.fwd = [=, &o] { o.add(at, at, bt, n); };
-      b.fwd_checks = {vs_ref("add (in place)", at, kRound)};
-    }
+    b.fwd = [=, &o] {
+      o.copy(y, xt);
+      o.rope(y, B, T, H, hd, kTheta);
+    };
+    b.fwd_checks = {vs_ref("rope of a copy", y, kRound)};
+    b.bwd = [=, &o] {
+      o.copy(dx, dyt);
+      o.rope_backward(dx, B, T, H, hd, kTheta);
+    };
+    b.bwd_checks = {vs_ref("rope_backward of dy", dx, kRound)};
+    b.loss = {{y, dyt}};
+    b.grads = {{"dx", xt, dx}};
     return b;
   };
   return c;
 }
 
 // ---- norm_rope ----------------------------------------------------------------
-OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt, int64_t ld, int64_t col) {
+OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt, int64_t ld = 0, int64_t col = 0) {
   const int rows = B * T * H;
   const int64_t n = int64_t(rows) * hd, tokens = int64_t(B) * T, width = int64_t(H) * hd;
   if (ld == 0) ld = width;
@@ -161,12 +109,19 @@ OpCase norm_rope_case(int B, int T, int H, int hd, DType dgt, int64_t ld, int64_
                     dgt == BF ? vs_ref("norm_rope dg (bf16, +=)", dg, kRound)
                               : vs_ref("norm_rope dg (f32, +=)", dg, kF32Sum),
                     vs_ref("norm_rope max |dx|", amax, kRound)};
+    if (ld == width) {
+      b.loss = {{y, dyt}};
+      b.grads = {{"dx", xt, dx}, {"dg", gt, dg, /*added=*/true}};
+    } else {
+      b.no_gradient =
+          "views into q|k|v rows: the packed case's gradient, as test_cpu_strided_ops shows";
+    }
     return b;
   };
   return c;
 }
 
-OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld, int64_t col) {
+OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld = 0, int64_t col = 0) {
   const int rows = B * T * H;
   const int64_t n = int64_t(rows) * hd, tokens = int64_t(B) * T, width = int64_t(H) * hd;
   if (ld == 0) ld = width;
@@ -192,9 +147,66 @@ OpCase rope_rows_case(int B, int T, int H, int hd, int64_t ld, int64_t col) {
     b.fwd_checks = {vs_ref("norm_rope (no gain) y", y, kRound)};
     b.bwd = [=, &o] { o.norm_rope_backward(dx, {}, dyt, xt, {}, {}, B, T, H, hd, kTheta, {}, ld); };
     b.bwd_checks = {vs_ref("norm_rope (no gain) dx", dxw, kRound)};
+    if (ld == width) {
+      b.loss = {{y, dyt}};
+      b.grads = {{"dx", xt, dx}};
+    } else {
+      b.no_gradient =
+          "views into q|k|v rows: the packed case's gradient, as test_cpu_strided_ops shows";
+    }
     return b;
   };
   return c;
 }
+
+}  // namespace
+
+FSDP_OP_FAMILY(
+    "rope",
+    [](std::vector<OpCase>& t) {
+      // head_dim 12: the unvectorised path.
+      for (int hd : {64, 16, 12}) t.push_back(rope_case(2, 40, 3, hd));
+      // Llama 3.1's scaling, with an original context of 64 so that head_dim 64's
+      // pairs fall in all three bands (kept, blended, divided by the factor).
+      t.push_back(rope_case(2, 40, 3, 64, Rope(500000.0f, {32.0f, 1.0f, 4.0f, 64})));
+      t.push_back(rope_grad_case(2, 40, 3, 64));
+      // QK-norm + RoPE: head_dim 64 and 128 take the fused kernels, 12 the
+      // composition of rmsnorm and rope they fall back to.
+      for (int hd : {64, 128, 12}) t.push_back(norm_rope_case(2, 40, 3, hd, BF));
+      t.push_back(norm_rope_case(2, 40, 3, 64, F32));
+      // More head rows (32768) than the backward's grid holds at once: its
+      // blocks loop over rows.
+      t.push_back(norm_rope_case(8, 1024, 4, 64, BF));
+      // q and k as views into q|k|v rows (3 + 2 * 1 heads): the fused kernels at
+      // head_dim 64 and 128, the packed fallback at 12.
+      for (int hd : {64, 128, 12}) {
+        t.push_back(norm_rope_case(2, 40, 3, hd, BF, 5 * hd, 0));
+        t.push_back(norm_rope_case(2, 40, 1, hd, BF, 5 * hd, 3 * hd));
+      }
+      // Without QK-norm (--qk-norm false, Llama): the rotation alone, packed and
+      // from q|k|v rows.
+      t.push_back(rope_rows_case(2, 40, 3, 64));
+      for (int hd : {64, 128}) {
+        t.push_back(rope_rows_case(2, 40, 3, hd, 5 * hd, 0));
+        t.push_back(rope_rows_case(2, 40, 1, hd, 5 * hd, 3 * hd));
+      }
+      // Heads of 128 over d_model 1024 (--head-dim, as Qwen3-0.6B's): q and k
+      // inside q|k|v rows 4096 wide.
+      const int hd = 128, H = 16, Hkv = 8, qd = H * hd, qkv = qd + 2 * Hkv * hd;
+      t.push_back(norm_rope_case(1, 64, H, hd, BF, qkv, 0));
+      t.push_back(norm_rope_case(1, 64, Hkv, hd, BF, qkv, qd));
+    },
+    [](std::vector<OpCase>& t, const ModelShape& m) {
+      const ModelConfig& c = m.c;
+      t.push_back(rope_case(m.B, m.T, c.n_head, c.head_dim()));
+      // q, k and v as the model reads them: views into the q|k|v GEMM's output.
+      if (c.qk_norm) {
+        t.push_back(norm_rope_case(m.B, m.T, c.n_head, c.head_dim(), BF, m.qkv(), 0));
+        t.push_back(norm_rope_case(m.B, m.T, c.n_kv_head, c.head_dim(), BF, m.qkv(), c.q_dim()));
+      } else {
+        t.push_back(rope_rows_case(m.B, m.T, c.n_head, c.head_dim(), m.qkv(), 0));
+        t.push_back(rope_rows_case(m.B, m.T, c.n_kv_head, c.head_dim(), m.qkv(), c.q_dim()));
+      }
+    });
 
 }  // namespace fsdp::test

@@ -1,0 +1,94 @@
+// The op table's cases for the elementwise ops (see op_table.h): SwiGLU and
+// the residual add, vectorised and not.
+#include "tests/model/op_table/case_util.h"
+
+namespace fsdp::test {
+namespace {
+
+// ---- swiglu and add -----------------------------------------------------------
+// halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
+// da and db likewise; otherwise each packed.
+OpCase swiglu_case(int rows, int cols, bool halves) {
+  const int64_t n = int64_t(rows) * cols, ld = halves ? 2 * cols : cols;
+  OpCase c;
+  c.op = "swiglu";
+  c.shape = fmt("%dx%d", rows, cols);
+  c.variant = halves ? "s = silu(a) * b, a|b in one row" : "s = silu(a) * b";
+  c.dtypes = "a,b,s,ds,da,db bf16";
+  c.fwd_bytes = 3.0 * n * 2;
+  c.bwd_bytes = 5.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(halves ? 2 * n : n, -4.0f, 4.0f), bv = e.rnd(n), ds = e.rnd(n);
+    // With halves, a holds both: its rows' second halves are b.
+    Tensor at = e.in(BF, a), bt = halves ? at.slice(cols, 2 * n - cols) : e.in(BF, bv);
+    Tensor s = e.out(BF, n), dst = e.in(BF, ds);
+    Tensor da = e.out(BF, halves ? 2 * n : n);
+    Tensor db = halves ? da.slice(cols, 2 * n - cols) : e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 1);
+    b.fwd = [=, &o] { o.swiglu(s, at, bt, rows, cols, ld, s_amax); };
+    // The GPU's amax is of its bf16 values, the reference's of its f32 ones.
+    b.fwd_checks = {vs_ref("swiglu", s, kRound), vs_ref("max |s|", s_amax, kRound)};
+    b.bwd = [=, &o] { o.swiglu_backward(da, db, dst, at, bt, rows, cols, ld, amax); };
+    b.bwd_checks = {vs_ref(halves ? "swiglu da|db" : "swiglu da", da, kRound),
+                    vs_ref("max of |da|, |db|", amax, kRound)};
+    if (!halves) b.bwd_checks.push_back(vs_ref("swiglu db", db, kRound));
+    b.loss = {{s, dst}};
+    // With halves, a's buffer holds b and da's db: one grad covers both.
+    b.grads = {{halves ? "da|db" : "da", at, da}};
+    if (!halves) b.grads.push_back({"db", bt, db});
+    return b;
+  };
+  return c;
+}
+
+// misaligned: operands at an odd element offset take the unvectorised path;
+// otherwise in place (y aliases a), as the model's residual adds call it.
+OpCase add_case(int64_t n, bool misaligned) {
+  const int64_t m = misaligned ? n - 1 : n;
+  OpCase c;
+  c.op = "add";
+  c.shape = fmt("n=%lld", (long long)m);
+  c.variant = misaligned ? "operands at an odd element offset" : "in place, y aliases a";
+  c.dtypes = "a,b,y bf16";
+  c.fwd_bytes = 3.0 * m * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(n, -4.0f, 4.0f), bv = e.rnd(n);
+    Tensor at = e.in(BF, a), bt = e.in(BF, bv);
+    Ops& o = e.ops;
+    Bound b;
+    if (misaligned) {
+      Tensor y = e.out(BF, n).slice(1, m);
+      b.fwd = [=, &o] { o.add(y, at.slice(1, m), bt.slice(1, m), m); };
+      b.fwd_checks = {vs_ref("add (misaligned)", y, kRound)};
+    } else {
+      b.fwd = [=, &o] { o.add(at, at, bt, n); };
+      b.fwd_checks = {vs_ref("add (in place)", at, kRound)};
+    }
+    return b;
+  };
+  return c;
+}
+
+}  // namespace
+
+FSDP_OP_FAMILY(
+    "elementwise",
+    [](std::vector<OpCase>& t) {
+      // a|b in rows: 64 columns vectorised, 37 not.
+      t.push_back(swiglu_case(50, 64, true));
+      t.push_back(swiglu_case(50, 37, true));
+      // n = 1003: a tail that is not a multiple of the vector width.
+      for (int64_t n : {int64_t(4096), int64_t(1003)}) {
+        t.push_back(swiglu_case(1, int(n), false));
+        t.push_back(add_case(n, false));
+        t.push_back(add_case(n, true));
+      }
+    },
+    [](std::vector<OpCase>& t, const ModelShape& m) {
+      t.push_back(swiglu_case(m.M(), m.c.d_ff, true));
+      t.push_back(add_case(int64_t(m.M()) * m.c.d_model, false));
+    });
+
+}  // namespace fsdp::test
