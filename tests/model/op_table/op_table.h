@@ -190,7 +190,7 @@ struct OpFamily {
 bool add_op_family(OpFamily f);
 #define FSDP_OP_FAMILY(...)                                 \
   [[maybe_unused]] static const bool fsdp_op_family_added = \
-      ::fsdp::test::add_op_family(OpFamily{__VA_ARGS__})
+      ::fsdp::test::add_op_family(::fsdp::test::OpFamily{__VA_ARGS__})
 
 // The parity table: every family's cases, families in name order.
 std::vector<OpCase> op_cases();
