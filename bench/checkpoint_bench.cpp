@@ -26,6 +26,7 @@
 #include "comm/mpi_io_choice.h"
 #include "comm/process_groups.h"
 #include "model/cpu/cpu_ops.h"
+#include "model/params.h"
 
 namespace {
 
@@ -88,7 +89,7 @@ int run(int argc, char** argv) {
   const auto t_init = Clock::now();
   FsdpEngine engine(model, ops, *g.shard, nullptr, EngineOptions{});
   const double init_s = since(t_init);
-  const int64_t bytes = 3 * 4 * cfg.num_params();  // masters + two moments, f32
+  const int64_t bytes = 3 * 4 * num_params(cfg);  // masters + two moments, f32
 
   std::vector<double> disk, save, load;
   CheckpointIoStats ws, rs;
@@ -118,7 +119,7 @@ int run(int argc, char** argv) {
     std::printf(
         "model %s, n_layer %d: %.1fM parameters, checkpoint %.2f GB "
         "(masters + 2 moments, f32); engine state per rank %.2f GB; init %.1f s\n",
-        cfg.name.c_str(), cfg.n_layer, cfg.num_params() / 1e6, gb,
+        cfg.name.c_str(), cfg.n_layer, num_params(cfg) / 1e6, gb,
         double(engine.persistent_bytes()) / 1e9, init_s);
     std::printf("ranks %d, %d collective data calls per rank, %d not collective\n", world,
                 ws.data_calls, ws.not_collective_calls);

@@ -209,7 +209,7 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   if (H5Aexists(g, "head_dim") > 0)
     c.head_size = int(get_i64_in(g, "head_dim", 2, ModelConfig::kMaxHeadDim, path));
   try {
-    c.validate();
+    validate_model(c);
   } catch (const Error& e) {
     throw_error("checkpoint '", path,
                 "' is damaged: its /model attributes describe no valid model (", e.what(), ")");

@@ -1,7 +1,6 @@
 #include "model/config.h"
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -42,37 +41,6 @@ const std::map<std::string, ModelConfig>& presets() {
   return p;
 }
 
-// Sizes are int64 (row counts int); a shape beyond any machine would overflow
-// them before the memory check could compare it with free memory. 2^48
-// parameters (1 PiB of fp32 weights) leaves every derived byte count (16 per
-// parameter for weights, gradients and AdamW, times gather buffers) far
-// inside int64. The field named is the one that makes the shape absurd.
-void check_sizes(const ModelConfig& c) {
-  if (c.vocab_size > std::numeric_limits<int>::max() - ModelConfig::kVocabAlign)
-    throw_error("--vocab-size: value ", c.vocab_size, " is invalid: must be at most ",
-                std::numeric_limits<int>::max() - ModelConfig::kVocabAlign);
-  const long double limit = std::ldexp(1.0L, 48), d = c.d_model, ff = c.d_ff;
-  const long double vocab = c.padded_vocab();
-  const long double embed = (c.tie_embeddings ? 1 : 2) * vocab * d;
-  const long double attn =
-      2 * d + (c.qk_norm ? 2 * c.head_dim() : 0) + 2 * d * c.q_dim() + 2 * d * c.kv_dim();
-  const long double mlp = 3 * d * ff;
-  const long double total = embed + c.n_layer * (attn + mlp) + d;
-  if (total <= limit) return;
-  const auto refuse = [&](const char* flag, int value) {
-    char count[32];
-    std::snprintf(count, sizeof count, "%.3Lg", total);
-    throw_error(flag, ": value ", value, " is invalid: the model would have ", count,
-                " parameters, more than the 2^48 any machine can hold; use a smaller value");
-  };
-  if (embed > limit) refuse("--vocab-size", c.vocab_size);
-  if (attn + mlp > limit) {
-    if (mlp > attn) refuse("--d-ff", c.d_ff);
-    refuse("--d-model", c.d_model);
-  }
-  refuse("--n-layer", c.n_layer);
-}
-
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
@@ -91,11 +59,14 @@ ModelConfig model_preset(const std::string& name) {
   return it->second;
 }
 
-void ModelConfig::validate() const {
+void ModelConfig::validate_fields() const {
   auto need = [](bool ok, const char* flag, auto value, const char* rule) {
     if (!ok) throw_error(flag, ": value ", value, " is invalid: ", rule);
   };
   need(vocab_size >= 2, "--vocab-size", vocab_size, "must be at least 2");
+  // padded_vocab() must stay an int.
+  need(vocab_size <= std::numeric_limits<int>::max() - kVocabAlign, "--vocab-size", vocab_size,
+       "must be at most 2147483519");
   need(n_layer >= 1, "--n-layer", n_layer, "must be at least 1");
   need(d_model >= 2, "--d-model", d_model, "must be at least 2");
   need(head_size >= 0 && head_size <= kMaxHeadDim && head_size % 2 == 0, "--head-dim", head_size,
@@ -126,25 +97,6 @@ void ModelConfig::validate() const {
        "must be positive and finite");
   need(std::isfinite(init_std) && init_std > 0, "--init-std", init_std,
        "must be positive and finite");
-  check_sizes(*this);
-}
-
-int64_t ModelConfig::num_params() const {
-  const int64_t d = d_model, v = vocab_size;
-  int64_t block = 2 * d + (qk_norm ? 2 * head_dim() : 0) + d * q_dim() + 2 * d * kv_dim() +
-                  q_dim() * d + 3 * d * d_ff;
-  return v * d + n_layer * block + d + (tie_embeddings ? 0 : v * d);
-}
-
-int64_t ModelConfig::num_matmul_params() const {
-  const int64_t d = d_model;
-  int64_t block = d * q_dim() + 2 * d * kv_dim() + q_dim() * d + 3 * d * d_ff;
-  return n_layer * block + int64_t(vocab_size) * d;  // the head's matmul, tied or not
-}
-
-double ModelConfig::flops_per_token(int seq_len) const {
-  // Attention's scores and weighted sum run over the heads' width, q_dim().
-  return 6.0 * double(num_matmul_params()) + 12.0 * n_layer * q_dim() * double(seq_len);
 }
 
 }  // namespace fsdp

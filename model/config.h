@@ -58,14 +58,10 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 
-  // Throws fsdp::Error naming the first inconsistent field.
-  void validate() const;
-  int64_t num_params() const;
-  // Parameters that take part in matmuls (for MFU): all but the norms, and the
-  // embedding only when it doubles as the head.
-  int64_t num_matmul_params() const;
-  // docs/ARCHITECTURE.md, "FLOPs and MFU": 6*N + 12*L*d_model*T, forward plus backward.
-  double flops_per_token(int seq_len) const;
+  // Throws fsdp::Error naming the first field out of range or inconsistent
+  // with another. The model's size is checked from its parameter layout:
+  // validate_model() (model/params.h) runs both, and is what callers use.
+  void validate_fields() const;
 };
 
 // Throws fsdp::Error for an unknown name, listing the known ones.

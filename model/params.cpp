@@ -1,6 +1,7 @@
 #include "model/params.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.h"
 #include "common/mix64.h"
@@ -37,7 +38,11 @@ int64_t UnitSpec::span_numel(int first, int count) const {
   return offset_of(last) + params[size_t(last)].stored_numel() - offset_of(first);
 }
 
-std::vector<UnitSpec> model_units(const ModelConfig& c) {
+namespace {
+
+// The one place that says which parameters the model has, their shapes and
+// their order: every unit, count, size check and memory plan comes from here.
+ModelLayout layout_of(const ModelConfig& c, int layer) {
   const int64_t d = c.d_model, hd = c.head_dim(), ff = c.d_ff;
   const float std = c.init_std;
   // Output projections of each residual branch start smaller so the residual
@@ -67,26 +72,98 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
     return p;
   };
 
-  std::vector<UnitSpec> units;
-  units.push_back({"embed", {vocab_matrix("embed.weight")}});
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string b = "blocks." + std::to_string(l) + ".";
-    UnitSpec block{"blocks." + std::to_string(l),
-                   {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
-                    packed(b + "attn.wk", c.kv_dim(), d, std),
-                    packed(b + "attn.wv", c.kv_dim(), d, std), gain(b + "attn.q_norm", hd),
-                    gain(b + "attn.k_norm", hd), linear(b + "attn.wo", d, c.q_dim(), out_std),
-                    gain(b + "mlp_norm", d), linear(b + "mlp.w1", ff, d, std),
-                    packed(b + "mlp.w3", ff, d, std), linear(b + "mlp.w2", d, ff, out_std)}};
-    // Without QK-norm its two gains are left out; the rest keep their order
-    // (transformer.cpp's at() maps the indices).
-    if (!c.qk_norm) block.params.erase(block.params.begin() + 4, block.params.begin() + 6);
-    units.push_back(std::move(block));
-  }
-  UnitSpec head{"head", {gain("final_norm", d)}};
-  if (!c.tie_embeddings) head.params.push_back(vocab_matrix("head.weight"));
-  units.push_back(std::move(head));
+  ModelLayout m;
+  m.n_layer = c.n_layer;
+  m.embed = {"embed", {vocab_matrix("embed.weight")}};
+  const std::string b = "blocks." + std::to_string(layer) + ".";
+  m.block = {"blocks." + std::to_string(layer),
+             {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
+              packed(b + "attn.wk", c.kv_dim(), d, std), packed(b + "attn.wv", c.kv_dim(), d, std),
+              gain(b + "attn.q_norm", hd), gain(b + "attn.k_norm", hd),
+              linear(b + "attn.wo", d, c.q_dim(), out_std), gain(b + "mlp_norm", d),
+              linear(b + "mlp.w1", ff, d, std), packed(b + "mlp.w3", ff, d, std),
+              linear(b + "mlp.w2", d, ff, out_std)}};
+  // Without QK-norm its two gains are left out; the rest keep their order
+  // (transformer.cpp's at() maps the indices).
+  if (!c.qk_norm) m.block.params.erase(m.block.params.begin() + 4, m.block.params.begin() + 6);
+  m.head = {"head", {gain("final_norm", d)}};
+  if (!c.tie_embeddings) m.head.params.push_back(vocab_matrix("head.weight"));
+  return m;
+}
+
+// A unit's elements in long double: a shape beyond any machine must be
+// counted, not overflow, for the size check to name it.
+long double elements(const UnitSpec& u, bool stored) {
+  long double n = 0;
+  for (const ParamSpec& p : u.params) n += (long double)(stored ? p.stored_numel() : p.numel());
+  return n;
+}
+
+}  // namespace
+
+ModelLayout model_layout(const ModelConfig& c) {
+  return layout_of(c, 0);
+}
+
+std::vector<UnitSpec> model_units(const ModelConfig& c) {
+  ModelLayout m = layout_of(c, 0);
+  std::vector<UnitSpec> units{std::move(m.embed), std::move(m.block)};
+  for (int l = 1; l < c.n_layer; ++l) units.push_back(std::move(layout_of(c, l).block));
+  units.push_back(std::move(m.head));
   return units;
+}
+
+int64_t num_params(const ModelConfig& c) {
+  const ModelLayout m = model_layout(c);
+  return int64_t(elements(m.embed, false) + m.n_layer * elements(m.block, false) +
+                 elements(m.head, false));
+}
+
+int64_t num_matmul_params(const ModelConfig& c) {
+  const ModelLayout m = model_layout(c);
+  int64_t block = 0;  // the block's linears, the matrices FP8 runs as GEMMs
+  for (const ParamSpec& p : m.block.params) block += p.fp8 ? p.numel() : 0;
+  // The head's matrix is a matmul (the embedding's, when tied); an untied
+  // embedding's lookup is not.
+  const ParamSpec& head = c.tie_embeddings ? m.embed.params[0] : m.head.params.back();
+  return m.n_layer * block + head.numel();
+}
+
+double flops_per_token(const ModelConfig& c, int seq_len) {
+  // Attention's scores and weighted sum run over the heads' width, q_dim().
+  return 6.0 * double(num_matmul_params(c)) + 12.0 * c.n_layer * c.q_dim() * double(seq_len);
+}
+
+// Sizes are int64 (row counts int); a shape beyond any machine would overflow
+// them before the memory check could compare it with free memory. 2^48
+// parameters (1 PiB of fp32 weights) leaves every derived byte count (16 per
+// parameter for weights, gradients and AdamW, times gather buffers) far
+// inside int64. The field named is the one that makes the shape absurd.
+void validate_model(const ModelConfig& c) {
+  c.validate_fields();
+  const ModelLayout m = model_layout(c);
+  const long double limit = std::ldexp(1.0L, 48);
+  // The ends (embedding, final norm and an untied head) grow with the
+  // vocabulary; the blocks with their widths and their number.
+  const long double ends = elements(m.embed, true) + elements(m.head, true);
+  const long double block = elements(m.block, true), total = ends + m.n_layer * block;
+  if (total <= limit) return;
+  const auto refuse = [&](const char* flag, int value) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3Lg", total);
+    throw_error(flag, ": value ", value, " is invalid: the model would have ", count,
+                " parameters, more than the 2^48 any machine can hold; use a smaller value");
+  };
+  if (ends > limit) refuse("--vocab-size", c.vocab_size);
+  if (block > limit) {
+    // The MLP's three matrices, or attention's: whichever holds more.
+    long double mlp = 0;
+    for (const ParamSpec& p : m.block.params)
+      if (p.name.find(".mlp.") != std::string::npos) mlp += (long double)p.numel();
+    if (mlp > block - mlp) refuse("--d-ff", c.d_ff);
+    refuse("--d-model", c.d_model);
+  }
+  refuse("--n-layer", c.n_layer);
 }
 
 namespace {

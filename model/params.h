@@ -62,7 +62,31 @@ inline int64_t param_start(int64_t end, const ParamSpec& p) {
   return p.packed ? end : (end + kParamAlign - 1) / kParamAlign * kParamAlign;
 }
 
+// The model's units by kind: the embedding, one block (block 0's names:
+// every block has its layout) repeated n_layer times, and the head. What
+// counts, size checks and memory plans read, so that they cost the same for
+// 2 layers or 100000 and no formula restates the layout.
+struct ModelLayout {
+  UnitSpec embed, block, head;
+  int64_t n_layer = 0;
+};
+ModelLayout model_layout(const ModelConfig& c);
+
+// Every unit in order: embedding, blocks 0 .. n_layer-1, head.
 std::vector<UnitSpec> model_units(const ModelConfig& c);
+
+// The model's fields (ModelConfig::validate_fields), then its size: more than
+// 2^48 parameters is refused naming the flag that makes it so. Throws
+// fsdp::Error; every configuration, from flags or a file, passes here.
+void validate_model(const ModelConfig& c);
+
+// Logical parameters (no padding rows), counted from the layout.
+int64_t num_params(const ModelConfig& c);
+// Parameters that take part in matmuls (for MFU): the blocks' linears and the
+// head's matrix (the embedding's, when tied); no norm gains.
+int64_t num_matmul_params(const ModelConfig& c);
+// docs/ARCHITECTURE.md, "FLOPs and MFU": 6*N + 12*L*q_dim*T, forward plus backward.
+double flops_per_token(const ModelConfig& c, int seq_len);
 
 // Fills out[0, count) with elements [begin, begin + count) of the parameter's
 // flattened initial value. Element i depends only on (seed, name, i), so any

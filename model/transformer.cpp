@@ -46,7 +46,7 @@ Transformer::Transformer(const ModelConfig& config, Ops& ops, int batch_size, in
       recompute_(recompute),
       fp8_(fp8),
       use_(use) {
-  cfg_.validate();
+  validate_model(cfg_);
   FSDP_CHECK(seq_len >= 1 && seq_len <= cfg_.max_seq_len && batch_size >= 1);
   N_ = capacity_ = int64_t(B_) * T_;
   head_rows_ = head_rows_for(N_, head_rows);

@@ -33,14 +33,12 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
   const int shard_size = s.shard_size;
   const DType compute = s.compute;
   const bool fp8 = s.fp8, reshard = s.engine.reshard_after_forward;
-  ModelConfig one_block = c;
-  one_block.n_layer = 1;
-  std::vector<UnitLayout> layouts;  // embedding, one block, final norm + head
-  const std::vector<UnitSpec> units = model_units(one_block);
+  const ModelLayout model = model_layout(c);
+  const std::vector<UnitSpec> units{model.embed, model.block, model.head};
+  std::vector<UnitLayout> layouts;
   for (const auto& u : units)
     layouts.push_back(make_layout(u, shard_size, fp8 && s.engine.fp8_gather));
-  FSDP_CHECK(layouts.size() == 3, "model_units gave ", layouts.size(), " units for one block");
-  const int64_t blocks = c.n_layer;
+  const int64_t blocks = model.n_layer;
   const int64_t times[3] = {1, blocks, 1};
   MemoryPlan m;
   const int64_t es = int64_t(dtype_size(compute)), rs = int64_t(dtype_size(s.engine.reduce_dtype));

@@ -38,7 +38,7 @@ struct MemoryPlan {
 };
 
 // Activations beyond this are reported as this (4 EiB, more than any device):
-// the parameter part is bounded by ModelConfig::validate, the activations grow
+// the parameter part is bounded by validate_model(), the activations grow
 // with batch x seq_len, which no model field bounds.
 inline constexpr int64_t kPlanSaturation = int64_t{1} << 62;
 

@@ -109,7 +109,7 @@ void print_json(const Options& o, int world) {
   std::printf(
       "  \"num_params\": %lld,\n  \"num_matmul_params\": %lld,\n"
       "  \"flops_per_token\": %.17g,\n",
-      (long long)m.num_params(), (long long)m.num_matmul_params(), m.flops_per_token(d.seq_len));
+      (long long)num_params(m), (long long)num_matmul_params(m), flops_per_token(m, d.seq_len));
   std::printf(
       "  \"world_size\": %d,\n  \"shard_size\": %d,\n  \"batch_size\": %d,\n"
       "  \"seq_len\": %d,\n  \"compute_dtype\": \"%s\",\n  \"reduce_dtype\": \"%s\",\n"

@@ -157,7 +157,7 @@ void bench_step(CudaOps& ops, const ModelConfig& c, int B, int T, int steps,
   step(false);
   const double ms = time_ms(ops, steps, [&] { step(false); });
   const double tok_s = double(B) * T / (ms * 1e-3);
-  const double mfu = c.flops_per_token(T) * tok_s / (kPeakTflops * 1e12);
+  const double mfu = flops_per_token(c, T) * tok_s / (kPeakTflops * 1e12);
   std::printf(
       "train step (fwd+bwd, no optimizer) %s B=%d T=%d: %.2f ms, %.0f tokens/s, MFU %.1f%%, "
       "peak memory %.2f GiB\n",

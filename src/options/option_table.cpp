@@ -115,7 +115,7 @@ OptionRow row(const char* name, T Part::*field, const char* help, const char* ex
       std::move(rule));
 }
 
-// Model fields: ModelConfig::validate checks them together once all are set.
+// Model fields: validate_model() checks them together once all are set.
 template <typename T>
 OptionRow model_row(const char* name, T ModelConfig::*field, const char* help,
                     const char* example) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "model/params.h"
 #include "src/options/option_table.h"
 
 namespace po = boost::program_options;
@@ -187,7 +188,7 @@ Options options_from_values(const std::map<std::string, GivenValue>& given) {
       if (!rule.empty()) invalid(r, {text, g.where}, rule);
     }
   }
-  o.model.validate();
+  validate_model(o.model);
   // A time budget fixes the step count itself; --steps, given, caps it.
   if (o.run.time_budget.seconds > 0 && !given.count("steps")) o.run.steps = 0;
   // --min-lr, not given, is a tenth of --lr, so a fine-tuning rate below the

@@ -11,6 +11,7 @@
 
 #include "comm/agree.h"
 #include "common/test_hooks.h"
+#include "model/params.h"
 #include "src/policy/cadence.h"
 #include "src/policy/lr_schedule.h"
 #include "src/policy/stop_signal.h"
@@ -64,7 +65,7 @@ StepLoss Trainer::train_step(int step) {
 double Trainer::mfu(double tokens_per_s) const {
   const double peak = ops_->capabilities().peak_flops;
   if (peak <= 0) return std::nan("");
-  return tokens_per_s * o_.model.flops_per_token(o_.data.seq_len) / (peak * world_.size);
+  return tokens_per_s * flops_per_token(o_.model, o_.data.seq_len) / (peak * world_.size);
 }
 
 void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {

@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/agree.h"
 #include "common/test_hooks.h"
+#include "model/params.h"
 #include "shard/memory_plan.h"
 #include "src/policy/memory_check.h"
 #include "src/policy/time_budget.h"
@@ -219,7 +220,7 @@ void Trainer::print_memory_plan() const {
       m == model_preset(m.name) ? m.name : "custom (the " + m.name + " preset, fields changed)";
   std::printf(
       "fsdptrain: model %s, %.2fM parameters, %d layers, d_model %d, %d/%d heads%s\n", name.c_str(),
-      m.num_params() / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
+      num_params(m) / 1e6, m.n_layer, m.d_model, m.n_head, m.n_kv_head,
       m.head_dim() * m.n_head == m.d_model ? "" : (" of " + std::to_string(m.head_dim())).c_str());
   std::printf(
       "fsdptrain: %d rank(s) on %d node(s), shard group %d (%s), replicas %d, device %s, %s%s, "

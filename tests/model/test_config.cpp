@@ -20,10 +20,10 @@ TEST(ModelConfig, Gpt350mMatchesTheDesign) {
   EXPECT_NEAR(double(c.d_ff) / c.d_model, 2.7, 0.1);
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_LT(c.n_kv_head, c.n_head);  // GQA
-  EXPECT_GT(c.num_params(), 300'000'000);
-  EXPECT_LT(c.num_params(), 400'000'000);
+  EXPECT_GT(num_params(c), 300'000'000);
+  EXPECT_LT(num_params(c), 400'000'000);
   // docs/ARCHITECTURE.md, "FLOPs and MFU": 2.234 GFLOP per token at context 1024.
-  EXPECT_NEAR(c.flops_per_token(1024) / 1e9, 2.4, 0.3);
+  EXPECT_NEAR(flops_per_token(c, 1024) / 1e9, 2.4, 0.3);
 }
 
 TEST(ModelConfig, ParamCountMatchesUnits) {
@@ -35,8 +35,31 @@ TEST(ModelConfig, ParamCountMatchesUnits) {
       int64_t n = 0;
       for (const auto& u : model_units(c))
         for (const auto& p : u.params) n += p.numel();
-      EXPECT_EQ(n, c.num_params()) << name;
+      EXPECT_EQ(n, num_params(c)) << name;
       EXPECT_EQ(int(model_units(c).size()), c.n_layer + 2);
+    }
+  }
+}
+
+// The counts come from the unit layout (model/params.cpp); this is the
+// closed form written apart from it, so that a parameter added to the layout
+// and a count that disagrees with the design cannot both pass unnoticed.
+TEST(ModelConfig, CountsMatchTheClosedForm) {
+  for (const auto& name : model_preset_names()) {
+    for (int variant = 0; variant < 8; ++variant) {
+      ModelConfig c = model_preset(name);
+      c.tie_embeddings = variant & 1;
+      c.qk_norm = variant & 2;
+      if (variant & 4) c.head_size = 128;
+      validate_model(c);
+      const int64_t d = c.d_model, v = c.vocab_size, L = c.n_layer, ff = c.d_ff;
+      const int64_t q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+      const int64_t linears = d * q + 2 * d * kv + q * d + 3 * d * ff;
+      const int64_t gains = 2 * d + (c.qk_norm ? 2 * hd : 0);
+      EXPECT_EQ(num_params(c), (c.tie_embeddings ? 1 : 2) * v * d + L * (gains + linears) + d)
+          << name << " variant " << variant;
+      EXPECT_EQ(num_matmul_params(c), L * linears + v * d) << name << " variant " << variant;
+      EXPECT_EQ(flops_per_token(c, 1024), 6.0 * double(L * linears + v * d) + 12.0 * L * q * 1024);
     }
   }
 }
@@ -54,13 +77,13 @@ TEST(ModelConfig, UnknownPresetNamesTheChoices) {
 TEST(ModelConfig, RejectsInconsistentShapes) {
   ModelConfig c = model_preset("tiny");
   c.n_kv_head = 3;  // does not divide n_head = 4
-  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(validate_model(c), Error);
   c = model_preset("tiny");
   c.n_head = 5;  // does not divide d_model = 64
-  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(validate_model(c), Error);
   c = model_preset("tiny");
   c.n_head = 64;  // head size 1: RoPE needs pairs
-  EXPECT_THROW(c.validate(), Error);
+  EXPECT_THROW(validate_model(c), Error);
 }
 
 // --head-dim (Qwen3-0.6B: 16 heads of 128 over d_model 1024): the heads set
@@ -68,23 +91,23 @@ TEST(ModelConfig, RejectsInconsistentShapes) {
 TEST(ModelConfig, HeadDimApartFromWidth) {
   ModelConfig c = model_preset("gpt-350m");
   c.head_size = 128;
-  c.validate();
+  validate_model(c);
   EXPECT_EQ(c.head_dim(), 128);
   EXPECT_EQ(c.q_dim(), 2048);
   EXPECT_EQ(c.kv_dim(), 512);
   int64_t n = 0;
   for (const auto& u : model_units(c))
     for (const auto& p : u.params) n += p.numel();
-  EXPECT_EQ(n, c.num_params());
+  EXPECT_EQ(n, num_params(c));
   const ModelConfig plain = model_preset("gpt-350m");
-  EXPECT_GT(c.flops_per_token(1024), plain.flops_per_token(1024));
+  EXPECT_GT(flops_per_token(c, 1024), flops_per_token(plain, 1024));
   c.n_head = 12;  // 1024 / 12 is no integer, and need not be with --head-dim
   c.n_kv_head = 4;
-  c.validate();
+  validate_model(c);
   for (int bad : {7, 514, -2}) {
     c.head_size = bad;
     try {
-      c.validate();
+      validate_model(c);
       ADD_FAILURE() << "--head-dim " << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--head-dim"), std::string::npos) << e.what();

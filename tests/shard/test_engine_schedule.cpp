@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm/process_groups.h"
+#include "model/params.h"
 #include "shard/memory_plan.h"
 #include "tests/model/full_weights.h"
 #include "tests/shard/engine_harness.h"
@@ -167,7 +168,7 @@ TEST(FsdpMemory, PlannedModelStateShrinksAsOneOverN) {
   const MemoryPlan one = plan(1);
   // fp32 master + grads + two moments = 16 bytes per parameter, plus the bf16
   // copy that the all-gather sends: 18 bytes per parameter on one rank.
-  EXPECT_NEAR(double(one.persistent()) / c.num_params(), 18.0, 0.01);
+  EXPECT_NEAR(double(one.persistent()) / num_params(c), 18.0, 0.01);
   // One rank computes in place: no gather or gradient buffers at all.
   EXPECT_EQ(one.buffers(), 0);
   // ... unless the collective path is kept (--single-rank-direct false): then
@@ -224,11 +225,11 @@ TEST(FsdpMemory, MeasuredMatchesThePlanAndShrinks) {
   EXPECT_EQ(run.engine.persistent_bytes(), p.persistent());
   EXPECT_EQ(run.engine.buffer_bytes(), p.buffers());
   EXPECT_EQ(run.model.activation_bytes(), p.activations);
-  const double per_param = double(run.engine.persistent_bytes()) / cfg.num_params();
+  const double per_param = double(run.engine.persistent_bytes()) / num_params(cfg);
   // 16 bytes per parameter split N ways, plus at most one alignment block per unit.
   const int n = g.shard->size();
   EXPECT_GE(per_param, 16.0 / n);
-  EXPECT_LE(per_param, 16.0 / n * 1.05 + 16.0 * kShardAlign * (cfg.n_layer + 2) / cfg.num_params());
+  EXPECT_LE(per_param, 16.0 / n * 1.05 + 16.0 * kShardAlign * (cfg.n_layer + 2) / num_params(cfg));
   // The collective path kept on one rank (--single-rank-direct false) is planned too.
   EngineOptions eo;
   eo.direct_when_unsharded = false;

@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/cpu/cpu_ops.h"
 #include "model/cpu/host_memory.h"
+#include "model/params.h"
 #include "src/policy/memory_check.h"
 
 namespace fsdp {
@@ -287,14 +288,14 @@ TEST(MemoryPlanShape, TheIssuesModelsPlanBeyondThisMachine) {
   EXPECT_GT(plan_memory(deep, {.batch = 8, .seq_len = 64}).total(), 64 * GiB);
   ModelConfig wide = model_preset("tiny");
   wide.d_model = 65536;
-  wide.validate();
+  validate_model(wide);
   EXPECT_GT(plan_memory(wide, {.batch = 8, .seq_len = 64}).total(), 64 * GiB);
 }
 
 TEST(ModelConfigSizes, AbsurdShapesAreRefusedNamingTheField) {
   const auto refusal = [](ModelConfig c) -> std::string {
     try {
-      c.validate();
+      validate_model(c);
     } catch (const Error& e) {
       return e.what();
     }
