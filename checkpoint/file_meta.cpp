@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <type_traits>
+#include <variant>
 
 #include "checkpoint/file_format.h"
 #include "checkpoint/h5.h"
@@ -84,6 +85,34 @@ void read_divergence_meta(hid_t file, const std::string& path, CheckpointMeta& m
   }
 }
 
+// A model field as /model holds it: integers and switches as int64, reals
+// as float32.
+void put_model_field(hid_t g, const ModelField& f, const ModelConfig& c, const std::string& path) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_cvref_t<decltype(c.*field)>;
+        if constexpr (std::is_same_v<T, float>)
+          put_f32(g, f.attribute, c.*field, path);
+        else
+          put_i64(g, f.attribute, int64_t(c.*field), path);
+      },
+      f.member);
+}
+
+void get_model_field(hid_t g, const ModelField& f, ModelConfig& c, const std::string& path) {
+  std::visit(
+      [&](auto field) {
+        using T = std::remove_cvref_t<decltype(c.*field)>;
+        if constexpr (std::is_same_v<T, float>)
+          c.*field = get_f32(g, f.attribute, path);
+        else if constexpr (std::is_same_v<T, bool>)
+          c.*field = get_i64_in(g, f.attribute, 0, 1, path) != 0;
+        else
+          c.*field = T(get_i64_in(g, f.attribute, f.file_min, f.file_max, path));
+      },
+      f.member);
+}
+
 }  // namespace
 
 void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
@@ -107,27 +136,8 @@ void write_meta(hid_t file, const CheckpointMeta& m, const std::string& path) {
   H5 model = create_group(file, "model", path);
   const ModelConfig& c = m.model;
   put_str(model.get(), "name", c.name, path);
-  put_i64(model.get(), "vocab_size", c.vocab_size, path);
-  put_i64(model.get(), "n_layer", c.n_layer, path);
-  put_i64(model.get(), "d_model", c.d_model, path);
-  put_i64(model.get(), "n_head", c.n_head, path);
-  put_i64(model.get(), "n_kv_head", c.n_kv_head, path);
-  put_i64(model.get(), "d_ff", c.d_ff, path);
-  put_i64(model.get(), "max_seq_len", c.max_seq_len, path);
-  put_f32(model.get(), "rope_theta", c.rope_theta, path);
-  put_f32(model.get(), "norm_eps", c.norm_eps, path);
-  put_f32(model.get(), "init_std", c.init_std, path);
-  put_i64(model.get(), "tie_embeddings", c.tie_embeddings ? 1 : 0, path);
-  // Only where the heads are not d_model / n_head wide: a file without it
-  // means that width (and every file before --head-dim existed has none).
-  if (c.explicit_head_dim() > 0) put_i64(model.get(), "head_dim", c.head_size, path);
-  if (!c.qk_norm) put_i64(model.get(), "qk_norm", 0, path);  // likewise: only where off
-  if (c.rope_scaling_factor > 0) {                           // and only where it scales
-    put_f32(model.get(), "rope_scaling_factor", c.rope_scaling_factor, path);
-    put_f32(model.get(), "rope_low_freq_factor", c.rope_low_freq_factor, path);
-    put_f32(model.get(), "rope_high_freq_factor", c.rope_high_freq_factor, path);
-    put_i64(model.get(), "rope_original_context", c.rope_original_context, path);
-  }
+  for (const ModelField& f : model_fields())
+    if (!f.stored_if || f.stored_if(c)) put_model_field(model.get(), f, c, path);
   h5_close(model, path);
 
   H5 optim = create_group(file, "optim", path);
@@ -188,26 +198,11 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
   ModelConfig& c = m.model;
   const hid_t g = model.get();
   c.name = get_str(g, "name", path);
-  c.vocab_size = int(get_i64_in(g, "vocab_size", 1, kMaxInt, path));
-  c.n_layer = int(get_i64_in(g, "n_layer", 1, kMaxInt, path));
-  c.d_model = int(get_i64_in(g, "d_model", 1, kMaxInt, path));
-  c.n_head = int(get_i64_in(g, "n_head", 1, kMaxInt, path));
-  c.n_kv_head = int(get_i64_in(g, "n_kv_head", 1, kMaxInt, path));
-  c.d_ff = int(get_i64_in(g, "d_ff", 1, kMaxInt, path));
-  c.max_seq_len = int(get_i64_in(g, "max_seq_len", 1, kMaxInt, path));
-  c.rope_theta = get_f32(g, "rope_theta", path);
-  c.norm_eps = get_f32(g, "norm_eps", path);
-  c.init_std = get_f32(g, "init_std", path);
-  c.tie_embeddings = get_i64_in(g, "tie_embeddings", 0, 1, path) != 0;
-  if (H5Aexists(g, "qk_norm") > 0) c.qk_norm = get_i64_in(g, "qk_norm", 0, 1, path) != 0;
-  if (H5Aexists(g, "rope_scaling_factor") > 0) {
-    c.rope_scaling_factor = get_f32(g, "rope_scaling_factor", path);
-    c.rope_low_freq_factor = get_f32(g, "rope_low_freq_factor", path);
-    c.rope_high_freq_factor = get_f32(g, "rope_high_freq_factor", path);
-    c.rope_original_context = int(get_i64_in(g, "rope_original_context", 1, kMaxInt, path));
-  }
-  if (H5Aexists(g, "head_dim") > 0)
-    c.head_size = int(get_i64_in(g, "head_dim", 2, ModelConfig::kMaxHeadDim, path));
+  // In model_fields()' order, so that a field stored only under another's
+  // value (the RoPE scaling's shape under its factor) is missed by name.
+  for (const ModelField& f : model_fields())
+    if (H5Aexists(g, f.attribute) > 0 || !f.stored_if || f.stored_if(c))
+      get_model_field(g, f, c, path);
   try {
     validate_model(c);
   } catch (const Error& e) {
@@ -232,13 +227,6 @@ CheckpointMeta read_meta(hid_t file, const std::string& path) {
 
 std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
                            const std::string& path) {
-  // The fields that give the saved weights their meaning. max_seq_len is not
-  // one (RoPE has no learned positions: a longer or shorter context is a
-  // legitimate change on resume), nor are name and init_std.
-  struct Field {
-    const char* flag;
-    std::string saved, running;
-  };
   auto text = [](auto v) -> std::string {
     if constexpr (std::is_same_v<decltype(v), bool>) {
       return v ? "true" : "false";
@@ -253,35 +241,26 @@ std::string model_mismatch(const ModelConfig& saved, const ModelConfig& running,
         return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
     }
   };
-  // The scaling's shape counts only where both scale (else the factor says it).
-  const bool both_scaled = saved.rope_scaling_factor > 0 && running.rope_scaling_factor > 0;
-  auto scaled = [&](auto v) { return both_scaled ? text(v) : std::string(); };
-  const Field fields[] = {
-      {"--vocab-size", text(saved.vocab_size), text(running.vocab_size)},
-      {"--n-layer", text(saved.n_layer), text(running.n_layer)},
-      {"--d-model", text(saved.d_model), text(running.d_model)},
-      {"--n-head", text(saved.n_head), text(running.n_head)},
-      {"--n-kv-head", text(saved.n_kv_head), text(running.n_kv_head)},
-      {"--head-dim", text(saved.explicit_head_dim()), text(running.explicit_head_dim())},
-      {"--qk-norm", text(saved.qk_norm), text(running.qk_norm)},
-      {"--d-ff", text(saved.d_ff), text(running.d_ff)},
-      {"--rope-theta", text(saved.rope_theta), text(running.rope_theta)},
-      {"--rope-scaling-factor", text(saved.rope_scaling_factor), text(running.rope_scaling_factor)},
-      {"--rope-low-freq-factor", scaled(saved.rope_low_freq_factor),
-       scaled(running.rope_low_freq_factor)},
-      {"--rope-high-freq-factor", scaled(saved.rope_high_freq_factor),
-       scaled(running.rope_high_freq_factor)},
-      {"--rope-original-context", scaled(saved.rope_original_context),
-       scaled(running.rope_original_context)},
-      {"--norm-eps", text(saved.norm_eps), text(running.norm_eps)},
-      {"--tie-embeddings", text(saved.tie_embeddings), text(running.tie_embeddings)},
+  // A field as the file holds it: one stored only under a condition is its
+  // default where that does not hold (--head-dim 0: d_model / n_head wide).
+  const ModelConfig defaults;
+  auto as_stored = [&](const ModelField& f, const ModelConfig& c) {
+    const bool stored = !f.stored_if || f.stored_if(c);
+    return std::visit([&](auto field) { return text(stored ? c.*field : defaults.*field); },
+                      f.member);
   };
+  // The fields that give the saved weights their meaning (ModelField::resume).
   std::string differ, pass;
-  for (const Field& f : fields) {
-    if (f.saved == f.running) continue;
-    differ += std::string(differ.empty() ? "" : ", ") + f.flag + " " + f.saved +
-              " (this run: " + f.running + ")";
-    pass += std::string(pass.empty() ? "" : " ") + f.flag + " " + f.saved;
+  for (const ModelField& f : model_fields()) {
+    using R = ModelField::Resume;
+    if (f.resume == R::may_change || (f.resume == R::must_match_where_both_stored &&
+                                      !(f.stored_if(saved) && f.stored_if(running))))
+      continue;
+    const std::string was = as_stored(f, saved), now = as_stored(f, running);
+    if (was == now) continue;
+    differ += std::string(differ.empty() ? "" : ", ") + "--" + f.flag + " " + was +
+              " (this run: " + now + ")";
+    pass += std::string(pass.empty() ? "" : " ") + "--" + f.flag + " " + was;
   }
   if (differ.empty()) return "";
   // tools/import_hf.py writes the model's flags beside its checkpoint as

@@ -43,6 +43,54 @@ const std::map<std::string, ModelConfig>& presets() {
 
 }  // namespace
 
+const std::vector<ModelField>& model_fields() {
+  using M = ModelConfig;
+  using R = ModelField::Resume;
+  const auto scaled = [](const M& c) { return c.rope_scaling_factor > 0; };
+  // clang-format off
+  static const std::vector<ModelField> fields = {
+    {"vocab-size", &M::vocab_size, "override the preset: vocabulary size", "300", "vocab_size"},
+    {"n-layer", &M::n_layer, "override the preset: transformer blocks", "3", "n_layer"},
+    {"d-model", &M::d_model, "override the preset: model width", "96", "d_model"},
+    {"n-head", &M::n_head, "override the preset: attention heads", "6", "n_head"},
+    {"n-kv-head", &M::n_kv_head, "override the preset: key/value heads (GQA)", "3", "n_kv_head"},
+    // Stored only where off, as Llama and SmolLM2 have it.
+    {"qk-norm", &M::qk_norm,
+     "override the preset: RMSNorm q and k per head before RoPE (Qwen3); false: none (Llama)",
+     "false", "qk_norm", [](const M& c) { return !c.qk_norm; }, R::must_match, 0, 1},
+    // Stored only where the heads are not d_model / n_head wide: a file
+    // without it means that width (and every file before --head-dim has none).
+    {"head-dim", &M::head_size,
+     "override the preset: width of each attention head (0: --d-model / --n-head)", "32",
+     "head_dim", [](const M& c) { return c.explicit_head_dim() > 0; }, R::must_match, 2,
+     ModelConfig::kMaxHeadDim},
+    {"d-ff", &M::d_ff, "override the preset: SwiGLU hidden width", "200", "d_ff"},
+    {"max-seq-len", &M::max_seq_len, "override the preset: context length", "128", "max_seq_len",
+     nullptr, R::may_change},  // RoPE has no learned positions
+    {"rope-theta", &M::rope_theta, "override the preset: RoPE base", "500000", "rope_theta"},
+    // The scaling's shape counts only where both scale (else the factor says it).
+    {"rope-scaling-factor", &M::rope_scaling_factor,
+     "Llama 3.1/3.2's RoPE scaling (rope_type llama3): slow frequencies divided by it (0: no "
+     "scaling)", "32", "rope_scaling_factor", scaled},
+    {"rope-low-freq-factor", &M::rope_low_freq_factor,
+     "with --rope-scaling-factor: wavelengths above --rope-original-context / this are scaled",
+     "2", "rope_low_freq_factor", scaled, R::must_match_where_both_stored},
+    {"rope-high-freq-factor", &M::rope_high_freq_factor,
+     "with --rope-scaling-factor: wavelengths below --rope-original-context / this are kept",
+     "8", "rope_high_freq_factor", scaled, R::must_match_where_both_stored},
+    {"rope-original-context", &M::rope_original_context,
+     "with --rope-scaling-factor: the context the model was pretrained at", "16384",
+     "rope_original_context", scaled, R::must_match_where_both_stored},
+    {"norm-eps", &M::norm_eps, "override the preset: RMSNorm epsilon", "1e-06", "norm_eps"},
+    {"init-std", &M::init_std, "override the preset: initialisation std", "0.01", "init_std",
+     nullptr, R::may_change},
+    {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
+     "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
+  };
+  // clang-format on
+  return fields;
+}
+
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
   for (const auto& [k, v] : presets()) names.push_back(k);

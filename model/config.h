@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "model/rope.h"
@@ -63,6 +64,37 @@ struct ModelConfig {
   // validate_model() (model/params.h) runs both, and is what callers use.
   void validate_fields() const;
 };
+
+// A field a user sets, written once: its flag and help for the command line
+// (src/options/option_table.cpp makes a --flag of each row) and its place in
+// a checkpoint's /model group (checkpoint/file_meta.cpp writes, reads and
+// compares it by this row). A new model option is a field above, a row in
+// model_fields() and, where it has a range, a rule in validate_fields().
+struct ModelField {
+  const char* flag;  // without the dashes
+  std::variant<int ModelConfig::*, float ModelConfig::*, bool ModelConfig::*> member;
+  const char* help;
+  // A value no preset has; all rows' examples together make a valid model
+  // (the options' and the checkpoint's round trips set them).
+  const char* example;
+  const char* attribute;  // its name in /model
+  // Where given: a checkpoint holds the field only where this is true, and a
+  // file without it reads as ModelConfig's default. Fields added after the
+  // format are stored only away from the meaning older files have.
+  bool (*stored_if)(const ModelConfig&) = nullptr;
+  // On resume: must the saved value match the running one? Weights trained
+  // under one value mean something else under another (must_match); a
+  // context length or an initialisation does not change them (may_change);
+  // the shape of the RoPE scaling counts only where both scale, the factor
+  // saying the rest (must_match_where_both_stored).
+  enum class Resume { must_match, may_change, must_match_where_both_stored };
+  Resume resume = Resume::must_match;
+  // An integer's range as a file may hold it (validate_fields() judges the rest).
+  int64_t file_min = 1, file_max = 2147483647;
+};
+
+// In the order --help, OPTIONS.md and a resume's list of mismatches show them.
+const std::vector<ModelField>& model_fields();
 
 // Throws fsdp::Error for an unknown name, listing the known ones.
 ModelConfig model_preset(const std::string& name);

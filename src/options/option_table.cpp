@@ -1,8 +1,10 @@
 #include "src/options/option_table.h"
 
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "src/options/option_values.h"
 
@@ -115,11 +117,15 @@ OptionRow row(const char* name, T Part::*field, const char* help, const char* ex
       std::move(rule));
 }
 
-// Model fields: validate_model() checks them together once all are set.
-template <typename T>
-OptionRow model_row(const char* name, T ModelConfig::*field, const char* help,
-                    const char* example) {
-  OptionRow r = row<ModelConfig, T>(name, field, help, example);
+// Model fields (model/config.h's model_fields()): validate_model() checks
+// them together once all are set.
+OptionRow model_row(const ModelField& f) {
+  OptionRow r = std::visit(
+      [&](auto field) {
+        using T = std::remove_reference_t<decltype(ModelConfig{}.*field)>;
+        return row<ModelConfig, T>(f.flag, field, f.help, f.example);
+      },
+      f.member);
   r.model_field = true;
   return r;
 }
@@ -191,39 +197,10 @@ OptionRow prompt_row() {
 
 std::vector<OptionRow> make_table() {
   using O = Options;
-  using M = ModelConfig;
   // clang-format off
-  return {
-    preset_row(),
-    model_row("vocab-size", &M::vocab_size, "override the preset: vocabulary size", "300"),
-    model_row("n-layer", &M::n_layer, "override the preset: transformer blocks", "3"),
-    model_row("d-model", &M::d_model, "override the preset: model width", "96"),
-    model_row("n-head", &M::n_head, "override the preset: attention heads", "6"),
-    model_row("n-kv-head", &M::n_kv_head, "override the preset: key/value heads (GQA)", "3"),
-    model_row("qk-norm", &M::qk_norm,
-              "override the preset: RMSNorm q and k per head before RoPE (Qwen3); false: "
-              "none (Llama)", "false"),
-    model_row("head-dim", &M::head_size,
-              "override the preset: width of each attention head (0: --d-model / --n-head)",
-              "32"),
-    model_row("d-ff", &M::d_ff, "override the preset: SwiGLU hidden width", "200"),
-    model_row("max-seq-len", &M::max_seq_len, "override the preset: context length", "128"),
-    model_row("rope-theta", &M::rope_theta, "override the preset: RoPE base", "500000"),
-    model_row("rope-scaling-factor", &M::rope_scaling_factor,
-              "Llama 3.1/3.2's RoPE scaling (rope_type llama3): slow frequencies divided by "
-              "it (0: no scaling)", "32"),
-    model_row("rope-low-freq-factor", &M::rope_low_freq_factor,
-              "with --rope-scaling-factor: wavelengths above --rope-original-context / this "
-              "are scaled", "2"),
-    model_row("rope-high-freq-factor", &M::rope_high_freq_factor,
-              "with --rope-scaling-factor: wavelengths below --rope-original-context / this "
-              "are kept", "8"),
-    model_row("rope-original-context", &M::rope_original_context,
-              "with --rope-scaling-factor: the context the model was pretrained at", "16384"),
-    model_row("norm-eps", &M::norm_eps, "override the preset: RMSNorm epsilon", "1e-06"),
-    model_row("init-std", &M::init_std, "override the preset: initialisation std", "0.01"),
-    model_row("tie-embeddings", &M::tie_embeddings,
-              "override the preset: share embedding and head", "false"),
+  std::vector<OptionRow> rows{preset_row()};
+  for (const ModelField& f : model_fields()) rows.push_back(model_row(f));
+  std::vector<OptionRow> rest = {
     named(row("train-data", &DataOptions::train_data,
               "training tokens: FILE.h5[:/dataset] (default dataset /tokens); required",
               "train.h5:/tokens2"), "FILE"),
@@ -420,6 +397,9 @@ std::vector<OptionRow> make_table() {
                      "must be between 1 and --steps (0: off)"})),
   };
   // clang-format on
+  rows.insert(rows.end(), std::make_move_iterator(rest.begin()),
+              std::make_move_iterator(rest.end()));
+  return rows;
 }
 
 }  // namespace

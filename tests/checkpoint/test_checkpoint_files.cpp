@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
+#include <variant>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/dir.h"
@@ -479,6 +481,65 @@ TEST(CheckpointFile, FileIsItsDataWithoutHoles) {
 
 // Not a test of its own: writes checkpoints for the Python tools' CTest
 // (tests/tools), which sets FSDP_CKPT_TOOL_OUT.
+// A checkpoint's /model is written, read and compared by model_fields()'
+// rows (model/config.h), so a new model option needs nothing here. A model
+// with every field at its example value (no preset's) saves and reads back
+// equal; against `tiny` each field that gives the weights their meaning is
+// named, and no other. A field stored only under a condition is absent from
+// a file where the condition does not hold.
+TEST(CheckpointFile, EveryModelFieldTravelsByItsRow) {
+  ModelConfig cfg = model_preset("tiny");
+  for (const ModelField& f : model_fields())
+    std::visit(
+        [&](auto field) {
+          using T = std::remove_cvref_t<decltype(cfg.*field)>;
+          if constexpr (std::is_same_v<T, bool>)
+            cfg.*field = std::string(f.example) == "true";
+          else if constexpr (std::is_same_v<T, float>)
+            cfg.*field = std::stof(f.example);
+          else
+            cfg.*field = std::stoi(f.example);
+        },
+        f.member);
+  validate_model(cfg);
+  TestDir dir;
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  auto run = make_run(*g.shard, nullptr, *g.world, 0, cfg);
+  const std::string path =
+      save_checkpoint({cfg, run->engine, run->ops, MPI_COMM_WORLD}, dir.path(), example_meta(1));
+  EXPECT_EQ(read_checkpoint_meta(path, MPI_COMM_WORLD).model, cfg);
+  EXPECT_EQ(read_checkpoint_meta(path, MPI_COMM_WORLD, &cfg).model, cfg);
+
+  using R = ModelField::Resume;
+  ModelConfig tiny = model_preset("tiny"), scaled = tiny;
+  scaled.rope_scaling_factor = cfg.rope_scaling_factor;
+  for (const ModelConfig* running : {&tiny, &scaled}) {
+    const std::string e = error_of([&] { read_checkpoint_meta(path, MPI_COMM_WORLD, running); });
+    EXPECT_NE(e.find("was saved by another model"), std::string::npos) << e;
+    for (const ModelField& f : model_fields()) {
+      const bool compared = f.resume == R::must_match ||
+                            (f.resume == R::must_match_where_both_stored && running == &scaled);
+      const bool differs =
+          std::visit([&](auto field) { return cfg.*field != running->*field; }, f.member);
+      EXPECT_EQ(e.find(std::string("--") + f.flag + " ") != std::string::npos, compared && differs)
+          << f.flag << ": " << e;
+    }
+  }
+
+  Saved s;
+  const std::string plain = s.save(dir.path(), 2);
+  if (world_rank() == 0) {
+    Hdf5Lock lock;
+    const hid_t file = H5Fopen(plain.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t model = H5Gopen2(file, "model", H5P_DEFAULT);
+    for (const ModelField& f : model_fields())
+      EXPECT_EQ(H5Aexists(model, f.attribute) > 0, !f.stored_if || f.stored_if(s.run->cfg))
+          << f.attribute;
+    H5Gclose(model);
+    H5Fclose(file);
+  }
+}
+
 TEST(CheckpointFile, WritesToolFixture) {
   const char* out = std::getenv("FSDP_CKPT_TOOL_OUT");
   if (!out) GTEST_SKIP() << "FSDP_CKPT_TOOL_OUT not set";
