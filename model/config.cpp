@@ -113,8 +113,9 @@ void ModelConfig::validate_fields() const {
   };
   need(vocab_size >= 2, "--vocab-size", vocab_size, "must be at least 2");
   // padded_vocab() must stay an int.
-  need(vocab_size <= std::numeric_limits<int>::max() - kVocabAlign, "--vocab-size", vocab_size,
-       "must be at most 2147483519");
+  if (vocab_size > std::numeric_limits<int>::max() - kVocabAlign)
+    throw_error("--vocab-size: value ", vocab_size, " is invalid: must be at most ",
+                std::numeric_limits<int>::max() - kVocabAlign);
   need(n_layer >= 1, "--n-layer", n_layer, "must be at least 1");
   need(d_model >= 2, "--d-model", d_model, "must be at least 2");
   need(head_size >= 0 && head_size <= kMaxHeadDim && head_size % 2 == 0, "--head-dim", head_size,

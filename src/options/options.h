@@ -115,7 +115,7 @@ struct GivenValue {
   std::string text;
   std::string where;  // "" for a flag, else "--config 'FILE': "
   // A repeatable option's values, in order (text: the last); empty otherwise.
-  std::vector<std::string> texts;
+  std::vector<std::string> texts = {};
 };
 // Converts and checks the given values (option name -> value) as fsdptrain
 // does, without the rules a training run adds (--train-data required, ...):

@@ -78,7 +78,9 @@ TEST(StepBudget, WithoutABudgetTheCountIsSteps) {
   EXPECT_EQ(b.steps(), 50);
   b.record(pos);
   EXPECT_EQ(pos.budget_steps, 7);  // kept as the checkpoint had it
-  if (f.lead) EXPECT_EQ(f.metrics_text(), "");
+  if (f.lead) {
+    EXPECT_EQ(f.metrics_text(), "");
+  }
 }
 
 TEST(StepBudget, FixesTheCountAfterTheTimedStepsFromTheSlowestRank) {
@@ -107,10 +109,11 @@ TEST(StepBudget, FixesTheCountAfterTheTimedStepsFromTheSlowestRank) {
   EXPECT_EQ(pos.budget_steps, b.steps());
   EXPECT_GE(pos.budget_used_s, 10);
   EXPECT_LT(pos.budget_used_s, 20);
-  if (f.lead)
+  if (f.lead) {
     EXPECT_NE(f.metrics_text().find("\"time_budget_steps\": " + std::to_string(b.steps())),
               std::string::npos)
         << f.metrics_text();
+  }
 }
 
 TEST(StepBudget, StepsUndoneByARollbackAreNotTimed) {
