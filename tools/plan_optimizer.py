@@ -19,7 +19,7 @@ from plan_compute import fail
 # (4) and refreshes its send copy (6).
 OPTIMIZER_BYTES_PER_ELEM = 42
 # Muon's own HBM traffic, on top of the GEMMs (shard/muon.cpp,
-# model/cuda/cuda_muon.cpp): per element of an owner's matrices, the norm
+# model/cuda/muon.cu): per element of an owner's matrices, the norm
 # reads it (4), the cast in reads it and writes bf16 (6), the cast out reads
 # bf16 and writes it (6); per element of an exchanged unit, on several
 # ranks, zeroing the results buffer writes 4.

@@ -2,8 +2,8 @@
 // logits, written over the logits in place. bf16 logits, fp32 arithmetic.
 #include <cfloat>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -89,8 +89,7 @@ __global__ void __launch_bounds__(kCeThreads)
   }
 }
 
-}  // namespace
-
+// Rows of Vp logits, the first V real (see Ops::cross_entropy).
 void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
                    float grad_scale, int* err, cudaStream_t stream) {
   if (n == 0) return;
@@ -104,4 +103,21 @@ void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, i
   FSDP_LAUNCH_CHECK("cross_entropy_kernel");
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
+                               float grad_scale) {
+  cuda::cross_entropy(f32(losses), bf(logits), i32(targets), n, V, Vp, grad_scale, impl_->err,
+                      impl_->stream);
+  after("cross_entropy");
+}
+
+}  // namespace fsdp

@@ -191,38 +191,8 @@ void CudaOps::do_to_host(void* host, Tensor src) {
   impl_->sync("to_host");
 }
 
-// ---- model ------------------------------------------------------------------
-
-void CudaOps::do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
-  bf16* o = bf(out);
-  const bf16* w = bf(wte);
-  cuda::embedding_forward(o, i32(tokens), w, n, C, wte.numel / C, impl_->err, impl_->stream);
-  after("embedding");
-}
-
-void CudaOps::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
-  bool is_bf16 = false;
-  void* dw = grad(dwte, is_bf16);
-  cuda::embedding_backward(dw, is_bf16, bf(dout), i32(tokens), n, C, dwte.numel / C, *impl_,
-                           impl_->stream);
-  after("embedding_backward");
-}
-
-void CudaOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
-                         Tensor amax) {
-  cuda::rmsnorm_forward(bf(y), f32(rstd), bf(x), bf(g), rows, dim, eps, f32_or_null(amax),
-                        impl_->stream);
-  after("rmsnorm");
-}
-
-void CudaOps::do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
-                                  int rows, int dim, bool accumulate_dx, Tensor amax) {
-  bool dg_bf16 = false;
-  void* dgp = grad(dg, dg_bf16);
-  cuda::rmsnorm_backward(bf(dx), dgp, dg_bf16, bf(dy), bf(x), bf(g), f32(rstd), rows, dim,
-                         accumulate_dx, f32_or_null(amax), impl_->dev, *impl_, impl_->stream);
-  after("rmsnorm_backward");
-}
+// ---- GEMMs (gemm.cpp) and attention (attention.cpp) -------------------------
+// The kernels' ops live beside their kernels, one .cu per family.
 
 // Row-major to cuBLASLt's column-major: a row-major [r, c] matrix is, byte
 // for byte, the column-major [c, r] matrix (its transpose) with leading
@@ -265,95 +235,47 @@ void CudaOps::do_linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tens
   after("linear_backward");
 }
 
-void CudaOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) {
-  bf16* xp = bf(x);
-  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, 1.0f, impl_->stream);
-  after("rope");
-}
-
-void CudaOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope) {
-  bf16* xp = bf(dx);
-  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, -1.0f, impl_->stream);
-  after("rope_backward");
-}
-
 namespace {
-void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
-               int64_t width, cudaStream_t stream) {
-  const size_t es = sizeof(cuda::bf16);
-  if (rows > 0)
-    FSDP_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * es, src, size_t(src_ld) * es,
-                                      size_t(width) * es, size_t(rows), cudaMemcpyDeviceToDevice,
-                                      stream));
+int fp8_code(Fp8 f) {
+  return f == Fp8::e4m3 ? 1 : 2;
+}
+const uint8_t* codes(const Fp8Tensor& t) {
+  return static_cast<const uint8_t*>(t.codes.data);
 }
 }  // namespace
 
-// Head sizes the fused kernels do not take (96, say) compose rmsnorm and
-// rope; strided rows are then packed into a temporary first (and dx
-// unpacked after): a slow path, kept simple.
-void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
-                           int head_dim, float eps, const Rope& rope, int64_t x_ld) {
-  const int rows = B * T * heads;
-  const int64_t tokens = int64_t(B) * T;
-  const int64_t width = int64_t(heads) * head_dim;
+// As linear (y^T = W x^T in cuBLASLt's column-major view), on FP8 codes:
+// W is A with its scale, x is B with its; r, when given, is C with beta 1.
+void CudaOps::do_linear_fp8(Tensor y, const Fp8Tensor& x, const Fp8Tensor& w, Tensor r, int M,
+                            int N, int K) {
+  const uint8_t* xq = codes(x);
+  const uint8_t* wq = codes(w);
   bf16* yo = bf(y);
-  float* rs = f32(rstd);
-  const bf16* xi = bf(x);
-  const bf16* gi = bf(g);
-  const float* table = impl_->rope_table(T, head_dim, rope);
-  if (g.numel == 0) {  // no QK-norm: x's rows packed into y, then rotated
-    copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
-    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
-  } else if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
-                                      impl_->stream)) {
-    if (x_ld != width) {  // y is free until written: the packed copy goes there
-      copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
-      xi = yo;
-    }
-    cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, nullptr, impl_->stream);
-    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
-  }
-  after("norm_rope");
+  const bf16* ro = r.numel > 0 ? bf(r) : nullptr;
+  impl_->gemm->matmul_fp8(N, M, K, wq, K, fp8_code(w.format), f32(w.scale_inv), xq, K,
+                          fp8_code(x.format), f32(x.scale_inv), yo, false, N, ro ? 1.0f : 0.0f, ro);
+  after("linear_fp8");
 }
 
-void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
-                                    Tensor rstd, int B, int T, int heads, int head_dim,
-                                    const Rope& rope, Tensor amax, int64_t x_ld) {
-  const int rows = B * T * heads;
-  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
-  const int64_t width = int64_t(heads) * head_dim;
-  float* am = f32_or_null(amax);
-  bool dg_bf16 = false;
-  void* dgp = grad(dg, dg_bf16);
-  bf16* dxo = bf(dx);
-  bf16* dyi = bf(dy);
-  const bf16* xi = bf(x);
-  const bf16* gi = bf(g);
-  const float* rs = f32(rstd);
-  const float* table = impl_->rope_table(T, head_dim, rope);
-  if (g.numel == 0) {
-    // No QK-norm: dx is dy rotated back (in place: dy's contents are
-    // unspecified after the call), written into dx's rows.
-    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
-    copy_rows(dxo, x_ld, dyi, width, tokens, width, impl_->stream);
-  } else if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads,
-                                       head_dim, am, x_ld, impl_->dev, *impl_, impl_->stream)) {
-    // dy's contents are unspecified after the call (Ops::norm_rope_backward),
-    // so it is rotated back in place.
-    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
-    const bool strided = x_ld != width;
-    Tensor packed = strided ? do_alloc(DType::bf16, 2 * n) : Tensor{};  // x, then dx
-    bf16* xp = strided ? static_cast<bf16*>(packed.data) : const_cast<bf16*>(xi);
-    bf16* dxp = strided ? xp + n : dxo;
-    if (strided) copy_rows(xp, width, xi, x_ld, tokens, width, impl_->stream);
-    cuda::rmsnorm_backward(dxp, dgp, dg_bf16, dyi, xp, gi, rs, rows, head_dim, false, am,
-                           impl_->dev, *impl_, impl_->stream);
-    if (strided) {
-      copy_rows(dxo, x_ld, dxp, width, tokens, width, impl_->stream);
-      do_free(packed);
-    }
-  }
-  after("norm_rope_backward");
+// Both products in the "TN" form, from the transposed codes:
+//   dx^T [K, M] = (wt [K, N] row-major)^T-view . dy: A = wt (lda N), B = dy (ldb N)
+//   dw^T [K, N] += x^T . dy: A = xt [K, M] (lda M), B = dyt [N, M] (ldb M)
+void CudaOps::do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
+                                     const Fp8Tensor& dyt, const Fp8Tensor& xt, const Fp8Tensor& wt,
+                                     int M, int N, int K, bool accumulate_dx) {
+  const uint8_t* g = codes(dy);
+  const uint8_t* gt = codes(dyt);
+  const uint8_t* xq = codes(xt);
+  const uint8_t* wq = codes(wt);
+  const float* gs = f32(dy.scale_inv);
+  if (dx.numel > 0)
+    impl_->gemm->matmul_fp8(K, M, N, wq, N, fp8_code(wt.format), f32(wt.scale_inv), g, N,
+                            fp8_code(dy.format), gs, bf(dx), false, K, accumulate_dx ? 1.0f : 0.0f);
+  bool dw_bf16 = false;
+  void* dwo = grad(dw, dw_bf16);
+  impl_->gemm->matmul_fp8(K, N, M, xq, M, fp8_code(xt.format), f32(xt.scale_inv), gt, M,
+                          fp8_code(dyt.format), f32(dyt.scale_inv), dwo, !dw_bf16, K, 1.0f);
+  after("linear_backward_fp8");
 }
 
 void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
@@ -370,115 +292,6 @@ void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
   impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
                              bf(v), *impl_);
   after("attention_backward");
-}
-
-void CudaOps::do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
-                        Tensor amax) {
-  cuda::swiglu_forward(bf(s), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax), impl_->stream);
-  after("swiglu");
-}
-
-void CudaOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
-                                 int cols, int64_t ab_ld, Tensor amax) {
-  cuda::swiglu_backward(bf(da), bf(db), bf(ds), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax),
-                        impl_->stream);
-  after("swiglu_backward");
-}
-
-void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
-  cuda::add(bf(y), bf(a), bf(b), n, impl_->stream);
-  after("add");
-}
-
-void CudaOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                               float grad_scale) {
-  cuda::cross_entropy(f32(losses), bf(logits), i32(targets), n, V, Vp, grad_scale, impl_->err,
-                      impl_->stream);
-  after("cross_entropy");
-}
-
-// ---- optimizer and engine ---------------------------------------------------
-
-void CudaOps::do_cast(Tensor dst, Tensor src) {
-  if (dst.dtype == src.dtype) {
-    do_copy(dst, src);
-  } else if (dst.dtype == DType::bf16) {
-    cuda::cast_f32_to_bf16(static_cast<bf16*>(dst.data), src.f32(), dst.numel, impl_->stream);
-  } else {
-    cuda::cast_bf16_to_f32(dst.f32(), static_cast<const bf16*>(src.data), dst.numel, impl_->stream);
-  }
-  after("cast");
-}
-
-void CudaOps::do_accumulate(Tensor dst, Tensor src, float scale) {
-  float* d = dst.f32();
-  const int64_t n = dst.numel;
-  if (src.dtype == DType::bf16) {
-    cuda::accumulate_bf16(d, static_cast<const bf16*>(src.data), scale, n, impl_->stream);
-  } else {
-    cuda::accumulate_f32(d, src.f32(), scale, n, impl_->stream);
-  }
-  after("accumulate");
-}
-
-double CudaOps::do_sum_squares(Tensor x) {
-  const float* p = x.f32();
-  if (x.numel == 0) return 0.0;
-  cuda::sum_squares(impl_->ss, p, x.numel, impl_->dev, *impl_, impl_->stream);
-  auto* host = reinterpret_cast<double*>(static_cast<char*>(impl_->host_words) + sizeof(double));
-  FSDP_CUDA_CHECK(
-      cudaMemcpyAsync(host, impl_->ss, sizeof(double), cudaMemcpyDeviceToHost, impl_->stream));
-  impl_->sync("sum_squares");
-  return *host;
-}
-
-void CudaOps::do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) {
-  float* o = f32(out);
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].numel == 0) {
-      FSDP_CUDA_CHECK(cudaMemsetAsync(o + i, 0, sizeof(float), impl_->stream));
-      continue;
-    }
-    cuda::sum_squares(o + i, xs[i].f32(), xs[i].numel, impl_->dev, *impl_, impl_->stream);
-  }
-  after("sum_squares_each");
-}
-
-void CudaOps::do_adamw(Tensor param, Tensor grad_t, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
-                       const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) {
-  const int64_t n = param.numel;
-  float* p = param.f32();
-  float* g = f32(grad_t);
-  float* m = f32(exp_avg);
-  float* v = f32(exp_avg_sq);
-  bf16* s16 = nullptr;
-  if (send.numel > 0 && send.data != param.data) {
-    // The all-gather's copy is bf16 here; an f32 one is the parameter itself.
-    FSDP_CHECK(send.dtype == DType::bf16, "adamw send is ", dtype_name(send.dtype),
-               ", the cuda backend writes the all-gather's copy in bf16");
-    s16 = bf(send);
-  }
-  // Step constants in double on the host, as the CPU reference computes them.
-  const double bc1 = 1.0 - std::pow(double(h.beta1), h.step);
-  const double bc2 = 1.0 - std::pow(double(h.beta2), h.step);
-  const cuda::AdamWStep s{
-      h.lr, h.beta1, h.beta2, h.eps, h.grad_scale, float(1.0 / bc1), float(1.0 / std::sqrt(bc2))};
-  // Spans in launches of AdamWSpans::kMax (one for every unit of the model);
-  // only the last writes the copy and clears, after every span has moved.
-  size_t next = 0;
-  do {
-    cuda::AdamWSpans chunk;
-    for (; next < spans.size() && chunk.n < cuda::AdamWSpans::kMax; ++next) {
-      const AdamWSpan& sp = spans[next];
-      chunk.begin[chunk.n] = sp.begin;
-      chunk.end[chunk.n] = sp.begin + sp.count;
-      chunk.decay[chunk.n] = float(1.0 - double(h.lr) * sp.weight_decay);
-      ++chunk.n;
-    }
-    const bool last = next == spans.size();
-    cuda::adamw(p, g, m, v, last ? s16 : nullptr, last && clear_grad, n, s, chunk, impl_->stream);
-  } while (next < spans.size());
-  after("adamw");
 }
 
 }  // namespace fsdp

@@ -1,7 +1,8 @@
 // The H100 backend of the op interface: bf16 activations and gathered weights,
 // f32 statistics, losses and optimizer state. GEMMs run through cuBLASLt,
 // attention through cuDNN's fused SDPA, everything else through the fused
-// kernels (one .cu per op family, launchers in kernels.h).
+// kernels, one .cu per op family that also holds the family's do_ methods
+// below (cuda_ops.cpp keeps the stream, memory, GEMMs and attention).
 //
 // This header is plain C++ with no CUDA types in it, so code built by the host
 // compiler alone (src/, shard/) can construct the backend; the CUDA, cuBLASLt
@@ -120,7 +121,7 @@ class CudaOps final : public Ops {
   void do_sum_squares_each(Tensor out, const std::vector<Tensor>& xs) override;
   void do_adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor send,
                 const std::vector<AdamWSpan>& spans, const AdamWHyper& h, bool clear_grad) override;
-  // cuda_muon.cpp: Newton-Schulz in bf16 on cuBLASLt, a batch's GEMMs as one.
+  // muon.cu: Newton-Schulz in bf16 on cuBLASLt, a batch's GEMMs as one.
   void do_muon_momentum(Tensor grad, Tensor buf, const std::vector<MuonSpan>& spans, float momentum,
                         bool nesterov, float grad_scale) override;
   void do_newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,

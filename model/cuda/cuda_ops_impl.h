@@ -1,5 +1,6 @@
 // The state behind CudaOps and the pointer casts its op files share
-// (cuda_ops.cpp, fp8_ops.cpp): private to model/cuda, plain C++.
+// (cuda_ops.cpp and every family's .cu): private to model/cuda, plain C++
+// that both the host compiler and nvcc read.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,7 +59,7 @@ struct CudaOps::Impl final : cuda::Scratch {
   void* host_words = nullptr;  // pinned: error word and sum_squares result
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  // Newton-Schulz's norms and bf16 iterates (cuda_muon.cpp), apart from
+  // Newton-Schulz's norms and bf16 iterates (muon.cu), apart from
   // `scratch`, which the norms' sum_squares uses meanwhile.
   void* ns_work = nullptr;
   size_t ns_bytes = 0;

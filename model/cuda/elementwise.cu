@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -175,8 +175,9 @@ struct Add {
   __device__ void operator()(const float (&i)[2], float (&o)[1]) const { o[0] = i[0] + i[1]; }
 };
 
-}  // namespace
-
+// SwiGLU over [rows, cols]: a, b, da and db rows ab_ld apart, s and ds
+// packed. amax: null, or an f32 word that gets max |s| (forward), or the max
+// of |da| and |db| over both (backward), as stored.
 void swiglu_forward(bf16* s, const bf16* a, const bf16* b, int rows, int cols, int64_t ab_ld,
                     float* amax, cudaStream_t stream) {
   MapArgs<2, 1> m{{a, b}, {s}};
@@ -200,4 +201,32 @@ void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) 
   launch_map(MapArgs<2, 1>{{a, b}, {y}}, n, Add{}, stream, "add");
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
+                        Tensor amax) {
+  cuda::swiglu_forward(bf(s), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax), impl_->stream);
+  after("swiglu");
+}
+
+void CudaOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
+                                 int cols, int64_t ab_ld, Tensor amax) {
+  cuda::swiglu_backward(bf(da), bf(db), bf(ds), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax),
+                        impl_->stream);
+  after("swiglu_backward");
+}
+
+void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
+  cuda::add(bf(y), bf(a), bf(b), n, impl_->stream);
+  after("add");
+}
+
+}  // namespace fsdp

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -98,8 +98,6 @@ __global__ void embedding_backward_kernel(W* dwte, const bf16* dout, const int32
   }
 }
 
-}  // namespace
-
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int n, int C,
                        int64_t vocab, int* err, cudaStream_t stream) {
   if (n == 0) return;
@@ -114,6 +112,7 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int n,
   FSDP_LAUNCH_CHECK("embedding_forward_kernel");
 }
 
+// dwte is bf16 when dwte_bf16, else f32.
 void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int32_t* tokens, int n,
                         int C, int64_t vocab, Scratch& scratch, cudaStream_t stream) {
   if (n == 0) return;
@@ -151,4 +150,29 @@ void embedding_backward(void* dwte, bool dwte_bf16, const bf16* dout, const int3
   FSDP_LAUNCH_CHECK("embedding_backward_kernel");
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_embedding(Tensor out, Tensor tokens, Tensor wte, int n, int C) {
+  bf16* o = bf(out);
+  const bf16* w = bf(wte);
+  cuda::embedding_forward(o, i32(tokens), w, n, C, wte.numel / C, impl_->err, impl_->stream);
+  after("embedding");
+}
+
+void CudaOps::do_embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int n, int C) {
+  bool is_bf16 = false;
+  void* dw = grad(dwte, is_bf16);
+  cuda::embedding_backward(dw, is_bf16, bf(dout), i32(tokens), n, C, dwte.numel / C, *impl_,
+                           impl_->stream);
+  after("embedding_backward");
+}
+
+}  // namespace fsdp

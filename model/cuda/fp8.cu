@@ -8,11 +8,24 @@
 #include <cfloat>
 #include <type_traits>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
+
+// amax_each / quantize_fp8_amax_each take up to kMax tensors a launch (the
+// kernel's argument; one block row per tensor). amax_each expects its
+// outputs zeroed; q and scale_inv are unused there.
+struct Fp8Each {
+  static constexpr int kMax = 16;
+  const void* src[kMax] = {};
+  uint8_t* q[kMax] = {};
+  float* amax[kMax] = {};
+  float* scale_inv[kMax] = {};
+  int64_t n[kMax] = {};
+  int count = 0;
+};
 
 constexpr int kThreads = 256;
 
@@ -339,8 +352,9 @@ dim3 each_grid(const Fp8Each& a) {
 __nv_fp8_interpretation_t fp8_interp(bool e5m2) {
   return e5m2 ? __NV_E5M2 : __NV_E4M3;
 }
-}  // namespace
 
+// src and dst are bf16 when the flag says so, else f32. fmt_max: the
+// format's largest finite value (common/fp8.h).
 void quantize_fp8(uint8_t* q, float* scale_inv, const void* src, bool src_bf16, int64_t n,
                   bool e5m2, float fmt_max, Scratch& scratch, cudaStream_t stream) {
   on_src(src, src_bf16, [&](const auto* x) {
@@ -437,4 +451,113 @@ void dequantize_fp8(void* dst, bool dst_bf16, const uint8_t* q, const float* sca
   FSDP_LAUNCH_CHECK("dequantize_fp8");
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) {
+  cuda::quantize_fp8(static_cast<uint8_t*>(q.data), f32(scale_inv), src.data,
+                     src.dtype == DType::bf16, src.numel, format == Fp8::e5m2, fp8_spec(format).max,
+                     *impl_, impl_->stream);
+  after("quantize_fp8");
+}
+
+void CudaOps::do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows,
+                                int cols, Fp8 format) {
+  cuda::quantize_fp8_t(static_cast<uint8_t*>(q.data), static_cast<uint8_t*>(qt.data),
+                       f32(scale_inv), src.data, src.dtype == DType::bf16, rows, cols,
+                       format == Fp8::e5m2, fp8_spec(format).max, *impl_, impl_->stream);
+  after("quantize_fp8_t");
+}
+
+void CudaOps::do_quantize_fp8_t_amax(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, Tensor amax,
+                                     int rows, int cols, Fp8 format) {
+  cuda::quantize_fp8_t_amax(q.numel > 0 ? static_cast<uint8_t*>(q.data) : nullptr,
+                            static_cast<uint8_t*>(qt.data), f32(scale_inv), src.data,
+                            src.dtype == DType::bf16, rows, cols, f32(amax), format == Fp8::e5m2,
+                            fp8_spec(format).max, impl_->stream);
+  after("quantize_fp8_t_amax");
+}
+
+void CudaOps::do_amax(Tensor out, Tensor x) {
+  cuda::amax(f32(out), x.data, x.dtype == DType::bf16, x.numel, impl_->stream);
+  after("amax");
+}
+
+void CudaOps::do_quantize_fp8_amax(Tensor q, Tensor scale_inv, Tensor src, Tensor amax,
+                                   Fp8 format) {
+  cuda::quantize_fp8_amax(static_cast<uint8_t*>(q.data), f32(scale_inv), src.data,
+                          src.dtype == DType::bf16, src.numel, f32(amax), format == Fp8::e5m2,
+                          fp8_spec(format).max, impl_->stream);
+  after("quantize_fp8_amax");
+}
+
+namespace {
+// launch(a) for each run of up to cuda::Fp8Each::kMax entries, after
+// fill(a, i) for every entry i of the run (each one a kernel argument).
+template <typename Fill, typename Launch>
+void in_launches(size_t count, Fill&& fill, Launch&& launch) {
+  for (size_t first = 0; first < count; first += cuda::Fp8Each::kMax) {
+    cuda::Fp8Each a;
+    for (size_t i = first; i < count && a.count < cuda::Fp8Each::kMax; ++i, ++a.count) fill(a, i);
+    launch(a);
+  }
+}
+}  // namespace
+
+// All of one dtype, f32 or bf16.
+void CudaOps::do_amax_each(Tensor out, const std::vector<Tensor>& xs) {
+  float* o = f32(out);
+  if (xs.empty()) return;
+  FSDP_CUDA_CHECK(cudaMemsetAsync(o, 0, xs.size() * sizeof(float), impl_->stream));
+  const bool is_bf16 = xs[0].dtype == DType::bf16;
+  in_launches(
+      xs.size(),
+      [&](cuda::Fp8Each& a, size_t i) {
+        a.src[a.count] = xs[i].data;
+        a.n[a.count] = xs[i].numel;
+        a.amax[a.count] = o + i;
+      },
+      [&](const cuda::Fp8Each& a) { cuda::amax_each(a, is_bf16, impl_->stream); });
+  after("amax_each");
+}
+
+void CudaOps::do_quantize_fp8_amax_each(const std::vector<Fp8Cast>& casts, Fp8 format) {
+  if (casts.empty()) return;
+  const bool is_bf16 = casts[0].src.dtype == DType::bf16;
+  in_launches(
+      casts.size(),
+      [&](cuda::Fp8Each& a, size_t i) {
+        const Fp8Cast& c = casts[i];
+        a.src[a.count] = c.src.data;
+        a.q[a.count] = static_cast<uint8_t*>(c.q.data);
+        a.n[a.count] = c.src.numel;
+        a.amax[a.count] = f32(c.amax);
+        a.scale_inv[a.count] = f32(c.scale_inv);
+      },
+      [&](const cuda::Fp8Each& a) {
+        cuda::quantize_fp8_amax_each(a, is_bf16, format == Fp8::e5m2, fp8_spec(format).max,
+                                     impl_->stream);
+      });
+  after("quantize_fp8_amax_each");
+}
+
+void CudaOps::do_transpose_fp8(Tensor qt, Tensor q, int rows, int cols) {
+  cuda::transpose_fp8(static_cast<uint8_t*>(qt.data), static_cast<const uint8_t*>(q.data), rows,
+                      cols, impl_->stream);
+  after("transpose_fp8");
+}
+
+void CudaOps::do_dequantize_fp8(Tensor dst, Tensor q, Tensor scale_inv, Fp8 format) {
+  cuda::dequantize_fp8(dst.data, dst.dtype == DType::bf16, static_cast<const uint8_t*>(q.data),
+                       f32(scale_inv), dst.numel, format == Fp8::e5m2, impl_->stream);
+  after("dequantize_fp8");
+}
+
+}  // namespace fsdp

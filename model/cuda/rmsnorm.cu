@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -346,3 +346,28 @@ void rmsnorm_dg_reduce(void* dg, bool dg_bf16, const float* partial, int blocks,
 }
 
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_rmsnorm(Tensor y, Tensor rstd, Tensor x, Tensor g, int rows, int dim, float eps,
+                         Tensor amax) {
+  cuda::rmsnorm_forward(bf(y), f32(rstd), bf(x), bf(g), rows, dim, eps, f32_or_null(amax),
+                        impl_->stream);
+  after("rmsnorm");
+}
+
+void CudaOps::do_rmsnorm_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g, Tensor rstd,
+                                  int rows, int dim, bool accumulate_dx, Tensor amax) {
+  bool dg_bf16 = false;
+  void* dgp = grad(dg, dg_bf16);
+  cuda::rmsnorm_backward(bf(dx), dgp, dg_bf16, bf(dy), bf(x), bf(g), f32(rstd), rows, dim,
+                         accumulate_dx, f32_or_null(amax), impl_->dev, *impl_, impl_->stream);
+  after("rmsnorm_backward");
+}
+
+}  // namespace fsdp

@@ -10,8 +10,8 @@
 // per-block partial rows as RMSNorm).
 #include <algorithm>
 
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -159,8 +159,8 @@ int lanes_for(int hd) {
   return 0;
 }
 
-}  // namespace
-
+// cos_sin holds [T, head_dim/2] cosines followed by as many sines (f32).
+// sign +1 rotates forward, -1 applies the transpose.
 void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, float sign,
           cudaStream_t stream) {
   const int64_t rows = int64_t(B) * T * heads;
@@ -176,6 +176,14 @@ void rope(bf16* x, const float* cos_sin, int B, int T, int heads, int head_dim, 
   FSDP_LAUNCH_CHECK("rope_kernel");
 }
 
+// Per head vector of x[B, T, heads, hd], y = rope(rmsnorm(x) * g) with
+// rstd[B*T*heads] kept; backward rotates dy back and runs RMSNorm's backward,
+// dx overwritten, dg += (bf16 when dg_bf16, else f32), max |dx| as stored
+// into amax unless it is null; x's and dx's token rows are x_ld apart. Both
+// return false, having enqueued nothing, when the shape or alignment is not
+// one the fused kernels handle (hd must be 16 * 2^i up to 512, pointers
+// 16-byte aligned, x_ld a multiple of 8); the caller then composes rmsnorm
+// and rope.
 bool norm_rope_forward(bf16* y, float* rstd, const bf16* x, const bf16* g, const float* cos_sin,
                        int B, int T, int heads, int hd, float eps, int64_t x_ld,
                        cudaStream_t stream) {
@@ -218,4 +226,105 @@ bool norm_rope_backward(bf16* dx, void* dg, bool dg_bf16, const bf16* dy, const 
   return true;
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_rope(Tensor x, int B, int T, int heads, int head_dim, const Rope& rope) {
+  bf16* xp = bf(x);
+  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, 1.0f, impl_->stream);
+  after("rope");
+}
+
+void CudaOps::do_rope_backward(Tensor dx, int B, int T, int heads, int head_dim, const Rope& rope) {
+  bf16* xp = bf(dx);
+  cuda::rope(xp, impl_->rope_table(T, head_dim, rope), B, T, heads, head_dim, -1.0f, impl_->stream);
+  after("rope_backward");
+}
+
+namespace {
+void copy_rows(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+               int64_t width, cudaStream_t stream) {
+  const size_t es = sizeof(cuda::bf16);
+  if (rows > 0)
+    FSDP_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_ld) * es, src, size_t(src_ld) * es,
+                                      size_t(width) * es, size_t(rows), cudaMemcpyDeviceToDevice,
+                                      stream));
+}
+}  // namespace
+
+// Head sizes the fused kernels do not take (96, say) compose rmsnorm and
+// rope; strided rows are then packed into a temporary first (and dx
+// unpacked after): a slow path, kept simple.
+void CudaOps::do_norm_rope(Tensor y, Tensor rstd, Tensor x, Tensor g, int B, int T, int heads,
+                           int head_dim, float eps, const Rope& rope, int64_t x_ld) {
+  const int rows = B * T * heads;
+  const int64_t tokens = int64_t(B) * T;
+  const int64_t width = int64_t(heads) * head_dim;
+  bf16* yo = bf(y);
+  float* rs = f32(rstd);
+  const bf16* xi = bf(x);
+  const bf16* gi = bf(g);
+  const float* table = impl_->rope_table(T, head_dim, rope);
+  if (g.numel == 0) {  // no QK-norm: x's rows packed into y, then rotated
+    copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
+    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
+  } else if (!cuda::norm_rope_forward(yo, rs, xi, gi, table, B, T, heads, head_dim, eps, x_ld,
+                                      impl_->stream)) {
+    if (x_ld != width) {  // y is free until written: the packed copy goes there
+      copy_rows(yo, width, xi, x_ld, tokens, width, impl_->stream);
+      xi = yo;
+    }
+    cuda::rmsnorm_forward(yo, rs, xi, gi, rows, head_dim, eps, nullptr, impl_->stream);
+    cuda::rope(yo, table, B, T, heads, head_dim, 1.0f, impl_->stream);
+  }
+  after("norm_rope");
+}
+
+void CudaOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Tensor g,
+                                    Tensor rstd, int B, int T, int heads, int head_dim,
+                                    const Rope& rope, Tensor amax, int64_t x_ld) {
+  const int rows = B * T * heads;
+  const int64_t n = int64_t(rows) * head_dim, tokens = int64_t(B) * T;
+  const int64_t width = int64_t(heads) * head_dim;
+  float* am = f32_or_null(amax);
+  bool dg_bf16 = false;
+  void* dgp = grad(dg, dg_bf16);
+  bf16* dxo = bf(dx);
+  bf16* dyi = bf(dy);
+  const bf16* xi = bf(x);
+  const bf16* gi = bf(g);
+  const float* rs = f32(rstd);
+  const float* table = impl_->rope_table(T, head_dim, rope);
+  if (g.numel == 0) {
+    // No QK-norm: dx is dy rotated back (in place: dy's contents are
+    // unspecified after the call), written into dx's rows.
+    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
+    copy_rows(dxo, x_ld, dyi, width, tokens, width, impl_->stream);
+  } else if (!cuda::norm_rope_backward(dxo, dgp, dg_bf16, dyi, xi, gi, rs, table, B, T, heads,
+                                       head_dim, am, x_ld, impl_->dev, *impl_, impl_->stream)) {
+    // dy's contents are unspecified after the call (Ops::norm_rope_backward),
+    // so it is rotated back in place.
+    cuda::rope(dyi, table, B, T, heads, head_dim, -1.0f, impl_->stream);
+    const bool strided = x_ld != width;
+    Tensor packed = strided ? do_alloc(DType::bf16, 2 * n) : Tensor{};  // x, then dx
+    bf16* xp = strided ? static_cast<bf16*>(packed.data) : const_cast<bf16*>(xi);
+    bf16* dxp = strided ? xp + n : dxo;
+    if (strided) copy_rows(xp, width, xi, x_ld, tokens, width, impl_->stream);
+    cuda::rmsnorm_backward(dxp, dgp, dg_bf16, dyi, xp, gi, rs, rows, head_dim, false, am,
+                           impl_->dev, *impl_, impl_->stream);
+    if (strided) {
+      copy_rows(dxo, x_ld, dxp, width, tokens, width, impl_->stream);
+      do_free(packed);
+    }
+  }
+  after("norm_rope_backward");
+}
+
+}  // namespace fsdp

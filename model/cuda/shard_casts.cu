@@ -1,7 +1,7 @@
 // The engine's kernels over f32 shards: casts between the f32 masters and
 // bf16 buffers, and gradient accumulation from f32 or bf16 into f32.
+#include "model/cuda/cuda_ops_impl.h"
 #include "model/cuda/device_utils.cuh"
-#include "model/cuda/kernels.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -32,8 +32,6 @@ __global__ void accumulate_kernel(float* d, const S* s, float scale, int64_t n) 
   }
 }
 
-}  // namespace
-
 void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   cast_f32_bf16_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
@@ -60,4 +58,36 @@ void accumulate_bf16(float* dst, const bf16* src, float scale, int64_t n, cudaSt
   FSDP_LAUNCH_CHECK("accumulate_kernel");
 }
 
+}  // namespace
 }  // namespace fsdp::cuda
+
+// ---- CudaOps: this family's ops -------------------------------------------------
+// The front door (model/op_checks.h) has checked every argument; these give
+// the pointers their types and enqueue the launchers above on the stream.
+namespace fsdp {
+
+using namespace cuda_args;
+
+void CudaOps::do_cast(Tensor dst, Tensor src) {
+  if (dst.dtype == src.dtype) {
+    do_copy(dst, src);
+  } else if (dst.dtype == DType::bf16) {
+    cuda::cast_f32_to_bf16(static_cast<bf16*>(dst.data), src.f32(), dst.numel, impl_->stream);
+  } else {
+    cuda::cast_bf16_to_f32(dst.f32(), static_cast<const bf16*>(src.data), dst.numel, impl_->stream);
+  }
+  after("cast");
+}
+
+void CudaOps::do_accumulate(Tensor dst, Tensor src, float scale) {
+  float* d = dst.f32();
+  const int64_t n = dst.numel;
+  if (src.dtype == DType::bf16) {
+    cuda::accumulate_bf16(d, static_cast<const bf16*>(src.data), scale, n, impl_->stream);
+  } else {
+    cuda::accumulate_f32(d, src.f32(), scale, n, impl_->stream);
+  }
+  after("accumulate");
+}
+
+}  // namespace fsdp
