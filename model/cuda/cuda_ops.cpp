@@ -3,12 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "model/cuda/cuda_ops_impl.h"

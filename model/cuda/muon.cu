@@ -5,8 +5,9 @@
 // (model/cpu/cpu_muon.cpp), term for term.
 //
 // Newton-Schulz runs in bf16 with fp32 accumulation, as Keller Jordan's Muon
-// and modded-nanogpt run it, so the GEMMs are tensor-core GEMMs. Against fp32 that costs about 1e-2
-// relative on random matrices (bench/optim/newton_schulz_bf16_error.py) and about 1e-1 on nearly
+// and modded-nanogpt run it, so the GEMMs are tensor-core GEMMs. Against
+// fp32 that costs about 1e-2 relative on random matrices
+// (bench/optim/newton_schulz_bf16_error.py) and about 1e-1 on nearly
 // low-rank ones, whose small singular directions the iteration amplifies
 // along with their rounding: the published method's own approximation. A
 // batch of same-shape matrices runs each of the three products of a step as
