@@ -103,8 +103,8 @@ stop() {
 }
 
 # Exit status 4: a diverged step whose rerun from the same state changed on
-# some rank, a transient device or node fault (fsdptrain's README, "Loss
-# spikes, rollback and faulty GPUs"). Nothing of that step was saved, and the
+# some rank, a transient device or node fault (fsdptrain's docs/CHECKPOINTS.md,
+# "Loss spikes and rollback"). Nothing of that step was saved, and the
 # ranks wrote the nodes to blame to FSDP_FAULTY_NODES_FILE: the job is
 # requeued without them (added to its ExcNodeList, which only a pending job
 # may change: hence requeuehold, update, release) and resumes from its newest

@@ -73,7 +73,7 @@ NOT_HIDDEN_SHARE = 0.05
 # The share of free GPU memory a run may plan (kUsableShare, src/policy/memory_check.h).
 USABLE_SHARE = 0.9
 
-# The README table: each model at its context, micro-batch chosen to fill
+# The table of docs/CLUSTER.md: each model at its context, micro-batch chosen to fill
 # an H100 without recomputation.
 TABLE_MODELS = (("gpt-350m", 8, 1024), ("gpt-1.3b", 8, 1024), ("7b", 4, 2048))
 TABLE_GPUS = (8, 32, 256)
@@ -534,7 +534,7 @@ def main():
     p.add_argument("--measured", metavar="FILE", help="per-unit GPU times (format below)")
     p.add_argument("--memory-plan-exe", help="fsdp_memory_plan (default: newest build*/tools/)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--table", action="store_true", help="the README table")
+    p.add_argument("--table", action="store_true", help="the table of docs/CLUSTER.md")
     a = p.parse_args()
     for name in ("nodes", "gpus_per_node", "micro_batch", "grad_accum"):
         if getattr(a, name) < 1:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # recipe_data.sh - the token files of the leaderboard recipe's dress rehearsal
-# (issue 64), made HERE with README's own two prepare_data.py commands, into
+# (issue 64), made HERE with the recipe's own two prepare_data.py commands, into
 # .recipe_carry/ for bench/cuda/recipe_run.sh on the GPU machine.
 #
 # OpenWebText (12 GB) cannot travel to the GPU machine (64 MiB a call), so the
@@ -9,7 +9,7 @@
 # documents (each kernel .rst file; the dictionary in pieces of about 8 KB at
 # blank lines), interleaved by position, written as CS336 hands OWT out (each
 # document followed by <|endoftext|>), every 50th document into owt_valid.txt
-# (OWT's validation file is likewise a sample of its documents). Then README's
+# (OWT's validation file is likewise a sample of its documents). Then the recipe's
 # commands, through bench/cuda/recipe_commands.py, tokenize them as written:
 # a 32K BPE, 200M-token shards (one, here), the validation file with the
 # training files' tokenizer.
@@ -61,7 +61,7 @@ print(f"recipe_data: {len(a)} dictionary pieces and {len(b)} documentation files
       f"every 50th for validation; {os.path.getsize('text/owt_train.txt') / 1e6:.1f} MB of training text")
 EOF
 
-# README's commands, as written but for the folders (and PROFILE=cpu's shapes)
+# the recipe's commands, as written but for the folders (and PROFILE=cpu's shapes)
 "$python" "$root/bench/cuda/recipe_commands.py" data --profile "$profile" --python "$python" \
   --text "$work/text" --tokens "$work/tokens" --run "$work" > commands.sh
 cat commands.sh

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# recipe_run.sh - the dress rehearsal of README's leaderboard recipe on one GPU
-# (issue 64): README's training command as written, at full shape (gpt-350m, a
-# 32K BPE, 262K tokens a step, Muon, wsd, validation at context 512, background
-# saves), for a short --time-budget (RECIPE_BUDGET_S, default 360: 6 minutes),
-# then README's final --eval-only of the whole validation file.
-# bench/cuda/recipe_commands.py reads both commands from README and changes
+# recipe_run.sh - the dress rehearsal of the leaderboard recipe on one GPU
+# (issue 64; the recipe is in docs/PERFORMANCE.md): its training command as
+# written, at full shape (gpt-350m, a 32K BPE, 262K tokens a step, Muon, wsd,
+# validation at context 512, background saves), for a short --time-budget
+# (RECIPE_BUDGET_S, default 360: 6 minutes), then the recipe's final
+# --eval-only of the whole validation file.
+# bench/cuda/recipe_commands.py reads both commands from the page and changes
 # only the folders, the budget and the metrics file of the --eval-only.
 #
 #   here:    bash bench/cuda/prepare_carry.sh; bash bench/cuda/recipe_data.sh
@@ -52,7 +53,7 @@ say() { echo "$*" | tee -a "$log"; }
 fail() { say "recipe_run: error: $*"; echo "FAIL run: $*" >> "$OUT/summary.txt"; exit 1; }
 : > "$OUT/summary.txt"
 
-# ---- the tokens, and README's commands (before the bundle's libraries are on the path) ----
+# ---- the tokens, and the recipe's commands (before the bundle's libraries are on the path) ----
 T=$WORK/tokens R=$WORK/run
 rm -rf "$T" "$R" && mkdir -p "$T" "$R"   # --resume auto must find no earlier run
 ls "$RECIPE_CARRY"/owt_train_*.h5.xz > /dev/null 2>&1 ||
@@ -61,7 +62,7 @@ for f in "$RECIPE_CARRY"/owt_train_*.h5.xz; do xz -dc "$f" > "$T/$(basename "${f
 cp "$RECIPE_CARRY"/owt_valid_val.h5 "$RECIPE_CARRY"/owt_tokenizer.json "$T/" || fail "no validation file in $RECIPE_CARRY"
 for stage in train eval; do
   python3 bench/cuda/recipe_commands.py "$stage" --profile "$profile" --text /unused --tokens "$T" --run "$R" \
-    --budget "${RECIPE_BUDGET_S}s" > "$WORK/$stage.sh" 2>> "$log" || fail "README's $stage command (see $log)"
+    --budget "${RECIPE_BUDGET_S}s" > "$WORK/$stage.sh" 2>> "$log" || fail "the recipe's $stage command (see $log)"
 done
 info=$(cat "$RECIPE_CARRY/DATA_INFO.txt" 2>/dev/null)
 train_tokens=$(sed -n 's/.*train_tokens=\([0-9]*\).*/\1/p' <<< "$info")
@@ -78,7 +79,7 @@ source "$WORK/bundle/fsdp-bundle/env.sh" 2>> "$log"
 device=cpu
 [ "$RECIPE_DEVICE" = cpu ] || device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 {
-  echo "# recipe_run.sh $(date -u +%FT%TZ): README's leaderboard recipe, ${RECIPE_BUDGET_S} s budget, on $device"
+  echo "# recipe_run.sh $(date -u +%FT%TZ): the leaderboard recipe (docs/PERFORMANCE.md), ${RECIPE_BUDGET_S} s budget, on $device"
   [ "$RECIPE_DEVICE" = cpu ] || nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   head -3 "$CARRY/BUILD_INFO.txt" 2>/dev/null
   echo "data: $info"

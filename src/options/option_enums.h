@@ -20,7 +20,7 @@ namespace fsdp {
 
 enum class Device { automatic, cpu, cuda };           // automatic: cuda when a GPU is visible
 enum class Precision { automatic, fp32, bf16, fp8 };  // automatic: fp32 on cpu, bf16 on cuda
-enum class DeviceComm { automatic, staged };          // staged: a test mode (README)
+enum class DeviceComm { automatic, staged };          // staged: a test mode (docs/RUNNING.md)
 
 template <typename E>
 struct Choice {

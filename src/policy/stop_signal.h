@@ -2,8 +2,8 @@
 // slurm/h100_4node.sh before the time limit) and SIGUSR2 only set a flag; at
 // a step boundary the ranks agree on it, so all of them checkpoint the same
 // step. mpirun forwards SIGUSR1 and SIGUSR2 to every rank at once, but turns
-// its own SIGTERM into SIGTERM then SIGKILL one second apart (README,
-// "Stopping and preemption"), so SIGUSR1 is the signal for mpirun.
+// its own SIGTERM into SIGTERM then SIGKILL one second apart (docs/CLUSTER.md,
+// "Stopping, preemption and hung ranks"), so SIGUSR1 is the signal for mpirun.
 #pragma once
 
 namespace fsdp {

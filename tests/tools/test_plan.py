@@ -8,7 +8,7 @@ collective bytes against the ring formulas worked by hand for the tiny
 preset, the engine's schedule against timelines worked by hand (the replica
 all-reduce under the last backward included), and the model's behaviour:
 more replicas, infinitely fast links, a case whose communication cannot hide
-and whose suggested change helps, the --measured hook and the README table.
+and whose suggested change helps, the --measured hook and the table of docs/CLUSTER.md.
 Nothing is timed.
 """
 

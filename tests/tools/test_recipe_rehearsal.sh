@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The leaderboard recipe's dress rehearsal (issue 64) rehearsed on the CPU, as
-# the GPU call runs it: README's data commands (bench/cuda/recipe_data.sh, on
-# 1.5 MB of the KJV with the CPU profile's 512-token BPE), then README's
+# the GPU call runs it: the recipe's data commands (bench/cuda/recipe_data.sh, on
+# 1.5 MB of the KJV with the CPU profile's 512-token BPE), then the recipe's
 # training and --eval-only commands (bench/cuda/recipe_run.sh, a 15 s budget),
 # whose report must give no FAIL (its budget line is INFO on a CPU). Also: the GPU profile changes nothing in
-# README's commands but the folders, the budget and the --eval-only's metrics
-# file, and a README that drops a flag the rehearsal sets stops it with a
+# the recipe's commands but the folders, the budget and the --eval-only's metrics
+# file, and a recipe page that drops a flag the rehearsal sets stops it with a
 # message naming the flag. Usage: test_recipe_rehearsal.sh BUILD_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,7 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmds=$root/bench/cuda/recipe_commands.py
 
-# 1. the GPU profile: README's commands but for the folders, the budget, the eval metrics
+# 1. the GPU profile: the recipe's commands but for the folders, the budget, the eval metrics
 for stage in data train eval; do
   python3 "$cmds" "$stage" --text /T --tokens /K --run /R --budget 6m > "$work/$stage.txt" 2> "$work/$stage.err"
 done
@@ -27,10 +27,10 @@ for flag in "--model gpt-350m" "--vocab-size 32000" "--optimizer muon" "--lr-sch
             "--eval-seq-len 512" "--grad-accum 16"; do
   grep -q -- "$flag" "$work/train.txt" || { echo "FAIL: the training command lacks $flag:"; cat "$work/train.txt"; exit 1; }
 done
-# 2. a README without a flag the rehearsal sets: stopped, the flag named
-sed 's/ --time-budget 1\.5h//' "$root/README.md" > "$work/README.md"
-if python3 "$cmds" train --readme "$work/README.md" --text /T --tokens /K --run /R --budget 6m > /dev/null 2> "$work/drift.err"; then
-  echo "FAIL: a README without --time-budget was accepted"; exit 1
+# 2. a recipe page without a flag the rehearsal sets: stopped, the flag named
+sed 's/ --time-budget 1\.5h//' "$root/docs/PERFORMANCE.md" > "$work/PERFORMANCE.md"
+if python3 "$cmds" train --page "$work/PERFORMANCE.md" --text /T --tokens /K --run /R --budget 6m > /dev/null 2> "$work/drift.err"; then
+  echo "FAIL: a recipe without --time-budget was accepted"; exit 1
 fi
 grep -q "has no --time-budget" "$work/drift.err" || { echo "FAIL: unclear refusal:"; cat "$work/drift.err"; exit 1; }
 
@@ -49,4 +49,4 @@ if [ "$rc" != 0 ] || [ "$passed" != 3 ] || ! grep -q '^INFO budget: steps chosen
    ! grep -q '^RESULT system=fsdptrain recipe=leaderboard' "$work/out/summary.txt"; then
   echo "FAIL: the rehearsal exited $rc with $passed of 3 verdicts passed"; tail -30 "$work/out/recipe_log.txt"; exit 1
 fi
-echo "ok: README's recipe rehearsed: 3 verdicts passed, the budget's line reported"
+echo "ok: the recipe rehearsed: 3 verdicts passed, the budget's line reported"
