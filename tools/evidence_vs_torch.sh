@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Evidence for the README (issue 11): fsdptrain's CPU fp32 training curve on
+# Evidence for docs/CHECKING.md (issue 11): fsdptrain's CPU fp32 training curve on
 # the example corpus beside PyTorch's, trained from the same checkpoint on the
 # same batches.
 #

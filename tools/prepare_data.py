@@ -288,7 +288,7 @@ def parse_args(argv):
 def main(argv=None):
     try:
         args = parse_args(argv)
-        # README's commands write under tokens/ without making it first
+        # the documentation's commands write under tokens/ without making it first
         out_dir = os.path.dirname(args.out) or "."
         try:
             os.makedirs(out_dir, exist_ok=True)

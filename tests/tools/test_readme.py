@@ -148,7 +148,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def check_links(root, pages):
     """Every relative link of README.md and docs/*.md reaches a file, and its
     #anchor a heading of that page; returns the pages each page links to."""
-    targets = {}
+    targets, headings = {}, {}
     for page in pages:
         lines = read_lines(root, page)
         here = os.path.dirname(page)
@@ -162,7 +162,10 @@ def check_links(root, pages):
                 targets[page].add(dest)
                 if not os.path.exists(os.path.join(root, dest)):
                     fail(f"{page}:{line_no}: the link '{target}' names {dest}, which does not exist")
-                elif anchor and dest.endswith(".md") and anchor not in anchors(read_lines(root, dest)):
+                    continue
+                if dest.endswith(".md") and dest not in headings:
+                    headings[dest] = anchors(read_lines(root, dest))
+                if anchor and dest.endswith(".md") and anchor not in headings[dest]:
                     fail(f"{page}:{line_no}: the link '{target}': {dest} has no heading "
                          f"whose anchor is '#{anchor}'")
     return targets
