@@ -6,6 +6,12 @@
 
 #include <string>
 
+// The process groups split the world communicator (ncclCommSplit, NCCL 2.18);
+// an older nccl.h would fail further on with "ncclCommSplit was not declared".
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "fsdptrain needs NCCL 2.18 or newer (ncclCommSplit); point NCCL_HOME at a newer NCCL"
+#endif
+
 #include "common/cuda_check.h"
 
 namespace fsdp {

@@ -75,8 +75,9 @@ EOF
   fi
   # The cuDNN frontend is header-only C++ shipped as a wheel; CMake finds it
   # under the venv's site-packages/include (cmake/CudaDeps.cmake). Only a
-  # CUDA build needs it.
-  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  # CUDA build needs it (nvcc on PATH, in /usr/local/cuda, or named by
+  # CUDACXX as for a CUDA 12 toolkit: docs/CLUSTER.md).
+  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || [ -n "${CUDACXX:-}" ]; then
     fe_inc=$("$fsdp_python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'] + '/include')")
     if [ ! -f "$fe_inc/cudnn_frontend.h" ]; then
       "$fsdp_python" -m pip install -q --no-deps nvidia-cudnn-frontend

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_driver.h"
+#include "common/error.h"
 #include "model/cuda/cuda_ops_impl.h"
 
 namespace fsdp {
@@ -16,11 +18,17 @@ using namespace cuda_args;
 
 int cuda_device_count() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  cudaGetLastError();  // clear the sticky "no driver" error
+  // A driver too old for this build is not "no GPU": say what to do.
+  int driver = 0, runtime = 0;
+  if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess &&
+      cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    const std::string why = driver_too_old_message(driver, runtime);
+    if (!why.empty()) throw_error(why);
   }
-  return n;
+  return 0;
 }
 
 OpsCapabilities CudaOps::capabilities() const {

@@ -151,7 +151,8 @@ class CudaOps final : public Ops {
 };
 
 // Number of CUDA devices this process can use; 0 when there is no driver or no
-// GPU (tests and tools use it to skip rather than fail).
+// GPU (tests and tools use it to skip rather than fail). A driver too old for
+// this build throws fsdp::Error saying so (common/cuda_driver.h).
 int cuda_device_count();
 
 }  // namespace fsdp
