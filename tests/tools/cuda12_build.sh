@@ -21,7 +21,7 @@
 # that the program links the CUDA 12 libraries and carries sm_90a code, that
 # NCCL 2.18 is the oldest the sources take, and that the CUDA 12 build's CPU
 # demo prints the main build's losses. Nothing runs on a GPU: this proves
-# the build, not the kernels. About 6 minutes a release on 2 cores, and
+# the build, not the kernels. About 8 minutes a release on 2 cores, and
 # 2.2 GB of downloads (cuDNN and cuBLAS are most of it), so not part of CI;
 # its log: bench/results/cuda12_build_cpu_*.txt.
 set -euo pipefail
