@@ -99,10 +99,9 @@ std::vector<std::string> CudaOps::runtime_report() const {
   std::ostringstream os;
   os << "GPU " << m.device << ": " << prop.name << " (sm_" << prop.major << prop.minor << ", "
      << prop.multiProcessorCount << " SMs, " << (prop.totalGlobalMem >> 20) << " MiB), driver "
-     << driver / 1000 << "." << driver % 1000 / 10 << ", CUDA runtime " << runtime / 1000 << "."
-     << runtime % 1000 / 10 << ", cuBLASLt " << cublas / 10000 << "." << cublas / 100 % 100 << "."
-     << cublas % 100 << ", cuDNN " << cudnn / 10000 << "." << cudnn / 100 % 100 << "."
-     << cudnn % 100;
+     << cuda_version_text(driver) << ", CUDA runtime " << cuda_version_text(runtime)
+     << ", cuBLASLt " << cublas / 10000 << "." << cublas / 100 % 100 << "." << cublas % 100
+     << ", cuDNN " << cudnn / 10000 << "." << cudnn / 100 % 100 << "." << cudnn % 100;
   std::vector<std::string> lines = {os.str()};
   for (const std::string& e : m.attention->engines()) lines.push_back(e);
   for (const std::string& e : m.gemm->choices()) lines.push_back(e);
