@@ -5,8 +5,10 @@
                   [--bpe-train-bytes N] [--shard-tokens 100M [--resume]]
                   [--val-tokens N | --val-fraction F]
                   [--doc-per-line | --doc-separator TEXT] [--text-field text] [--workers N]
-  prepare_data.py array INPUT.npy|INPUT.bin --out PREFIX --vocab-size V
-                  [--eos-id ID] [--tokenizer-name NAME] [--val-fraction 0.05]
+  prepare_data.py import raw|npy|llmc|megatron INPUT [INPUT ...] --out PREFIX
+                  (--vocab-size V [--tokenizer-name NAME] | --tokenizer hf:PATH|tiktoken:NAME)
+                  [--eos-id ID] [--append-eos] [--dtype uint16|uint32|int32|int64]
+                  [--shard-tokens 100M [--resume]] [--val-tokens N | --val-fraction F]
 
 text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
   .ndjson: one object per line, the document in --text-field) or Parquet (the
@@ -48,10 +50,23 @@ text: INPUTs are files or globs (sorted), each plain text, JSONL (.jsonl, .json,
   and --resume continues an interrupted run after the last listed shard with
   the same inputs and flags.
 
-array: .npy holds any 1-D integer array; .bin is either llm.c's format (a
-  256 x int32 header starting with magic 20240520, version 1 for uint16 or 2
-  for uint32 tokens, then the token count) or, without that magic, raw
-  little-endian uint16.
+import: token files other trainers wrote, converted in one streaming pass
+  without tokenizing again (tools/prep/token_files.py has the layouts):
+    raw       nanoGPT's and CS336's train.bin/val.bin: bare little-endian
+              uint16 (--dtype for others)
+    npy       numpy's .npy, a 1-D integer array
+    llmc      llm.c's .bin (a 256 x int32 header, magic 20240520)
+    megatron  Megatron-LM's indexed dataset (NeMo, GPT-NeoX, OLMo): INPUT is
+              the PREFIX of PREFIX.bin and PREFIX.idx (or either file)
+  INPUTs (globs sorted) form one stream. The vocabulary comes from --vocab-size,
+  or from --tokenizer, which also puts its decode table into every file as
+  `text` does (--tokenizer-name only stores a name). Files and the validation
+  split (the same flags and defaults as `text`) are cut where documents end:
+  Megatron's own document index, else after an end-of-text token (--eos-id,
+  or the tokenizer's), else every 65,536 tokens. --append-eos gives each
+  Megatron document that lacks one an end-of-text token, so that the trainer
+  sees where documents end. Every id is checked against the vocabulary.
+  (`array INPUT`, the older form, guesses the format from the file.)
 
 Each file holds a 1-D dataset /tokens (uint16 when vocab_size <= 65536, else
 uint32) with attributes vocab_size, and eos_id and tokenizer where known.
@@ -67,7 +82,8 @@ hf:): each vocabulary character mapped back through GPT-2's byte alphabet.
 tiktoken: each id's bytes. Special and added tokens (<|endoftext|>, </s>) are
 their literal text; ids the tokenizer lacks are empty. Other hf: tokenizers
 (WordPiece, SentencePiece-like): each id decoded alone, an approximation
-(word-initial spaces, byte-fallback pieces). `array` files have no table.
+(word-initial spaces, byte-fallback pieces). `import` files have the table
+of --tokenizer, none without it.
 """
 
 import argparse
@@ -78,126 +94,13 @@ import sys
 INTERRUPTED = "prepare_data: error: interrupted; with --shard-tokens, --resume continues"
 
 try:
-    import numpy as np
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from prep import UsageError, fail
+    from prep import UsageError, fail, inputs, token_files
+    from prep.token_files import FORMATS, RAW_DTYPES
 except KeyboardInterrupt:
     # Ctrl-C as it starts: the same one line as later, not an import's traceback.
     print(INTERRUPTED, file=sys.stderr)
     sys.exit(130)
-
-LLMC_MAGIC = 20240520
-LLMC_HEADER_INTS = 256
-# Elements per HDF5 chunk and per conversion pass: bounded memory for big arrays.
-CHUNK = 1 << 20
-
-
-def token_dtype(vocab_size):
-    return np.uint16 if vocab_size <= 1 << 16 else np.uint32
-
-
-def check_range(tokens, vocab_size, what):
-    """The first out-of-range token, reported the way the trainer would."""
-    for start in range(0, len(tokens), CHUNK):
-        part = np.asarray(tokens[start:start + CHUNK]).astype(np.int64, copy=False)
-        bad = np.flatnonzero((part < 0) | (part >= vocab_size))
-        if bad.size:
-            i = int(bad[0])
-            fail(f"token {int(part[i])} at offset {start + i} of {what} "
-                 f"is outside [0, vocab_size {vocab_size})")
-
-
-def write_h5(path, tokens, vocab_size, eos_id, tokenizer):
-    import h5py
-
-    dtype = token_dtype(vocab_size)
-    n = len(tokens)
-    tmp = path + ".tmp"
-    # Written under a temporary name so an interrupted run never leaves a
-    # file that looks complete.
-    with h5py.File(tmp, "w") as f:
-        dset = f.create_dataset("tokens", shape=(n,), dtype=dtype,
-                                chunks=(min(n, CHUNK),))
-        for start in range(0, n, CHUNK):
-            dset[start:start + CHUNK] = np.asarray(tokens[start:start + CHUNK]).astype(dtype)
-        dset.attrs["vocab_size"] = np.int64(vocab_size)
-        if eos_id is not None:
-            dset.attrs["eos_id"] = np.int64(eos_id)
-        if tokenizer:
-            dset.attrs["tokenizer"] = tokenizer
-    os.replace(tmp, path)
-
-
-def write_splits(prefix, tokens, vocab_size, val_fraction, eos_id=None, tokenizer=None):
-    n = len(tokens)
-    n_val = int(round(n * val_fraction))
-    if val_fraction > 0 and n_val < 2:
-        fail(f"{n} tokens give a validation split of {n_val}; it needs at least 2 "
-             f"(use more data or a larger --val-fraction)")
-    if n - n_val < 2:
-        fail(f"{n} tokens leave {n - n_val} for training; it needs at least 2")
-    outputs = [(prefix + "_train.h5", tokens[:n - n_val])]
-    if n_val:
-        outputs.append((prefix + "_val.h5", tokens[n - n_val:]))
-    for path, part in outputs:
-        write_h5(path, part, vocab_size, eos_id, tokenizer)
-        print(f"prepare_data: wrote {path}: {len(part)} tokens, vocab_size {vocab_size}")
-
-
-def load_bin(path):
-    size = os.path.getsize(path)
-    header_bytes = LLMC_HEADER_INTS * 4
-    header = np.fromfile(path, dtype="<i4", count=LLMC_HEADER_INTS) if size >= header_bytes else []
-    if len(header) and header[0] == LLMC_MAGIC:
-        version, count = int(header[1]), int(header[2])
-        dtypes = {1: "<u2", 2: "<u4"}
-        if version not in dtypes:
-            fail(f"'{path}' has llm.c magic but version {version}; expected 1 (uint16) "
-                 f"or 2 (uint32)")
-        itemsize = np.dtype(dtypes[version]).itemsize
-        if size != header_bytes + count * itemsize:
-            fail(f"'{path}' header says {count} tokens ({header_bytes + count * itemsize} "
-                 f"bytes) but the file has {size} bytes; is it truncated?")
-        return np.memmap(path, dtype=dtypes[version], mode="r", offset=header_bytes,
-                         shape=(count,))
-    if size % 2:
-        fail(f"'{path}' has no llm.c header and an odd size ({size} bytes), so it is not "
-             f"raw uint16 tokens")
-    if size == 0:
-        fail(f"'{path}' is empty")
-    return np.memmap(path, dtype="<u2", mode="r")
-
-
-def load_npy(path):
-    try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as e:
-        fail(f"cannot read '{path}' as .npy: {e}")
-    if arr.ndim != 1:
-        fail(f"'{path}' holds a {arr.ndim}-D array of shape {arr.shape}; expected 1-D tokens")
-    if arr.dtype.kind not in "iu":
-        fail(f"'{path}' holds {arr.dtype} values; expected integer token ids")
-    return arr
-
-
-def cmd_array(args):
-    path = args.input
-    if not os.path.isfile(path):
-        fail(f"cannot open '{path}': no such file")
-    if args.vocab_size < 1 or args.vocab_size >= 1 << 31:
-        fail(f"--vocab-size {args.vocab_size} must be in [1, 2^31)")
-    if args.eos_id is not None and not 0 <= args.eos_id < args.vocab_size:
-        fail(f"--eos-id {args.eos_id} is outside [0, --vocab-size {args.vocab_size})")
-    if path.endswith(".npy"):
-        tokens = load_npy(path)
-    elif path.endswith(".bin"):
-        tokens = load_bin(path)
-    else:
-        fail(f"'{path}': expected a .npy or .bin file")
-    check_range(tokens, args.vocab_size, f"'{path}'")
-    write_splits(args.out, tokens, args.vocab_size, args.val_fraction,
-                 eos_id=args.eos_id, tokenizer=args.tokenizer_name)
 
 
 class Parser(argparse.ArgumentParser):
@@ -208,15 +111,8 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def fraction(s):
-    v = float(s)
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"{s} is not in [0, 1)")
-    return v
-
-
 def val_fraction(s):
-    """text's --val-fraction: 1 makes all of it validation (a separate validation file)."""
+    """--val-fraction: 1 makes all of it validation (a separate validation file)."""
     v = float(s)
     if not 0 <= v <= 1:
         raise argparse.ArgumentTypeError(f"{s} is not in [0, 1]")
@@ -236,6 +132,19 @@ def positive(s):
     if v < 1:
         raise argparse.ArgumentTypeError(f"{s} is not at least 1")
     return v
+
+
+def add_output_args(p):
+    """Shards and the validation split: the same for text and import."""
+    p.add_argument("--shard-tokens", type=positive, metavar="N",
+                   help="write PREFIX_train_NNNNNN.h5 of about N tokens (e.g. 100M)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted --shard-tokens run")
+    p.add_argument("--val-tokens", type=count, metavar="N",
+                   help="validation: the last whole documents holding >= N tokens")
+    p.add_argument("--val-fraction", type=val_fraction,
+                   help="validation: the last fraction of the tokens (default 0.05 "
+                        "without --shard-tokens; 1: all, only PREFIX_val.h5)")
 
 
 def parse_args(argv):
@@ -260,29 +169,42 @@ def parse_args(argv):
     t.add_argument("--text-field", default="text", help="JSONL field / Parquet column")
     t.add_argument("--utf8-errors", choices=["strict", "replace"], default="strict",
                    help="invalid UTF-8: stop with an error (default) or replace it")
-    t.add_argument("--shard-tokens", type=positive, metavar="N",
-                   help="write PREFIX_train_NNNNNN.h5 of about N tokens (e.g. 100M)")
-    t.add_argument("--resume", action="store_true",
-                   help="continue an interrupted --shard-tokens run")
-    t.add_argument("--val-tokens", type=count, metavar="N",
-                   help="validation: the last whole documents holding >= N tokens")
-    t.add_argument("--val-fraction", type=val_fraction,
-                   help="validation: the last fraction of the tokens (default 0.05 "
-                        "without --shard-tokens; 1: all, only PREFIX_val.h5)")
+    add_output_args(t)
     t.add_argument("--bpe-train-bytes", type=positive, metavar="N",
                    help="bpe: train on the first N bytes of text (e.g. 2G; default all)")
     t.add_argument("--workers", type=positive, help="processes (default: all cores)")
     # For tests: small batches and pieces exercise the cuts with small files.
     t.add_argument("--batch-bytes", type=positive, default=1 << 20, help=argparse.SUPPRESS)
     t.add_argument("--piece-bytes", type=positive, default=1 << 20, help=argparse.SUPPRESS)
-    a = sub.add_parser("array", help="convert a .npy or llm.c .bin token array")
-    a.add_argument("input", metavar="INPUT")
-    a.add_argument("--out", required=True, metavar="PREFIX")
-    a.add_argument("--vocab-size", type=int, required=True)
-    a.add_argument("--eos-id", type=int)
-    a.add_argument("--tokenizer-name", help="stored as the tokenizer attribute, e.g. gpt2")
-    a.add_argument("--val-fraction", type=fraction, default=0.05)
-    return p.parse_args(argv)
+    for name in ("import", "array"):
+        # array: the older form, one file, its format guessed (no help of its own).
+        i = sub.add_parser(name, **({"help": "convert token files of nanoGPT, llm.c, Megatron"}
+                                    if name == "import" else {}))
+        if name == "import":
+            i.add_argument("format", choices=FORMATS, metavar="FORMAT",
+                           help="raw, npy, llmc or megatron")
+            i.add_argument("inputs", nargs="+", metavar="INPUT", help="files or quoted globs")
+        else:
+            i.add_argument("inputs", nargs=1, metavar="INPUT")
+        i.add_argument("--out", required=True, metavar="PREFIX")
+        i.add_argument("--vocab-size", type=int, help="without --tokenizer: ids are below it")
+        i.add_argument("--tokenizer", help="hf:PATH or tiktoken:NAME: the tokenizer that made them")
+        i.add_argument("--tiktoken-file", metavar="FILE.tiktoken",
+                       help="the encoding's ranks, instead of tiktoken's cache")
+        i.add_argument("--eos-token", help="hf: the end-of-text token's text")
+        i.add_argument("--tokenizer-name", help="without --tokenizer: stored as its name")
+        i.add_argument("--eos-id", type=int, help="the end-of-text id (default: the tokenizer's)")
+        i.add_argument("--append-eos", action="store_true",
+                       help="megatron: end every document with --eos-id where it does not")
+        i.add_argument("--dtype", choices=sorted(RAW_DTYPES), default="uint16",
+                       help="raw: the integer type (default uint16)")
+        add_output_args(i)
+        # For tests: small chunks put document ends at chunk edges.
+        i.add_argument("--chunk-tokens", type=positive, default=1 << 23, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.cmd == "array":
+        args.cmd, args.format = "import", None
+    return args
 
 
 def main(argv=None):
@@ -302,7 +224,10 @@ def main(argv=None):
             from prep import pipeline
             pipeline.run(args)
         else:
-            cmd_array(args)
+            from prep import importer
+            if args.format is None:
+                args.format = token_files.guess_format(inputs.resolve(args.inputs)[0])
+            importer.run(args)
     except UsageError as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 2

@@ -163,7 +163,7 @@ TEST_F(PrepareData, NpyArrays) {
   const auto npy = dir_.file("a.npy");
   write_npy(npy, "<u4", values);
   const auto prefix = dir_.file("npy");
-  const auto r = prepare("array " + quote(npy) + " --out " + quote(prefix) +
+  const auto r = prepare("import npy " + quote(npy) + " --out " + quote(prefix) +
                          " --vocab-size 70000 --eos-id 3 --tokenizer-name test");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(tokens(prefix), std::vector<int32_t>(values.begin(), values.end()));
@@ -181,7 +181,7 @@ TEST_F(PrepareData, BinArraysWithAndWithoutLlmcHeader) {
 
   const auto raw = dir_.file("raw.bin");
   write_bytes(raw, values.data(), values.size() * 2);
-  auto r = prepare("array " + quote(raw) + " --out " + quote(dir_.file("raw")) +
+  auto r = prepare("import raw " + quote(raw) + " --out " + quote(dir_.file("raw")) +
                    " --vocab-size 50257 --val-fraction 0");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir_.file("raw_val.h5")));
@@ -195,16 +195,41 @@ TEST_F(PrepareData, BinArraysWithAndWithoutLlmcHeader) {
   bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * 2);
   const auto llmc = dir_.file("llmc.bin");
   write_bytes(llmc, bytes.data(), bytes.size());
-  r = prepare("array " + quote(llmc) + " --out " + quote(dir_.file("llmc")) +
+  r = prepare("import llmc " + quote(llmc) + " --out " + quote(dir_.file("llmc")) +
               " --vocab-size 50257");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(tokens(dir_.file("llmc")), expected);
 
   // A header that promises more tokens than the file holds.
   write_bytes(llmc, bytes.data(), bytes.size() - 2);
+  // (array, the older form, guesses llm.c's format from the header)
   r = prepare("array " + quote(llmc) + " --out " + quote(dir_.file("cut")) + " --vocab-size 50257");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+}
+
+// Megatron's indexed dataset by its layout (tools/prep/token_files.py): two
+// documents, the first of two sequences, neither ending in end-of-text (id 9).
+TEST_F(PrepareData, MegatronDocumentsGetTheirEndOfText) {
+  const std::vector<uint16_t> values = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<int32_t> lengths = {2, 3, 2};
+  const std::vector<int64_t> pointers = {0, 4, 10}, doc_index = {0, 2, 3};
+  std::string idx = std::string("MMIDIDX\0\0", 9);
+  const auto put = [&idx](const void* p, size_t n) { idx.append(static_cast<const char*>(p), n); };
+  const uint64_t version = 1, sequences = 3, documents = 3;
+  const uint8_t uint16_code = 8;
+  put(&version, 8), put(&uint16_code, 1), put(&sequences, 8), put(&documents, 8);
+  put(lengths.data(), 12), put(pointers.data(), 24), put(doc_index.data(), 24);
+  write_bytes(dir_.file("m_text_document.idx"), idx.data(), idx.size());
+  write_bytes(dir_.file("m_text_document.bin"), values.data(), values.size() * 2);
+  const auto r = prepare("import megatron " + quote(dir_.file("m_text_document")) + " --out " +
+                         quote(dir_.file("meg")) + " --vocab-size 10 --eos-id 9 --append-eos" +
+                         " --val-fraction 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(tokens(dir_.file("meg")), (std::vector<int32_t>{1, 2, 3, 4, 5, 9, 6, 7, 9}));
+  const auto train = TokenDataset::open(DataSource{dir_.file("meg_train.h5")}, "--train-data");
+  EXPECT_EQ(train.eos_id(), 9);
+  EXPECT_EQ(train.vocab_size(), 10);
 }
 
 TEST_F(PrepareData, BadInputIsOneLineAndExitTwo) {
@@ -220,11 +245,11 @@ TEST_F(PrepareData, BadInputIsOneLineAndExitTwo) {
 
   const auto npy = dir_.file("big.npy");
   write_npy(npy, "<u2", {1, 2, 3, 300, 4, 5});
-  expect_fails("array " + quote(npy) + out + " --vocab-size 256", "token 300 at offset 3");
+  expect_fails("import npy " + quote(npy) + out + " --vocab-size 256", "token 300 at offset 3");
   // --out's directory is made (issue 65), unless it cannot be: under a file
   expect_fails("array " + quote(npy) + " --out " + quote(npy + "/x") + " --vocab-size 1000",
                "cannot make the directory");
-  expect_fails("array " + quote(npy) + out, "--vocab-size");
+  expect_fails("import npy " + quote(npy) + out, "--vocab-size");
 
   const auto tiny = dir_.file("tiny.txt");
   write_bytes(tiny, "abc", 3);

@@ -25,8 +25,9 @@ class Progress:
     """Documents, tokens, MB and rates on stderr: one line rewritten in place
     on a terminal, a new line every few seconds in a log."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.tty = stream, stream.isatty()
+    def __init__(self, stream=sys.stderr, docs=True):
+        """docs: whether the records counted are documents (else not shown)."""
+        self.stream, self.tty, self.show_docs = stream, stream.isatty(), docs
         self.start = self.last = time.monotonic()
         self.docs = self.tokens = self.bytes = 0
         self.shown = False
@@ -45,7 +46,8 @@ class Progress:
 
     def line(self):
         s = max(time.monotonic() - self.start, 1e-9)
-        return (f"{self.docs:,} documents, {self.tokens:,} tokens, {self.bytes / 1e6:,.1f} MB "
+        docs = f"{self.docs:,} documents, " if self.show_docs else ""
+        return (f"{docs}{self.tokens:,} tokens, {self.bytes / 1e6:,.1f} MB "
                 f"in {s:.1f} s ({self.bytes / 1e6 / s:.1f} MB/s, {self.tokens / s:,.0f} tokens/s)")
 
     def end(self):
@@ -191,11 +193,9 @@ def batches(args, paths):
                           args.batch_bytes, args.piece_bytes, separator)
 
 
-def run(args):
-    ctrl_c = CtrlC()
-    paths = inputs.resolve(args.inputs)
-    for p in paths:
-        inputs.detect_format(p, args.format)
+def val_split(args):
+    """(val_tokens, val_fraction, sharded): the validation flags, checked, with
+    their defaults (the last 10M tokens' documents with --shard-tokens, else 5%)."""
     sharded = args.shard_tokens is not None
     if args.resume and not sharded:
         fail("--resume needs --shard-tokens (a single output file is written in one go)")
@@ -203,6 +203,49 @@ def run(args):
         fail("give --val-tokens or --val-fraction, not both")
     if args.val_fraction == 1 and sharded:
         fail("--val-fraction 1 writes one PREFIX_val.h5 of all the input; leave out --shard-tokens")
+    val_tokens, val_fraction = args.val_tokens, args.val_fraction
+    if val_tokens is None and val_fraction is None:
+        if sharded:
+            val_tokens = DEFAULT_SHARDED_VAL_TOKENS
+        else:
+            val_fraction = 0.05
+    return val_tokens, val_fraction, sharded
+
+
+def finish_stream(args, train, tail, records, progress, val_tokens, val_fraction, dtype, attrs,
+                  extra, manifest):
+    """After the last chunk: the split checked, the last train file closed,
+    PREFIX_val.h5 written, the manifest marked done. Returns the val tokens."""
+    progress.end()
+    rest, val = tail.finish()
+    n, n_train = tail.seen, tail.seen - len(val)
+    if val_fraction and len(val) < 2:
+        fail(f"{n} tokens give a validation split of {len(val)}; it needs at least 2 "
+             f"(use more data or a larger --val-fraction)")
+    if n_train < 2 and val_fraction != 1:
+        fail(f"{n} tokens leave {n_train} for training; it needs at least 2"
+             + (f" (use a smaller --val-tokens)" if val_tokens else ""))
+    if rest is not None:
+        train.push(*rest)
+    train.finish(records)
+    if len(val):
+        path = args.out + "_val.h5"
+        f = shards.H5File(path, dtype, attrs, extra)
+        f.append(val)
+        f.close()
+        print(f"prepare_data: wrote {path}: {len(val)} tokens", flush=True)
+    if manifest:
+        manifest.save(val={"file": os.path.basename(path), "tokens": len(val)}
+                      if len(val) else None, done=True)
+    return val
+
+
+def run(args):
+    ctrl_c = CtrlC()
+    paths = inputs.resolve(args.inputs)
+    for p in paths:
+        inputs.detect_format(p, args.format)
+    val_tokens, val_fraction, sharded = val_split(args)
     if args.doc_separator is not None:
         if not args.doc_separator:
             fail("--doc-separator is empty; give the text that ends each document")
@@ -216,12 +259,6 @@ def run(args):
                  "which --tokenizer byte has not; use bpe, hf: or tiktoken:")
     if args.bpe_train_bytes and encoders.parse(args.tokenizer)[0] != "bpe":
         fail(f"--bpe-train-bytes is for --tokenizer bpe, not {args.tokenizer}")
-    val_tokens, val_fraction = args.val_tokens, args.val_fraction
-    if val_tokens is None and val_fraction is None:
-        if sharded:
-            val_tokens = DEFAULT_SHARDED_VAL_TOKENS
-        else:
-            val_fraction = 0.05
     workers = args.workers
     if workers is None:
         workers = len(os.sched_getaffinity(0))
@@ -285,18 +322,8 @@ def run(args):
             records += len(ends)
             progress.add(docs, len(tokens), nbytes)
             ctrl_c.check()
-        progress.end()
-        rest, val = tail.finish()
-        n, n_train = tail.seen, tail.seen - len(val)
-        if val_fraction and len(val) < 2:
-            fail(f"{n} tokens give a validation split of {len(val)}; it needs at least 2 "
-                 f"(use more data or a larger --val-fraction)")
-        if n_train < 2 and val_fraction != 1:
-            fail(f"{n} tokens leave {n_train} for training; it needs at least 2"
-                 + (f" (use a smaller --val-tokens)" if val_tokens else ""))
-        if rest is not None:
-            train.push(*rest)
-        train.finish(records)
+        val = finish_stream(args, train, tail, records, progress, val_tokens, val_fraction,
+                            dtype, attrs, extra, manifest)
     except BaseException:
         progress.end()
         # Closed here, not whenever the generator is collected: the workers
@@ -307,15 +334,7 @@ def run(args):
         finally:
             train.abort()
         raise
-    if len(val):
-        path = args.out + "_val.h5"
-        f = shards.H5File(path, dtype, attrs, extra)
-        f.append(val)
-        f.close()
-        print(f"prepare_data: wrote {path}: {len(val)} tokens", flush=True)
-    if manifest:
-        manifest.save(val={"file": os.path.basename(path), "tokens": len(val)}
-                      if len(val) else None, done=True)
+    n_train = tail.seen - len(val)
     files, before_tokens = train.index - len(done), sum(s["tokens"] for s in done)
     before = (f" (plus {len(done)} file{'s' * (len(done) != 1)} of {before_tokens:,} tokens "
               f"from before)" if done else "")

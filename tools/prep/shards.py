@@ -42,15 +42,27 @@ class H5File:
     def _flush(self):
         import h5py
 
-        data = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
-        self.pending, self.npending = [], 0
         if self.f is None:
             self.f = h5py.File(self.path + ".tmp", "w")
             self.dset = self.f.create_dataset("tokens", shape=(0,), maxshape=(None,),
                                               dtype=self.dtype, chunks=(CHUNK,))
         n = self.dset.shape[0]
-        self.dset.resize((n + len(data),))
-        self.dset[n:] = data
+        self.dset.resize((n + self.npending,))
+        # Small pieces (text batches) joined into one write; a large one (an
+        # import's chunk) written as it is, not copied first.
+        pieces, small = [], []
+        for piece in self.pending:
+            if len(piece) >= CHUNK:
+                pieces += [np.concatenate(small)] if small else []
+                pieces.append(piece)
+                small = []
+            else:
+                small.append(piece)
+        pieces += [np.concatenate(small)] if small else []
+        for data in pieces:
+            self.dset[n:n + len(data)] = data
+            n += len(data)
+        self.pending, self.npending = [], 0
 
     def close(self):
         """Writes what is left, the attributes, and renames; returns the token count."""
