@@ -23,6 +23,9 @@ import numpy as np
 from . import encoders, fail, inputs, pipeline, shards, token_files
 
 CHUNK_TOKENS = 1 << 23
+# A record (document) longer than this many chunks: cut at a chunk end, except
+# Megatron's, whose documents the index gives (held whole: memory their size).
+MAX_RECORD_CHUNKS = 8
 # Without document ends, a file or the validation split may be cut every BLOCK tokens.
 BLOCK = 1 << 16
 
@@ -114,20 +117,29 @@ class Reader:
     def _run(self):
         try:
             file_index, offset = self.start
-            carry, nbytes = np.empty(0, self.dtype), 0
+            carry, carried, nbytes = [], 0, 0  # the record begun in earlier chunks
             for tf in self.files[file_index:]:
                 for pos, raw in tf.chunks(offset, self.chunk_tokens):
                     if self.stop.is_set():
                         return
                     tokens, ends = self._convert(tf, pos, raw)
                     nbytes += raw.nbytes
+                    if (not len(ends) and tf.doc_ends is None
+                            and carried + len(tokens) >= MAX_RECORD_CHUNKS * self.chunk_tokens):
+                        # No end-of-text for this long (a wrong --eos-id, or none in the
+                        # file): a cut here, as in a file without one, bounds the memory.
+                        ends = np.array([len(tokens)], np.int64)
                     for piece in self._split(carry, tokens, ends):
                         self._put("chunk", (*piece, nbytes))
                         nbytes = 0
-                    carry = tokens[ends[-1]:] if len(ends) else np.concatenate((carry, tokens))
+                    if len(ends):
+                        carry = [tokens[ends[-1]:]]
+                    else:
+                        carry.append(tokens)
+                    carried = sum(len(c) for c in carry)
                 offset = 0
-            if len(carry):
-                self._put("chunk", (carry, np.empty(0, np.int64), nbytes))
+            if carried:
+                self._put("chunk", (np.concatenate(carry), np.empty(0, np.int64), nbytes))
             self._put("done", None)
         except BaseException as e:  # UsageError, OSError, MemoryError: the main thread reports
             self._put("error", e)
@@ -135,13 +147,14 @@ class Reader:
     @staticmethod
     def _split(carry, tokens, ends):
         """Pieces that begin and end where records end (the validation tail
-        releases whole pieces): the record begun in an earlier chunk (carry)
-        joined to its end here, then this chunk up to its last record end."""
+        releases whole pieces): the record begun in earlier chunks (carry, a
+        list of arrays) joined to its end here, then this chunk up to its last
+        record end."""
         if not len(ends):
             return []
         pieces, first = [], int(ends[0])
-        if len(carry):
-            head = np.concatenate((carry, tokens[:first]))
+        if sum(len(c) for c in carry):
+            head = np.concatenate(carry + [tokens[:first]])
             pieces.append((head, np.array([len(head)], np.int64)))
             tokens, ends = tokens[first:], ends[1:] - first
         if len(ends):
