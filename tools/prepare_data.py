@@ -200,7 +200,7 @@ def parse_args(argv):
                        help="raw: the integer type (default uint16)")
         add_output_args(i)
         # For tests: small chunks put document ends at chunk edges.
-        i.add_argument("--chunk-tokens", type=positive, default=1 << 23, help=argparse.SUPPRESS)
+        i.add_argument("--chunk-tokens", type=positive, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.cmd == "array":
         args.cmd, args.format = "import", None

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import encoders, fail, inputs, pipeline, shards, token_files
 
+# Tokens per read (16 MB of uint16): large enough that HDF5's per-write cost vanishes.
 CHUNK_TOKENS = 1 << 23
 # A record (document) longer than this many chunks: cut at a chunk end, except
 # Megatron's, whose documents the index gives (held whole: memory their size).
@@ -257,7 +258,8 @@ def run(args):
     train = shards.Train(args.out, encoders.token_dtype(vocab), attrs, args.shard_tokens, done,
                          manifest.add if manifest else None, extra)
     tail = shards.ValTail(val_tokens, val_fraction or 0.0, seen=train.tokens)
-    reader = Reader(files, start, vocab, eos, args.append_eos, args.chunk_tokens, train.tokens)
+    reader = Reader(files, start, vocab, eos, args.append_eos, args.chunk_tokens or CHUNK_TOKENS,
+                    train.tokens)
     docs = args.format == "megatron" or eos is not None
     progress = pipeline.Progress(docs=docs)
     try:
