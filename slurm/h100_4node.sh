@@ -7,6 +7,7 @@
 #   sbatch --nodes=2 slurm/h100_4node.sh --model gpt-125m ...   # sbatch options, then flags
 #   FSDP_LAUNCHER=mpirun sbatch slurm/h100_4node.sh ...          # Open MPI without PMIx
 #   ASYNC_CHECKPOINT=0 sbatch slurm/h100_4node.sh ...            # saves that stop the steps
+#   FSDP_TENSORBOARD_DIR=runs/tb FSDP_WANDB_PROJECT=owt sbatch ...  # dashboards, live
 #   scancel JOB    # cancels: ranks checkpoint first, no requeue
 #
 # Flags after the script name go to fsdptrain and replace the defaults below.
@@ -43,9 +44,12 @@ export FSDP_COLLECTIVE_TIMEOUT_S=${FSDP_COLLECTIVE_TIMEOUT_S:-600}
 # user's arguments do not name that flag (as --flag value or --flag=value).
 declare -A given=()
 prev=
+METRICS=
 for a in "$@"; do
   [[ $prev == --checkpoint-dir ]] && CKPT=$a
   [[ $a == --checkpoint-dir=* ]] && CKPT=${a#*=}
+  [[ $prev == --metrics ]] && METRICS=$a
+  [[ $a == --metrics=* ]] && METRICS=${a#*=}
   [[ $a == --* ]] && given[${a%%=*}]=1
   prev=$a
 done
@@ -63,6 +67,7 @@ if [[ ${ASYNC_CHECKPOINT:-1} != 0 && ! -v given[--async-checkpoint] ]]; then
   args+=(--async-checkpoint)
 fi
 args+=("$@")
+METRICS=${METRICS:-$CKPT/metrics.jsonl}
 # The first submission must be able to claim the folder (and its metrics).
 mkdir -p "$CKPT"
 # Where fsdptrain names the nodes of a transient fault (exit status 4, below).
@@ -141,6 +146,30 @@ else
   srun --mpi=pmix --kill-on-bad-exit=1 "$BIN" "${args[@]}" &
 fi
 pid=$!
+# Dashboards (docs/RUNNING.md): FSDP_TENSORBOARD_DIR=DIR writes TensorBoard
+# runs there, FSDP_WANDB_PROJECT=NAME logs to W&B (WANDB_MODE=offline where
+# nodes have no network; `wandb sync` later). tools/follow_metrics.py reads
+# the metrics in a process of its own, so no step waits for a dashboard,
+# and a requeued job's follower goes on where the last one stopped. It ends
+# after the ranks; the job waits up to a minute for its last points.
+# FSDP_PYTHON: the Python with tensorboard and wandb (tools/setup.sh's .venv).
+dashboards=()
+[[ -z ${FSDP_TENSORBOARD_DIR:-} ]] || dashboards+=(--tensorboard "$FSDP_TENSORBOARD_DIR")
+[[ -z ${FSDP_WANDB_PROJECT:-} ]] || dashboards+=(--wandb "$FSDP_WANDB_PROJECT")
+follower=
+if ((${#dashboards[@]})); then
+  "${FSDP_PYTHON:-$SLURM_SUBMIT_DIR/.venv/bin/python}" "$SLURM_SUBMIT_DIR/tools/follow_metrics.py" \
+    "$METRICS" "${dashboards[@]}" --pid "$pid" &
+  follower=$!
+fi
+finish_dashboards() {
+  [[ -n $follower ]] || return 0
+  local i
+  for ((i = 0; i < 60; i++)); do kill -0 "$follower" 2>/dev/null || break; sleep 1; done
+  kill -TERM "$follower" 2>/dev/null || true
+  wait "$follower" || echo "fsdptrain.sh: the dashboards' follower failed (above); the run is unaffected"
+}
+trap finish_dashboards EXIT
 trap 'stop USR1' USR1
 trap 'stop TERM' TERM
 [[ -z $early ]] || stop "$early"

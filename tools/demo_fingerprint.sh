@@ -31,6 +31,8 @@ m = hashlib.sha256()
 lines = 0
 for line in open(f"{work}/metrics.jsonl"):
     d = json.loads(line)
+    if "step" not in d:  # the run record: when and how the run started, not its result
+        continue
     m.update(json.dumps({k: d[k] for k in keys if k in d}, sort_keys=True).encode())
     lines += 1
 print(f"metrics     {m.hexdigest()}  ({lines} lines)")

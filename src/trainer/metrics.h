@@ -33,6 +33,14 @@ class MetricsLog {
   bool truncate_ = false;  // at the next write
 };
 
+struct Options;
+
+// The run's options as one JSON object: the metrics' "config", which a
+// dashboard follower (tools/follow_metrics.py) logs as the run's
+// hyperparameters. Numbers and switches are typed, a repeatable option is an
+// array, and an empty text option is left out, as options_to_ini does.
+std::string options_json(const Options& o);
+
 std::string json_number(double v);  // null for NaN/inf, shortest round-trip otherwise
 std::string json_string(const std::string& s);
 std::string format_duration(double seconds);  // h:mm:ss

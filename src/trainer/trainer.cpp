@@ -68,6 +68,29 @@ double Trainer::mfu(double tokens_per_s) const {
   return tokens_per_s * flops_per_token(o_.model, o_.data.seq_len) / (peak * world_.size);
 }
 
+// Each training process's first metrics line, written once set-up and
+// warm-up have succeeded (a fresh run that fails before leaves the earlier
+// run's file as it was): the wall-clock time its steps' elapsed_s count
+// from, where it starts, on how many ranks, and every option. --eval-only
+// writes none: its options are not the run's. A dashboard follower
+// (tools/follow_metrics.py) dates the points by it and logs the options as
+// hyperparameters; the record has no "step", so readers of steps skip it.
+void Trainer::log_run_start() {
+  if (!lead_) return;
+  const double since_start =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double now_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  char start_unix[32];
+  std::snprintf(start_unix, sizeof start_unix, "%.3f", now_unix - since_start);
+  metrics_.write({{"run_start_unix_s", start_unix},
+                  {"start_step", std::to_string(pos_.step)},
+                  {"resumed_from", pos_.resumed_from.empty() ? std::string("null")
+                                                             : json_string(pos_.resumed_from)},
+                  {"ranks", std::to_string(world_.size)},
+                  {"config", options_json(o_)}});
+}
+
 void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
   const double tok_s = double(o_.data.tokens_per_step(world_.size)) / seconds;
   if (step > 0) {  // the first step pays one-time costs; leave it out of the ETA
@@ -225,6 +248,7 @@ bool Trainer::start_run(TrainSummary& summary) {
     print_samples(int(pos_.step));
     return false;
   }
+  log_run_start();
   // A budget not yet fixed times a validation for its plan.
   if (validator_ && validator_->due_at_start(pos_.step, budget_->times_validation_first()))
     validate(int(pos_.step), summary);

@@ -103,6 +103,7 @@ class Trainer {
   void evaluate_only(TrainSummary& summary);
   void print_samples(int step);
   ForwardPass forward_pass() { return {*model_, *engine_, inputs_, targets_}; }
+  void log_run_start();
   void log_step(int step, double loss, float lr, double norm, double seconds);
   double mfu(double tokens_per_s) const;
   void build(ProcessGroups& engine_groups);

@@ -12,9 +12,12 @@ slurm_cases.py; this one runs everywhere, in a second):
 - FSDP_LAUNCHER=mpirun starts SLURM_NTASKS ranks packed by node;
 - USR1 (time limit) reaches the ranks as USR1 and requeues only when they
   exit 0; status 3 (stopped before the first step) is not requeued and says
-  why; TERM (scancel) reaches them as USR1 and does not requeue.
+  why; TERM (scancel) reaches them as USR1 and does not requeue;
+- FSDP_TENSORBOARD_DIR starts tools/follow_metrics.py on the run's metrics
+  (--metrics if given), which has written them all when the job ends.
 
     script_test.py FSDPTRAIN SCRIPT TRAIN_DATA WORK"""
+import json
 import os
 import shutil
 import signal
@@ -138,6 +141,37 @@ rc, out, args = job(env={"CHECKPOINT_DIR": d + "3"})
 check(rc == 0 and args[args.index("--checkpoint-dir") + 1] == d + "3" and
       args[args.index("--metrics") + 1] == d + "3/metrics.jsonl" and os.path.isdir(d + "3"),
       "CHECKPOINT_DIR names the folder", str(args))
+
+# Dashboards: the follower reads the metrics the ranks wrote (here written
+# before the job) and has flushed them all when the job ends.
+try:
+    import tensorboard  # noqa: F401
+    have_tb = True
+except ImportError:
+    have_tb = False
+    print("skipped: FSDP_TENSORBOARD_DIR (no tensorboard in this Python; tools/setup.sh installs it)")
+if have_tb:
+    os.symlink(os.path.join(os.path.dirname(os.path.dirname(script)), "tools"),
+               os.path.join(work, "tools"))
+    lines = ['{"run_start_unix_s": 1.8e9, "start_step": 0, "resumed_from": null, "ranks": 32, '
+             '"config": {"model": "gpt-350m", "lr": 0.003}}\n',
+             '{"step": 0, "val_loss": 11.0, "train_s": 0}\n'] + \
+            [f'{{"step": {i}, "loss": {11 - i / 10}, "lr": 0.003, "elapsed_s": {i}}}\n' for i in (1, 2, 3)]
+    for flags, metrics in (([], os.path.join(ck, "metrics.jsonl")),
+                           (["--metrics", os.path.join(d, "m2.jsonl")], os.path.join(d, "m2.jsonl"))):
+        with open(metrics, "w") as f:
+            f.writelines(lines)
+        tb = os.path.join(work, "tb" + str(len(flags)))
+        rc, out, args = job(flags, env={"FSDP_TENSORBOARD_DIR": tb, "FSDP_PYTHON": sys.executable})
+        try:
+            state = json.load(open(os.path.join(tb, "follow_metrics.json")))
+        except (OSError, ValueError):
+            state = {}
+        runs = [e for e in os.listdir(tb) if os.path.isdir(os.path.join(tb, e))] if os.path.isdir(tb) else []
+        check(rc == 0 and state.get("metrics") == metrics and state.get("offset") == os.path.getsize(metrics)
+              and len(runs) == 1 and os.listdir(os.path.join(tb, runs[0])),
+              f"FSDP_TENSORBOARD_DIR: the follower wrote all of {os.path.basename(metrics)} "
+              "before the job ended", f"{rc} {state} {runs} {out}")
 
 # The mpirun fallback: all tasks, packed by node.
 rc, out, args = job(env={"FSDP_LAUNCHER": "mpirun"})
