@@ -37,20 +37,24 @@ STATE = "follow_metrics.json"
 
 def _import():
     try:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
         from tensorboard.plugins.hparams import summary_v2 as hparams
-        from tensorboard.plugins.scalar import summary_v2 as scalar
+        from tensorboard.plugins.scalar import metadata as scalar_metadata
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError as e:
         raise UsageError(f"--tensorboard needs the tensorboard package ({e}) {VENV_HINT}") from e
-    return event_pb2, summary_pb2, hparams, scalar, EventFileWriter
+    return event_pb2, summary_pb2, tensor_pb2, types_pb2, hparams, scalar_metadata, EventFileWriter
 
 
 class TensorBoardSink:
     name = "tensorboard"
 
     def __init__(self, logdir, metrics_path):
-        self.event_pb2, self.summary_pb2, self.hparams, self.scalar, self.Writer = _import()
+        (self.event_pb2, self.summary_pb2, self.tensor_pb2, self.types_pb2, self.hparams,
+         scalar_metadata, self.Writer) = _import()
+        # What the scalar plugin's scalar_pb writes with every value, made
+        # once: its numpy path costs more than the rest of a record's work.
+        self.scalar_metadata = scalar_metadata.create_summary_metadata(display_name=None, description=None)
         self.logdir = logdir
         try:
             os.makedirs(logdir, exist_ok=True)
@@ -114,7 +118,9 @@ class TensorBoardSink:
         if self.writer is None:
             if self.run_dir is None:
                 self.run_dir = self._new_run_dir()
-            self.writer = self.Writer(os.path.join(self.logdir, self.run_dir))
+            # A queue deep enough for a late start's backlog (the default 10
+            # makes the reader wait on the writing thread).
+            self.writer = self.Writer(os.path.join(self.logdir, self.run_dir), max_queue_size=1024)
         self.writer.add_event(event)
 
     def _new_run_dir(self):
@@ -135,7 +141,10 @@ class TensorBoardSink:
             session_log=self.event_pb2.SessionLog(status=self.event_pb2.SessionLog.START)))
 
     def _points(self, p):
-        values = [self.scalar.scalar_pb(tag, v).value[0] for tag, v in p.scalars.items()]
+        values = [self.summary_pb2.Summary.Value(
+            tag=tag, metadata=self.scalar_metadata,
+            tensor=self.tensor_pb2.TensorProto(dtype=self.types_pb2.DT_FLOAT, float_val=[v]))
+            for tag, v in p.scalars.items()]
         if values:
             self._write(self.event_pb2.Event(step=p.step, wall_time=p.wall or time.time(),
                                              summary=self.summary_pb2.Summary(value=values)))
