@@ -159,6 +159,7 @@ def main(argv):
     a = parse_args(argv)
     sinks = make_sinks(a)
     follower = Follower(MetricsTail(a.metrics, PROG), sinks)
+    failed = True
     try:
         while True:
             last = bool(a.once or stop or (a.pid is not None and not alive(a.pid)))
@@ -168,8 +169,13 @@ def main(argv):
             deadline = time.monotonic() + a.poll
             while not stop and time.monotonic() < deadline:
                 time.sleep(min(0.2, a.poll))
+        failed = False
     finally:
-        follower.close()
+        try:
+            follower.close()  # what was written is flushed and saved as done
+        except Exception:
+            if not failed:
+                raise  # else the first error is the one to report
     return 0
 
 

@@ -98,10 +98,10 @@ class TensorBoardSink:
             self.start_at = self.series.last_step + 1  # just after what was saved
             self.replay_to = 0
         actions = self.series.add(record)
-        self.offset = end
         if end <= self.replay_to:
             if actions and actions[0][0] == "run" and not actions[0][1].eval_only:
                 self.hparams_written = flat_config(actions[0][1])
+            self.offset = end
             return
         if self.start_at is not None:
             self._start(self.start_at)
@@ -113,6 +113,7 @@ class TensorBoardSink:
                 self._start(a)
             else:
                 self._points(a)
+        self.offset = end  # done: a record that failed is not saved as done
 
     def _write(self, event):
         if self.writer is None:

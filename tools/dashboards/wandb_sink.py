@@ -98,13 +98,13 @@ class WandbSink:
         if end <= self.offset:
             return
         replay = end <= self.replay_to
-        self.offset = end
         for kind, a in self.series.add(record):
             if kind == "run":
                 if not a.eval_only:
                     self._config(flat_config(a), replay)
             elif kind == "point":
                 self._point(a, replay)
+        self.offset = end  # done: a record that failed is not saved as done
 
     def _start(self):
         if self.run is not None:
