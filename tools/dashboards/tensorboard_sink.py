@@ -16,7 +16,10 @@ false`, and EventAccumulator, which the test reads with) drops every tag's
 points at and after the step of a SessionLog.START event, except for a run's
 first START. So the first event of a new folder is a START at step 0, and
 Series' ("restart", s) is a START at s followed by the points at s and after
-that remain; the two readers then show the same points.
+that remain; the two readers then show the same points. One case differs: a
+dropped point of a tag with no point left before the restart (a rollback
+that a resumed process, starting before it, does not make again) stays on
+the data server until that tag is written at or before its step.
 
 A follower started again (state in DIR/follow_metrics.json: the offset
 and run folder saved after its last flush) replays the file up to that
