@@ -23,9 +23,11 @@ hyperparameters: TensorBoard's HParams tab, W&B's config.
 Restarts and requeues. Each dashboard keeps where it is in a small state
 file of its own (DIR/follow_metrics.json; for W&B, under --wandb-dir), so a
 follower started again (say by a requeued batch script) goes on from there,
-in the same TensorBoard folder and the same W&B run. Steps a resumed run
-repeats replace the earlier points on TensorBoard and are logged once to
-W&B (its steps only rise): no point appears twice. A fresh run, which starts
+in the same TensorBoard folder and the same W&B run (offline, where wandb
+cannot resume a run, into a new folder holding the whole run, the older
+ones moved to wandb/superseded/). Steps a resumed run repeats replace the
+earlier points on TensorBoard and are logged once to W&B (its steps only
+rise): no point appears twice. A fresh run, which starts
 the metrics file anew, is a new W&B run and replaces the TensorBoard
 folder's points.
 

@@ -378,8 +378,15 @@ def run_cases(work):
 
         # W&B: one run id over both follower processes, each point once;
         # a repeated step keeps its first value, the same number here.
+        # Offline, the second follower wrote the whole run into its folder
+        # and moved the first one's aside: one complete folder to sync.
         runs = wandb_runs(wb)
-        check(len(runs) == 1, f"W&B: one run over both follower processes: {sorted(runs)}")
+        folders = glob.glob(os.path.join(wb, "wandb", "offline-run-*"))
+        aside = glob.glob(os.path.join(wb, "wandb", "superseded", "offline-run-*"))
+        check(len(runs) == 1 and len(folders) == 1 and len(aside) == 1
+              and aside[0].endswith("-" + next(iter(runs), "?")),
+              f"W&B offline: one run, one folder to sync, the first follower's moved aside: "
+              f"{sorted(runs)}, {len(folders)} folder(s), {len(aside)} aside")
         run_id, run = next(iter(runs.items())) if runs else (None, {"rows": [], "config": {}})
         keys = {"train/loss": "loss", "train/grad_norm": "grad_norm",
                 "perf/tokens_per_s": "tokens_per_s", "val/loss": "val_loss"}

@@ -3,13 +3,19 @@
 One fsdptrain run is one W&B run, whatever the number of processes (a
 resumed run, a requeued job): the run's id is kept in this dashboard's state
 file (<wandb dir>/wandb/follow_metrics_<metrics file name>.json), and a
-follower started again resumes it (wandb.init(id=..., resume="allow")). A
-fresh run over the same metrics file is a new W&B run.
+follower started again resumes it (wandb.init(id=..., resume="allow")),
+going on from the place it saved. A fresh run over the same metrics file is
+a new W&B run.
 
 Offline (--wandb-mode offline, or WANDB_MODE=offline) nothing goes over the
 network: wandb writes the run under <wandb dir>/wandb/offline-run-*, and
-`wandb sync` uploads it later. Each follower process writes a folder of its
-own there; `wandb sync` of them all makes one run, since they share its id.
+`wandb sync` uploads it later. wandb cannot resume an offline run: each
+process writes a folder of its own, and `wandb sync` does not join folders
+that share a run id into one run (wandb/wandb issues 3841, 5865). So a
+follower started again offline writes the whole run so far into its new
+folder, and once it has finished the run, moves the run's older folders to
+<wandb dir>/wandb/superseded/: `wandb sync <wandb dir>/wandb/offline-run-*`
+then uploads one complete folder per run.
 
 Steps. W&B keeps a run's points in step order and refuses a step lower than
 one already logged, and only the W&B server can rewind a run (its
@@ -60,6 +66,8 @@ class WandbSink:
         self.run_name = name or (os.path.basename(folder) if stem == "metrics" else stem)
         self.directory = directory or folder
         self.mode = mode
+        # Resolved here, before anything is replayed (see the module's text).
+        self.offline = (mode or os.environ.get("WANDB_MODE", "")).lower() in ("offline", "dryrun")
         self.group = group
         self.tags = tags
         state_dir = os.path.join(self.directory, "wandb")
@@ -83,7 +91,7 @@ class WandbSink:
         saved = self.state.load(tail)
         if saved is not None and not saved[1].get("stale") and saved[1].get("run_id"):
             self.run_id = saved[1]["run_id"]
-            self._begin(replay_to=saved[0])
+            self._begin(replay_to=0 if self.offline else saved[0])
         else:
             self.run_id = new_run_id()
             self._begin(replay_to=0)
@@ -151,5 +159,20 @@ class WandbSink:
     def close(self, tail):
         self.flush(tail)
         if self.run is not None:
+            folder = os.path.dirname(self.run.dir)  # run.dir is the run folder's files/
             self.run.finish()
             self.run = None
+            if self.offline:
+                self._supersede(folder)
+
+    def _supersede(self, complete):
+        """Moves this run's offline folders other than `complete`, which
+        holds all they hold, to wandb/superseded/ (kept, not deleted)."""
+        parent = os.path.dirname(complete)
+        older = [e for e in os.listdir(parent)
+                 if e.startswith("offline-run-") and e.endswith("-" + self.run_id)
+                 and os.path.join(parent, e) != complete]
+        if older:
+            os.makedirs(os.path.join(parent, "superseded"), exist_ok=True)
+        for e in older:
+            os.replace(os.path.join(parent, e), os.path.join(parent, "superseded", e))
