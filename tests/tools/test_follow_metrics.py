@@ -299,8 +299,7 @@ def check_tensorboard(tb_dir, run_dir, want, rollbacks, server, label):
         check(same(got.get(tag, {}), series),
               f"{label}: Python loader, {tag}: steps {sorted(got.get(tag, {}))[:4]}... "
               f"equal the later process's {len(series)} points")
-    check(got.get("train/rollbacks", {}) == {float(s): float(i + 1) for i, (s, _) in enumerate(rollbacks)}
-          or got.get("train/rollbacks", {}) == {s: float(i + 1) for i, (s, _) in enumerate(rollbacks)},
+    check(got.get("train/rollbacks", {}) == {s: float(i + 1) for i, (s, _) in enumerate(rollbacks)},
           f"{label}: train/rollbacks {got.get('train/rollbacks')} = the run's {rollbacks}")
     if server is not None:
         for tag, series in want.items():
@@ -406,20 +405,26 @@ def run_cases(work):
 
         # 3. A follower that stopped after writing but before saving where
         # it was (killed): it goes back to its saved place and writes on,
-        # and nothing shows twice.
+        # and nothing shows twice. The lines it wrote unsaved are the last
+        # process's plain steps (no restart among them, whose own START
+        # would hide a missing one).
         m2 = os.path.join(work, "m2", "metrics.jsonl")
         os.makedirs(os.path.dirname(m2))
         lines = open(metrics).readlines()
         tb2 = os.path.join(work, "tb2")
         st2 = os.path.join(tb2, "follow_metrics.json")
         once = [sys.executable, FOLLOW, m2, "--tensorboard", tb2, "--once"]
-        for n in (10, 30):
+        saved, written = len(lines) - 8, len(lines) - 2
+        window = [json.loads(x).get("step") for x in lines[saved:written]]
+        check(window == sorted(window) and window[0] > max(want["train/loss"]) - 8,
+              f"killed follower: the unsaved lines are steps {window}, in order")
+        for n in (saved, written):
             with open(m2, "w") as out:
                 out.writelines(lines[:n])
             subprocess.run(once, check=True)
-            if n == 10:
-                shutil.copy(st2, st2 + ".at10")
-        shutil.copy(st2 + ".at10", st2)  # as if killed before saving lines 11-30
+            if n == saved:
+                shutil.copy(st2, st2 + ".saved")
+        shutil.copy(st2 + ".saved", st2)  # as if killed before saving the lines after `saved`
         with open(m2, "w") as out:
             out.writelines(lines)
         subprocess.run(once, check=True)
@@ -489,6 +494,12 @@ def run_cases(work):
                            {"step": 5, "val_loss": 5.0}, {"step": 10, "val_loss": 4.0}, run_record(5),
                            {"step": 5, "val_loss": 105.0}, *steps(6, 10, True),
                            {"step": 10, "val_loss": 104.0}, *steps(11, 12, True)],
+        # Evaluated less often after the resume: the old evaluation at 8
+        # is written again by no one, yet must go.
+        "fewer_evals_after_resume": [run_record(0), {"step": 0, "val_loss": 9.0}, *steps(1, 4),
+                                     {"step": 4, "val_loss": 4.0}, *steps(5, 8),
+                                     {"step": 8, "val_loss": 3.0}, run_record(5), *steps(6, 10, True),
+                                     {"step": 10, "val_loss": 100.0}],
         "resume_after_rollback": [run_record(0), *steps(1, 5),
                                   {"step": 6, "loss": 50.0, "diverged": True, "rollback_to_step": 4,
                                    "rollbacks": 1}, *steps(5, 10), {"step": 8, "checkpoint": "c8"},
@@ -537,6 +548,11 @@ def run_cases(work):
     env.update(HOME=home, WANDB_DIR=home, WANDB_CONFIG_DIR=home)
     error([metrics, "--wandb", "p", "--wandb-dir", os.path.join(work, "wb_online"), "--wandb-mode",
            "online", "--once"], "wandb login", env=env)
+    # The record W&B refused is not saved as done: a follower started again
+    # (logged in) logs it.
+    st = os.path.join(work, "wb_online", "wandb", "follow_metrics_metrics.jsonl.json")
+    offset = json.load(open(st))["offset"] if os.path.exists(st) else 0
+    check(offset == 0, f"a refused record is not saved as done (offset {offset})")
 
 
 if __name__ == "__main__":

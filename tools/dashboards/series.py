@@ -42,6 +42,8 @@ import math
 from array import array
 from dataclasses import dataclass, field
 
+from plot_metrics import number  # tools/, on the path: the metrics' own reading of a value
+
 GIB = float(1 << 30)
 
 # (record key, dashboard tag, factor): a step record's scalars. MFU is a
@@ -83,14 +85,6 @@ class Point:
     wall: float | None  # seconds since the epoch; None: unknown (use now)
     kind: str  # "train", "val", "eval_only" or "rollback"
     scalars: dict = field(default_factory=dict)  # tag -> value
-
-
-def number(v):
-    """A finite float, or None (the file writes NaN and Inf as null)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    v = float(v)
-    return v if math.isfinite(v) else None
 
 
 def classify(r):
