@@ -84,6 +84,11 @@ const std::vector<ModelField>& model_fields() {
     {"norm-eps", &M::norm_eps, "override the preset: RMSNorm epsilon", "1e-06", "norm_eps"},
     {"init-std", &M::init_std, "override the preset: initialisation std", "0.01", "init_std",
      nullptr, R::may_change},
+    // Stored only when set: older files have none and started GPT-2's way.
+    {"zero-init-out", &M::zero_init_out,
+     "start attention's and the MLP's output projections (wo, w2) at zero instead of "
+     "--init-std / sqrt(2 --n-layer) (a token-saving lever; docs/LEVERS.md)",
+     "true", "zero_init_out", [](const M& c) { return c.zero_init_out; }, R::may_change, 0, 1},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };

@@ -35,6 +35,11 @@ struct ModelConfig {
   // QK-norm: an RMSNorm with a learned gain over each head's q and k before
   // RoPE (Qwen3, OLMo 2). false: RoPE alone, as in Llama and SmolLM2.
   bool qk_norm = true;
+  // Zero-initialised output projections (attention's wo, the MLP's w2), as
+  // modded-nanogpt's records start: every block begins as the identity on the
+  // residual stream. false: GPT-2's init_std / sqrt(2 n_layer). Only where
+  // training starts; the weights mean the same either way.
+  bool zero_init_out = false;
 
   Rope rope() const {
     return {

@@ -1,5 +1,6 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -47,9 +48,10 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
   const float std = c.init_std;
   // Output projections of each residual branch start smaller so the residual
   // stream's variance does not grow with depth (GPT-2's 1/sqrt(2L) scaling).
-  const float out_std = std / std::sqrt(2.0f * c.n_layer);
+  // --zero-init-out: none at all, each block starting as the identity.
+  const float out_std = c.zero_init_out ? 0.0f : std / std::sqrt(2.0f * c.n_layer);
   auto matrix = [](std::string name, int64_t rows, int64_t cols, float s) {
-    return ParamSpec{std::move(name), {rows, cols}, Init::normal, s};
+    return ParamSpec{std::move(name), {rows, cols}, s > 0 ? Init::normal : Init::zeros, s};
   };
   auto linear = [&](std::string name, int64_t rows, int64_t cols, float s) {
     ParamSpec p = matrix(std::move(name), rows, cols, s);
@@ -182,8 +184,8 @@ double uniform(uint64_t bits) {
 }  // namespace
 
 void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count, float* out) {
-  if (p.init == Init::ones) {
-    for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;
+  if (p.init != Init::normal) {
+    std::fill(out, out + count, p.init == Init::ones ? 1.0f : 0.0f);
     return;
   }
   // Counter-based normal samples: a hash of (seed, name, element) feeds one

@@ -11,7 +11,7 @@
 
 namespace fsdp {
 
-enum class Init { normal, ones };
+enum class Init { normal, ones, zeros };
 
 // Each parameter starts at a multiple of this many elements of its flat unit
 // (128 bytes in bf16), so every weight handed to a GEMM is 16-byte aligned

@@ -133,5 +133,36 @@ TEST(ParamInit, SliceEqualsWholeSoShardingDoesNotChangeTheModel) {
   EXPECT_NEAR(std::sqrt(sq / 1e5), 0.02, 5e-4);
 }
 
+// --zero-init-out: wo and w2 start at zero, every other parameter exactly
+// as without it (the same draws), so the lever changes only those two.
+TEST(ParamInit, ZeroInitOutZeroesOnlyTheOutputProjections) {
+  ModelConfig c = model_preset("tiny");
+  const std::vector<UnitSpec> plain = model_units(c);
+  c.zero_init_out = true;
+  const std::vector<UnitSpec> zeroed = model_units(c);
+  ASSERT_EQ(plain.size(), zeroed.size());
+  int zero_params = 0;
+  for (size_t u = 0; u < plain.size(); ++u) {
+    ASSERT_EQ(plain[u].params.size(), zeroed[u].params.size());
+    for (size_t i = 0; i < plain[u].params.size(); ++i) {
+      const ParamSpec &a = plain[u].params[i], &b = zeroed[u].params[i];
+      std::vector<float> va(a.numel()), vb(b.numel());
+      init_param_slice(a, 7, 0, a.numel(), va.data());
+      init_param_slice(b, 7, 0, b.numel(), vb.data());
+      const bool out = b.name.ends_with("attn.wo") || b.name.ends_with("mlp.w2");
+      if (!out) {
+        EXPECT_EQ(va, vb) << b.name;
+        continue;
+      }
+      ++zero_params;
+      EXPECT_EQ(b.init, Init::zeros) << b.name;
+      EXPECT_EQ(vb, std::vector<float>(b.numel(), 0.0f)) << b.name;
+      EXPECT_NE(va, vb) << b.name;
+      EXPECT_EQ(a.shape, b.shape) << b.name;
+    }
+  }
+  EXPECT_EQ(zero_params, 2 * c.n_layer);
+}
+
 }  // namespace
 }  // namespace fsdp
