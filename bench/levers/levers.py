@@ -20,7 +20,8 @@ halfway goes on where it was. Output: OUT/<corpus>/<lever>_s<seed>.jsonl and
 
 `report` prints, for each corpus and lever, over its seeds:
 - equal steps: the mean final validation loss, its difference from the
-  baseline's (negative: better), and the mean paired difference;
+  baseline's (negative: better), and each seed's difference from the baseline
+  run of its seed (how consistent the effect is);
 - equal time: the validation loss each run had reached when the baseline run
   of its seed had trained its whole time (train_s, evaluation excluded),
   interpolated linearly between validations; a run that ended sooner counts
@@ -29,7 +30,8 @@ halfway goes on where it was. Output: OUT/<corpus>/<lever>_s<seed>.jsonl and
 - spread: the larger of the baseline's and the lever's range (max - min over
   seeds) of final loss; the verdict `wins` when the lever beats the baseline's
   mean by more than twice that spread at equal steps and at equal time on
-  every corpus, `loses` when the baseline wins by as much, else `within noise`.
+  every corpus, `loses` when the baseline wins by as much, else `within noise`
+  (`one seed` when a sweep has no spread to judge by).
 With --md the same as a Markdown table (docs/LEVERS.md takes it).
 """
 import argparse
@@ -184,18 +186,20 @@ def summarise(out):
                 "corpus": c, "lever": l, "flags": sweep["levers"][l], "seeds": len(seeds),
                 "final": statistics.mean(final),
                 "d_steps": statistics.mean(final) - statistics.mean(base_final),
-                "d_paired": statistics.mean(f - b for f, b in zip(final, base_final)),
+                "per_seed": [f - b for f, b in zip(final, base_final)],
                 "d_time": statistics.mean(timed) - statistics.mean(base_final),
                 "spread": max(spread(final), spread(base_final)),
                 "cost": statistics.mean(curves[l, s][-1][1] for s in seeds) / statistics.mean(base_time),
             })
     for r in rows:
         bar = 2 * r["spread"]
-        r["verdict_one"] = ("wins" if r["d_steps"] < -bar and r["d_time"] < -bar else
+        r["verdict_one"] = ("one seed" if math.isnan(bar) else
+                            "wins" if r["d_steps"] < -bar and r["d_time"] < -bar else
                             "loses" if r["d_steps"] > bar or r["d_time"] > bar else "within noise")
     for r in rows:  # a lever wins only where it wins on every corpus
         mine = [x["verdict_one"] for x in rows if x["lever"] == r["lever"]]
         r["verdict"] = ("baseline" if r["lever"] == "baseline" else
+                        "one seed" if "one seed" in mine else
                         "wins" if all(v == "wins" for v in mine) else
                         "loses" if "loses" in mine else "within noise")
     return sweep, rows
@@ -203,10 +207,10 @@ def summarise(out):
 
 def report(a):
     sweep, rows = summarise(a.out)
-    head = ("corpus", "lever", "final val", "d steps", "d paired", "d time", "spread", "cost",
+    head = ("corpus", "lever", "final val", "d steps", "per seed", "d time", "spread", "cost",
             "verdict")
     fmt = lambda r: (r["corpus"], r["lever"], f"{r['final']:.4f}", f"{r['d_steps']:+.4f}",
-                     f"{r['d_paired']:+.4f}", f"{r['d_time']:+.4f}", f"{r['spread']:.4f}",
+                     " ".join(f"{d:+.3f}" for d in r["per_seed"]), f"{r['d_time']:+.4f}", f"{r['spread']:.4f}",
                      f"{r['cost']:.3f}x", r["verdict"] if r["lever"] != "baseline" else "")
     widths = [max(len(h), *(len(fmt(r)[i]) for r in rows)) for i, h in enumerate(head)]
     print(f"{sweep['steps']} steps, seeds {' '.join(map(str, sweep['seeds']))}; common flags: "

@@ -107,14 +107,22 @@ r = levers("report", rep, "--md", md)
 check(r.returncode == 0, f"report failed: {r.stdout}{r.stderr}")
 if r.returncode == 0:
     table = open(md).read()
-    for want in ("| a | baseline | 2.0100 | +0.0000 | +0.0000 | +0.0000 | 0.0200 | 1.000x |  |",
-                 "| a | fast | 1.8150 | -0.1950 | -0.1950 | -0.1950 | 0.0300 | 0.800x | wins |",
-                 "| a | slow | 1.8150 | -0.1950 | -0.1950 | +0.1500 | 0.0300 | 1.200x | loses |",
-                 "| a | noise | 2.0150 | +0.0050 | +0.0050 | +0.0050 | 0.0300 | 1.000x | within noise |",
-                 "| a | one | 1.8150 | -0.1950 | -0.1950 | -0.1950 | 0.0300 | 0.800x | within noise |",
-                 "| b | fast | 1.8150 | -0.1950 | -0.1950 | -0.1950 | 0.0300 | 0.800x | wins |",
-                 "| b | one | 2.0150 | +0.0050 | +0.0050 | +0.0050 | 0.0300 | 1.000x | within noise |"):
+    for want in ("| a | baseline | 2.0100 | +0.0000 | +0.000 +0.000 | +0.0000 | 0.0200 | 1.000x |  |",
+                 "| a | fast | 1.8150 | -0.1950 | -0.200 -0.190 | -0.1950 | 0.0300 | 0.800x | wins |",
+                 "| a | slow | 1.8150 | -0.1950 | -0.200 -0.190 | +0.1500 | 0.0300 | 1.200x | loses |",
+                 "| a | noise | 2.0150 | +0.0050 | +0.000 +0.010 | +0.0050 | 0.0300 | 1.000x | within noise |",
+                 "| a | one | 1.8150 | -0.1950 | -0.200 -0.190 | -0.1950 | 0.0300 | 0.800x | within noise |",
+                 "| b | fast | 1.8150 | -0.1950 | -0.200 -0.190 | -0.1950 | 0.0300 | 0.800x | wins |",
+                 "| b | one | 2.0150 | +0.0050 | +0.000 +0.010 | +0.0050 | 0.0300 | 1.000x | within noise |"):
         check(want in table, f"report row missing: {want}\n{table}")
+
+# One seed has no spread: no verdict but `one seed`.
+sweep = json.load(open(os.path.join(rep, "sweep.json")))
+json.dump(dict(sweep, seeds=[1]), open(os.path.join(rep, "sweep.json"), "w"))
+r = levers("report", rep)
+check(r.returncode == 0 and re.search(r"^a +fast .* nan .* one seed *$", r.stdout, re.M)
+      and "wins" not in r.stdout, f"a one-seed sweep was judged: {r.stdout}{r.stderr}")
+json.dump(sweep, open(os.path.join(rep, "sweep.json"), "w"))
 
 # 3. One-line errors naming what is wrong.
 for args, want in ((["run", out, "--corpus", "kjv"], "--corpus 'kjv'"),
