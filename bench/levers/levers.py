@@ -13,10 +13,11 @@ with the lever's own flags replacing or joining them (every flag written as
 `--flag VALUE`, so a lever such as `--lr 2e-2 --min-lr 2e-3` is a sweep point). The lever named `baseline` is always run, with no
 flags of its own. A seed sets both the initialisation and the data order, and
 a lever run shares its seed's order and draws with the baseline's (only what
-the lever changes differs), so each lever has a paired baseline. Runs whose
-metrics file already ends with its last validation are kept: a sweep stopped
-halfway goes on where it was. Output: OUT/<corpus>/<lever>_s<seed>.jsonl and
-.log, and OUT/sweep.json (the settings, for the report).
+the lever changes differs), so each lever has a paired baseline. A run that
+finished under the same command (its log's first line) is kept: a sweep
+stopped halfway goes on where it was, and a run whose flags changed runs
+again. Output: OUT/<corpus>/<lever>_s<seed>.jsonl and .log, and
+OUT/sweep.json (the settings, for the report).
 
 `report` prints, for each corpus and lever, over its seeds:
 - equal steps: the mean final validation loss, its difference from the
@@ -67,6 +68,8 @@ def parse_corpus(text):
     for p in parts[:2]:
         if not os.path.isfile(p):
             fail(f"--corpus {name}: no file {p}")
+    if len(parts) == 3 and not parts[2].isdigit():
+        fail(f"--corpus {name}: EVAL_BATCHES {parts[2]!r} is not a count (0: the whole split)")
     return name, {"train": os.path.abspath(parts[0]), "val": os.path.abspath(parts[1]),
                   "eval_batches": int(parts[2]) if len(parts) == 3 else 16}
 
@@ -109,9 +112,9 @@ def run(a):
         flag_pairs(flags, f"--lever {l}")
     exe = os.environ.get("FSDPTRAIN", os.path.join(ROOT, "build/src/fsdptrain"))
     os.makedirs(a.out, exist_ok=True)
-    json.dump({"corpora": corpora, "levers": levers, "seeds": a.seeds, "steps": a.steps,
-               "common": shlex.join(w for kv in common.items() for w in kv), "fsdptrain": exe}, open(os.path.join(a.out, "sweep.json"), "w"),
-              indent=1)
+    sweep = {"corpora": corpora, "levers": levers, "seeds": a.seeds, "steps": a.steps,
+             "common": shlex.join(w for kv in common.items() for w in kv), "fsdptrain": exe}
+    json.dump(sweep, open(os.path.join(a.out, "sweep.json"), "w"), indent=1)
     jobs = [(c, l, s) for c in corpora for s in a.seeds for l in levers]
 
     def one(job):
@@ -119,17 +122,20 @@ def run(a):
         d = os.path.join(a.out, c)
         os.makedirs(d, exist_ok=True)
         metrics, log = os.path.join(d, f"{l}_s{s}.jsonl"), os.path.join(d, f"{l}_s{s}.log")
-        done = val_lines(metrics)
-        if done and done[-1][0] == a.steps:
-            return f"  {c} {l} seed {s}: kept (val {done[-1][2]:.4f})"
-        if os.path.exists(metrics):
-            os.remove(metrics)
         flags = {**common, "--train-data": corpora[c]["train"], "--val-data": corpora[c]["val"],
                  "--eval-batches": str(corpora[c]["eval_batches"]), "--steps": str(a.steps),
                  "--seed": str(s), "--metrics": metrics, **flag_pairs(levers[l], l)}
         cmd = [exe, *(w for kv in flags.items() for w in kv)]
+        header = "$ " + shlex.join(cmd) + "\n"
+        # Kept only when it finished under this very command: a lever or a
+        # common flag changed since runs again.
+        done = val_lines(metrics)
+        if done and done[-1][0] == a.steps and os.path.exists(log) and open(log).readline() == header:
+            return f"  {c} {l} seed {s}: kept (val {done[-1][2]:.4f})"
+        if os.path.exists(metrics):
+            os.remove(metrics)
         with open(log, "w") as f:
-            f.write("$ " + shlex.join(cmd) + "\n")
+            f.write(header)
             f.flush()
             rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
         v = val_lines(metrics)

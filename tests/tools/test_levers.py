@@ -68,6 +68,12 @@ if r.returncode == 0:
     r = levers(*args)
     check(r.returncode == 0 and r.stdout.count(": kept") == 11 and r.stdout.count(": val ") == 1,
           f"a second run did not keep the 11 finished runs and redo the missing one: {r.stdout}")
+    # A lever whose flags changed runs again, under its new flags; the rest are kept.
+    args[args.index("hot=--lr 1e-2")] = "hot=--lr 2e-2"
+    r = levers(*args)
+    check(r.returncode == 0 and r.stdout.count(": kept") == 8 and r.stdout.count(": val ") == 4
+          and "--lr 2e-2" in cmd("kjv", "hot", 1),
+          f"a second run with the lever changed did not redo its 4 runs alone: {r.stdout}")
     r = levers("report", out)
     check(r.returncode == 0 and re.search(r"^kjv2 +zero ", r.stdout, re.M),
           f"the report of a real sweep failed: {r.stdout}{r.stderr}")
@@ -129,6 +135,7 @@ for args, want in ((["run", out, "--corpus", "kjv"], "--corpus 'kjv'"),
                    (["run", out, "--corpus", f"x={train},/nonexistent.h5"], "/nonexistent.h5"),
                    (["run", out, "--corpus", f"x={train},{val}", "--lever", "zero=--zero-init-out"],
                     "--lever zero"),
+                   (["run", out, "--corpus", f"x={train},{val},all"], "EVAL_BATCHES 'all'"),
                    (["run", out, "--corpus", f"x={train},{val}", "--lever", "baseline=--lr 1"],
                     "not 'baseline'")):
     r = levers(*args)
