@@ -411,6 +411,26 @@ class Resume(Base):
         self.assertEqual(self.stream(self.path("c")).tolist(), flat.tolist())
 
 
+    def test_interrupt_while_writing_the_manifest_leaves_the_old_one(self):
+        # The Ctrl-C above can land inside Manifest.save: the old manifest must
+        # stand and no .tmp stay behind (CI once found c_manifest.json.tmp).
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        from prep import shards
+        from unittest import mock
+        m = shards.Manifest(self.path("x"), {"vocab_size": 10})
+        m.save()
+        before = open(m.path).read()
+
+        def interrupted(obj, f, **kw):
+            f.write("{partial")
+            raise KeyboardInterrupt
+
+        with mock.patch.object(shards.json, "dump", interrupted), self.assertRaises(KeyboardInterrupt):
+            m.save(done=True)
+        self.assertEqual(open(m.path).read(), before)
+        self.assertFalse(os.path.exists(m.path + ".tmp"))
+
+
 class Errors(Base):
     def fails(self, args, *needles):
         r = self.run_import(*args, ok=False)

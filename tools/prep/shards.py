@@ -280,6 +280,12 @@ class Manifest:
 
     def save(self, **fields):
         self.data.update(fields)
-        with open(self.path + ".tmp", "w") as f:
-            json.dump(self.data, f, indent=1)
-        os.replace(self.path + ".tmp", self.path)
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.data, f, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:  # a Ctrl-C mid-write too: the old manifest stands, no .tmp left
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
