@@ -10,8 +10,8 @@ baseline, several seeds, several corpora, equal steps and equal time, on the CPU
 `run` trains fsdptrain once per (corpus, lever, seed): the common flags (the
 model shape, batch, the Muon recipe: SHAPE below unless given after `--`),
 with the lever's own flags replacing or joining them (every flag written as
-`--flag VALUE`, so a lever such as `--lr 2e-2 --min-lr 2e-3` is a sweep point). The lever named `baseline` is always run, with no
-flags of its own. A seed sets both the initialisation and the data order, and
+`--flag VALUE`, so a lever such as `--lr 2e-2 --min-lr 2e-3` is a sweep
+point). The lever named `baseline` is always run, with no flags of its own. A seed sets both the initialisation and the data order, and
 a lever run shares its seed's order and draws with the baseline's (only what
 the lever changes differs), so each lever has a paired baseline. A run that
 finished under the same command (its log's first line) is kept: a sweep
@@ -31,7 +31,8 @@ OUT/sweep.json (the settings, for the report).
 - spread: the larger of the baseline's and the lever's range (max - min over
   seeds) of final loss; the verdict `wins` when the lever beats the baseline's
   mean by more than twice that spread at equal steps and at equal time on
-  every corpus, `loses` when the baseline wins by as much, else `within noise`
+  every corpus, `loses` when it is worse by as much at equal steps or at equal
+  time on some corpus, else `within noise`
   (`one seed` when a sweep has no spread to judge by).
 With --md the same as a Markdown table (docs/LEVERS.md takes it).
 """
@@ -189,8 +190,7 @@ def summarise(out):
             final = [curves[l, s][-1][2] for s in seeds]
             timed = [loss_at(curves[l, s], curves["baseline", s][-1][1]) for s in seeds]
             rows.append({
-                "corpus": c, "lever": l, "flags": sweep["levers"][l], "seeds": len(seeds),
-                "final": statistics.mean(final),
+                "corpus": c, "lever": l, "final": statistics.mean(final),
                 "d_steps": statistics.mean(final) - statistics.mean(base_final),
                 "per_seed": [f - b for f, b in zip(final, base_final)],
                 "d_time": statistics.mean(timed) - statistics.mean(base_final),
@@ -216,8 +216,9 @@ def report(a):
     head = ("corpus", "lever", "final val", "d steps", "per seed", "d time", "spread", "cost",
             "verdict")
     fmt = lambda r: (r["corpus"], r["lever"], f"{r['final']:.4f}", f"{r['d_steps']:+.4f}",
-                     " ".join(f"{d:+.3f}" for d in r["per_seed"]), f"{r['d_time']:+.4f}", f"{r['spread']:.4f}",
-                     f"{r['cost']:.3f}x", r["verdict"] if r["lever"] != "baseline" else "")
+                     " ".join(f"{d:+.3f}" for d in r["per_seed"]), f"{r['d_time']:+.4f}",
+                     f"{r['spread']:.4f}", f"{r['cost']:.3f}x",
+                     r["verdict"] if r["lever"] != "baseline" else "")
     widths = [max(len(h), *(len(fmt(r)[i]) for r in rows)) for i, h in enumerate(head)]
     print(f"{sweep['steps']} steps, seeds {' '.join(map(str, sweep['seeds']))}; common flags: "
           f"{sweep['common']}")

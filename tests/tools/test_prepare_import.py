@@ -410,7 +410,6 @@ class Resume(Base):
         self.run_import(*args, "--resume")
         self.assertEqual(self.stream(self.path("c")).tolist(), flat.tolist())
 
-
     def test_interrupt_while_writing_the_manifest_leaves_the_old_one(self):
         # The Ctrl-C above can land inside Manifest.save: the old manifest must
         # stand and no .tmp stay behind (CI once found c_manifest.json.tmp).
