@@ -89,6 +89,15 @@ const std::vector<ModelField>& model_fields() {
      "start attention's and the MLP's output projections (wo, w2) at zero instead of "
      "--init-std / sqrt(2 --n-layer) (a token-saving lever; docs/LEVERS.md)",
      "true", "zero_init_out", [](const M& c) { return c.zero_init_out; }, R::may_change, 0, 1},
+    // Both stored only when set: older files have neither.
+    {"logit-softcap", &M::logit_softcap,
+     "cap the head's logits at C by C tanh(logit / C) before the softmax (0: none; a "
+     "token-saving lever; docs/LEVERS.md)",
+     "30", "logit_softcap", [](const M& c) { return c.logit_softcap != 0; }},
+    {"z-loss", &M::z_loss,
+     "add this times lse^2 (the log of the softmax's normaliser) to each token's training loss "
+     "(0: none; a token-saving lever; docs/LEVERS.md)",
+     "0.0001", "z_loss", [](const M& c) { return c.z_loss != 0; }, R::may_change},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };
@@ -151,6 +160,10 @@ void ModelConfig::validate_fields() const {
        "must be positive and finite");
   need(std::isfinite(init_std) && init_std > 0, "--init-std", init_std,
        "must be positive and finite");
+  need(std::isfinite(logit_softcap) && logit_softcap >= 0, "--logit-softcap", logit_softcap,
+       "must be 0 (none) or positive");
+  need(std::isfinite(z_loss) && z_loss >= 0 && z_loss <= 1, "--z-loss", z_loss,
+       "must be between 0 (none) and 1");
 }
 
 }  // namespace fsdp

@@ -40,6 +40,15 @@ struct ModelConfig {
   // residual stream. false: GPT-2's init_std / sqrt(2 n_layer). Only where
   // training starts; the weights mean the same either way.
   bool zero_init_out = false;
+  // Logit soft-capping (Gemma 2, modded-nanogpt): the head's logits pass
+  // through cap * tanh(logit / cap) before the softmax, wherever logits are
+  // used (loss, validation, sampling), so none leaves (-cap, cap). 0: none.
+  float logit_softcap = 0;
+  // z-loss (PaLM): training minimises cross-entropy + z_loss * lse^2 per
+  // token, lse the log of the softmax's normaliser, which keeps the logits
+  // from drifting. Training only: validation reports the cross-entropy
+  // alone, and the weights mean the same with or without it. 0: none.
+  float z_loss = 0;
 
   Rope rope() const {
     return {

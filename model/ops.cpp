@@ -3,6 +3,8 @@
 // with its nominal work, and runs the backend's do_ method. The FP8 ops are in
 // ops_fp8.cpp.
 #include <chrono>
+#include <cmath>
+#include <string>
 
 #include "model/op_checks.h"
 
@@ -319,16 +321,22 @@ void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {
 }
 
 void Ops::cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                        float grad_scale) {
+                        float grad_scale, HeadLoss extra) {
   FSDP_CHECK(V > 0 && Vp >= V, "vocab ", V, " padded to ", Vp);
+  FSDP_CHECK(std::isfinite(extra.softcap) && extra.softcap >= 0, "softcap ", extra.softcap);
+  FSDP_CHECK(std::isfinite(extra.z_loss) && extra.z_loss >= 0, "z_loss ", extra.z_loss);
   f32(losses, n, "cross_entropy losses");
   act(*this, logits, int64_t(n) * Vp, "cross_entropy logits");
   i32(targets, n, "cross_entropy targets");
   const OpScope scope(hook_, [&] {
-    return OpCall{key(grad_scale != 0 ? "cross_entropy+grad" : "cross_entropy", {n, Vp}), 0,
+    // A cap or a z term is its own row in a profile: tanh costs time.
+    std::string name = grad_scale != 0 ? "cross_entropy+grad" : "cross_entropy";
+    if (extra.softcap > 0) name += "+cap";
+    if (extra.z_loss > 0) name += "+z";
+    return OpCall{key(name.c_str(), {n, Vp}), 0,
                   double(n) * Vp * esize(logits) * (grad_scale != 0 ? 2 : 1)};
   });
-  do_cross_entropy(losses, logits, targets, n, V, Vp, grad_scale);
+  do_cross_entropy(losses, logits, targets, n, V, Vp, grad_scale, extra);
 }
 
 // ---- optimizer and engine ---------------------------------------------------

@@ -67,6 +67,16 @@ struct AdamWHyper {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, grad_scale = 1;
   int step = 1;  // from 1, for bias correction
 };
+// What the LM head's loss adds to softmax cross-entropy (ModelConfig's
+// logit_softcap and z_loss; both 0: plain cross-entropy, bit for bit).
+// softcap c > 0: the softmax sees y = c tanh(z / c) for each logit z
+// (Gemma 2, modded-nanogpt), so no logit leaves (-c, c). z_loss > 0: each
+// row's loss gains z_loss * lse^2, lse = log sum exp y (PaLM), pulling the
+// softmax's normaliser toward 1.
+struct HeadLoss {
+  float softcap = 0;
+  float z_loss = 0;
+};
 
 // The elements a tensor of `rows` token rows of `width`, rows `ld` apart,
 // must hold (the `_ld` convention above); ld below width is an error.
@@ -252,8 +262,11 @@ class Ops {
   // With grad_scale != 0 the logits are overwritten in place by
   // grad_scale * (p - onehot(target)), and the padding by 0, so no second
   // [n, Vp] buffer ever exists. Targets < 0 are ignored (loss 0, gradient 0).
+  // With `extra` (HeadLoss): p is the softmax of the capped logits, losses[i]
+  // = lse - y[target] + z_loss lse^2, and the gradient written is that of
+  // grad_scale * losses[i] with respect to the raw logits.
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                     float grad_scale);
+                     float grad_scale, HeadLoss extra = {});
 
   // ---- optimizer and engine -------------------------------------------------
   // dst = convert(src), any dtype pair of f32/bf16, n = dst.numel.
@@ -392,7 +405,7 @@ class Ops {
                                   int cols, int64_t ab_ld, Tensor amax) = 0;
   virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                                float grad_scale) = 0;
+                                float grad_scale, HeadLoss extra) = 0;
   virtual void do_cast(Tensor dst, Tensor src) = 0;
   virtual void do_accumulate(Tensor dst, Tensor src, float scale) = 0;
   virtual double do_sum_squares(Tensor x) = 0;

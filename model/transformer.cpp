@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace fsdp {
@@ -327,8 +328,10 @@ void Transformer::head_forward(UnitAccess& w, bool training) {
     ops_.linear(logits, h, wout, n, Vp, d);  // padding columns: zero rows of wout
     for (int64_t row : keep)
       if (row >= r0 && row < r0 + n) kept_logits_[row] = logits_to_host(logits, row - r0);
+    // z-loss is training's objective only: validation reports cross-entropy.
     ops_.cross_entropy(losses_.slice(r0, n), logits, targets_.slice(r0, n), n, V, Vp,
-                       training ? loss_scale_ : 0.0f);
+                       training ? loss_scale_ : 0.0f,
+                       {cfg_.logit_softcap, training ? cfg_.z_loss : 0.0f});
     // Training: the chunk's logits now hold dL/dlogits; through the head now,
     // before the next chunk overwrites them.
     if (training)
@@ -378,6 +381,9 @@ std::vector<float> Transformer::logits_to_host(Tensor logits, int64_t chunk_row)
     ops_.to_host(h.data(), r);
     for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
   }
+  // What the softmax sees (cross_entropy caps the device's copy as it reads it).
+  if (const double cap = cfg_.logit_softcap; cap > 0)
+    for (float& z : out) z = float(cap * std::tanh(z / cap));
   return out;
 }
 

@@ -101,6 +101,7 @@ class Transformer {
   // forward without training keeps, as f32 on the host, for logits_row (the
   // head's chunks overwrite each other's logits on the device). That forward
   // uses the request up; the one after keeps nothing unless asked again.
+  // With --logit-softcap the rows hold the capped logits, the softmax's input.
   void keep_logits(std::vector<int64_t> rows);
   std::vector<float> logits_row(int64_t row) const;
 

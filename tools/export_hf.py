@@ -27,7 +27,8 @@ config.json fields: vocab_size, hidden_size (d_model), intermediate_size
 (d_ff), num_hidden_layers, num_attention_heads, num_key_value_heads,
 head_dim, max_position_embeddings (max_seq_len), rms_norm_eps, rope_theta,
 tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
-"float32".
+"float32". A model trained with --logit-softcap is refused: these layouts
+have no cap on the logits.
 """
 
 import argparse
@@ -114,6 +115,12 @@ def export(checkpoint, outdir, tokenizer=None):
     except (OSError, KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:  # truncated, damaged, not HDF5
         fail(f"checkpoint '{checkpoint}' cannot be read ({e}): damaged or truncated; "
              "export an earlier checkpoint")
+    # A cap on the logits changes what the model predicts, and neither Qwen3's
+    # nor Llama's config can say so (Gemma 2's can, in a model unlike ours).
+    # --z-loss only shaped training: such a model exports as any other.
+    if model.get("logit_softcap", 0) > 0:
+        fail(f"checkpoint '{checkpoint}' was trained with --logit-softcap {model['logit_softcap']:g}, "
+             "which Qwen3 and Llama cannot express (their logits are uncapped); nothing was written")
     tensors = {}
     for name, t in raw.items():
         target = hf_name(name)

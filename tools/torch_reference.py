@@ -28,7 +28,8 @@ the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
 What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU,
-  final RMSNorm, tied or untied head, mean cross-entropy);
+  final RMSNorm, tied or untied head, --logit-softcap, mean cross-entropy, and
+  in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
   window once) and src/trainer/validator.cpp Validator::evaluate (mean over all tokens), at
@@ -159,7 +160,8 @@ class Model(torch.nn.Module):
     def w(self, name):
         return self.p[name.replace(".", "__")]
 
-    def forward(self, tokens, targets):
+    def forward(self, tokens, targets, objective=False):
+        """The mean cross-entropy; objective=True: training's, with --z-loss's term."""
         c = self.cfg
         B, T = tokens.shape
         H, Hkv, d = c["n_head"], c["n_kv_head"], c["d_model"]
@@ -181,8 +183,14 @@ class Model(torch.nn.Module):
             x = x + s @ self.w(b + "mlp.w2").t()
         h = rmsnorm(x, self.w("final_norm"), eps)
         head = self.w("embed.weight") if c["tie_embeddings"] else self.w("head.weight")
-        logits = (h @ head.t()).float()
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        logits = (h @ head.t()).float().view(-1, head.shape[0])
+        cap = c.get("logit_softcap", 0)
+        if cap > 0:  # --logit-softcap: the softmax sees cap tanh(logit / cap)
+            logits = cap * torch.tanh(logits / cap)
+        loss = F.cross_entropy(logits, targets.reshape(-1))
+        if objective and c.get("z_loss", 0) > 0:  # --z-loss: z lse^2, training only
+            loss = loss + c["z_loss"] * torch.logsumexp(logits, -1).pow(2).mean()
+        return loss
 
 
 BLOCK_MATRIX = re.compile(r"blocks\.\d+\.(attn\.w[qkvo]|mlp\.w[123])$")
@@ -338,7 +346,7 @@ def main():
         rows = [tokens[w * T: w * T + T + 1] for w in (window_of(s * G + j, windows, seed) for j in range(G))]
         batch = torch.from_numpy(np.stack(rows)).to(dev)
         with autocast():
-            loss = model(batch[:, :-1], batch[:, 1:])
+            loss = model(batch[:, :-1], batch[:, 1:], objective=True)
         for o in opts_all:
             o.zero_grad(set_to_none=True)
         loss.backward()

@@ -411,10 +411,13 @@ void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
 }
 
 void CpuOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                              float grad_scale) {
+                              float grad_scale, HeadLoss extra) {
   float* lo = losses.f32();
   float* x = logits.f32();
   const int32_t* tg = targets.i32();
+  const double cap = extra.softcap, zl = extra.z_loss;
+  std::vector<double> y(
+      static_cast<size_t>(V));  // one row's softmax inputs: the logits, capped where asked
   for (int i = 0; i < n; ++i) {
     float* row = x + int64_t(i) * Vp;
     const int t = tg[i];
@@ -425,25 +428,30 @@ void CpuOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int 
       if (grad_scale != 0.0f) std::fill(row, row + V, 0.0f);
       continue;
     }
+    for (int j = 0; j < V; ++j) y[j] = cap > 0 ? cap * std::tanh(row[j] / cap) : double(row[j]);
     // Subtracting the row max keeps exp() from overflowing on large logits.
-    double m = row[0];
-    for (int j = 1; j < V; ++j) m = std::max(m, double(row[j]));
-    const double target_logit = row[t];
+    double m = y[0];
+    for (int j = 1; j < V; ++j) m = std::max(m, y[j]);
     // exp() dominates for large vocabularies, so it is taken once per logit:
     // when a gradient is wanted the exponentials are parked in the row, which
     // is about to be overwritten anyway.
     const bool grad = grad_scale != 0.0f;
     double sum = 0.0;
     for (int j = 0; j < V; ++j) {
-      const double e = std::exp(row[j] - m);
+      const double e = std::exp(y[j] - m);
       sum += e;
       if (grad) row[j] = float(e);
     }
-    lo[i] = float(m + std::log(sum) - target_logit);
+    const double lse = m + std::log(sum);
+    lo[i] = float(lse - y[t] + zl * lse * lse);
     if (grad) {
-      const double scale = grad_scale / sum;
+      // d/dy_j of lse - y_t + zl lse^2 = (1 + 2 zl lse) p_j - [j = t].
+      const double scale = grad_scale * (1 + 2 * zl * lse) / sum;
       for (int j = 0; j < V; ++j) row[j] = float(scale * row[j]);
       row[t] = float(row[t] - double(grad_scale));
+      // Through the cap: dy/dz = 1 - tanh^2(z / cap) = 1 - (y / cap)^2.
+      if (cap > 0)
+        for (int j = 0; j < V; ++j) row[j] = float(row[j] * (1 - (y[j] / cap) * (y[j] / cap)));
     }
   }
 }

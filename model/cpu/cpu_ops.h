@@ -70,7 +70,7 @@ class CpuOps : public Ops {
   void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                        float grad_scale) override;
+                        float grad_scale, HeadLoss extra) override;
 
   void do_cast(Tensor dst, Tensor src) override;
   void do_accumulate(Tensor dst, Tensor src, float scale) override;

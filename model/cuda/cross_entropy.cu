@@ -1,5 +1,7 @@
 // Softmax cross-entropy fused with its gradient, one block per row of
 // logits, written over the logits in place. bf16 logits, fp32 arithmetic.
+// The head's extra terms (HeadLoss: a tanh cap on the logits, z-loss) ride
+// along in the same two passes.
 #include <cfloat>
 
 #include "model/cuda/cuda_ops_impl.h"
@@ -18,6 +20,11 @@ constexpr int kCeThreads = 512;
 struct MaxSum {
   float m, s;
 };
+// The softmax's input for logit z: z, or cap tanh(z / cap) (cap > 0).
+__device__ __forceinline__ float capped(float z, float cap) {
+  return cap > 0.0f ? cap * tanhf(z / cap) : z;
+}
+
 __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   // -FLT_MAX (not -inf) marks "no elements", so exp() of a difference never
   // sees inf - inf.
@@ -31,9 +38,10 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
 template <int VEC>
 __global__ void __launch_bounds__(kCeThreads)
     cross_entropy_kernel(float* losses, bf16* logits, const int32_t* targets, int V, int Vp,
-                         float grad_scale, int* err) {
+                         float grad_scale, float cap, float z_loss, int* err) {
   __shared__ MaxSum warp_part[kCeThreads / 32];
   __shared__ MaxSum total;
+  __shared__ float lse;
   const int64_t row = blockIdx.x;
   bf16* x = logits + row * Vp;
   const int t = targets[row];
@@ -46,15 +54,14 @@ __global__ void __launch_bounds__(kCeThreads)
     return;
   }
   // Read before any thread of the block overwrites the row.
-  const float target_logit = __bfloat162float(x[t]);
+  const float target_logit = capped(__bfloat162float(x[t]), cap);
 
   MaxSum ms{-FLT_MAX, 0.0f};
   for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
     float v[VEC];
     load_vec<VEC>(x + j, v);  // in bounds: Vp is a multiple of VEC
 #pragma unroll
-    for (int k = 0; k < VEC; ++k)
-      if (j + k >= V) v[k] = -FLT_MAX;
+    for (int k = 0; k < VEC; ++k) v[k] = j + k < V ? capped(v[k], cap) : -FLT_MAX;
     float m = ms.m;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) m = fmaxf(m, v[k]);
@@ -74,31 +81,39 @@ __global__ void __launch_bounds__(kCeThreads)
     MaxSum a = warp_part[0];
     for (int w = 1; w < int(blockDim.x / 32); ++w) a = combine(a, warp_part[w]);
     total = a;
-    losses[row] = a.m + logf(a.s) - target_logit;
+    lse = a.m + logf(a.s);
+    // Guarded: 0 * lse^2 would be NaN where lse^2 overflows fp32.
+    losses[row] = lse - target_logit + (z_loss > 0.0f ? z_loss * lse * lse : 0.0f);
   }
   __syncthreads();
   if (!grad) return;
-  const float m = total.m, scale = grad_scale / total.s;
+  // d/dy_j of lse - y_t + z_loss lse^2 = (1 + 2 z_loss lse) p_j - [j = t];
+  // through the cap, times dy/dz = 1 - (y / cap)^2.
+  const float m = total.m,
+              scale = grad_scale * (z_loss > 0.0f ? 1.0f + 2.0f * z_loss * lse : 1.0f) / total.s;
   for (int j = threadIdx.x * VEC; j < Vp; j += blockDim.x * VEC) {
     float v[VEC];
     load_vec<VEC>(x + j, v);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k)
-      v[k] = j + k < V ? scale * __expf(v[k] - m) - (j + k == t ? grad_scale : 0.0f) : 0.0f;
+    for (int k = 0; k < VEC; ++k) {
+      const float y = capped(v[k], cap);
+      const float g = scale * __expf(y - m) - (j + k == t ? grad_scale : 0.0f);
+      v[k] = j + k < V ? (cap > 0.0f ? g * (1.0f - (y / cap) * (y / cap)) : g) : 0.0f;
+    }
     store_vec<VEC>(x + j, v);
   }
 }
 
 // Rows of Vp logits, the first V real (see Ops::cross_entropy).
 void cross_entropy(float* losses, bf16* logits, const int32_t* targets, int n, int V, int Vp,
-                   float grad_scale, int* err, cudaStream_t stream) {
+                   float grad_scale, HeadLoss extra, int* err, cudaStream_t stream) {
   if (n == 0) return;
   if (Vp % kVec == 0 && aligned16(logits)) {
-    cross_entropy_kernel<kVec>
-        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, Vp, grad_scale, err);
+    cross_entropy_kernel<kVec><<<n, kCeThreads, 0, stream>>>(
+        losses, logits, targets, V, Vp, grad_scale, extra.softcap, extra.z_loss, err);
   } else {
-    cross_entropy_kernel<1>
-        <<<n, kCeThreads, 0, stream>>>(losses, logits, targets, V, Vp, grad_scale, err);
+    cross_entropy_kernel<1><<<n, kCeThreads, 0, stream>>>(
+        losses, logits, targets, V, Vp, grad_scale, extra.softcap, extra.z_loss, err);
   }
   FSDP_LAUNCH_CHECK("cross_entropy_kernel");
 }
@@ -114,9 +129,9 @@ namespace fsdp {
 using namespace cuda_args;
 
 void CudaOps::do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
-                               float grad_scale) {
-  cuda::cross_entropy(f32(losses), bf(logits), i32(targets), n, V, Vp, grad_scale, impl_->err,
-                      impl_->stream);
+                               float grad_scale, HeadLoss extra) {
+  cuda::cross_entropy(f32(losses), bf(logits), i32(targets), n, V, Vp, grad_scale, extra,
+                      impl_->err, impl_->stream);
   after("cross_entropy");
 }
 

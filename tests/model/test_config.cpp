@@ -86,6 +86,25 @@ TEST(ModelConfig, RejectsInconsistentShapes) {
   EXPECT_THROW(validate_model(c), Error);
 }
 
+// The head's loss terms: a cap and a z coefficient are positive or 0 (off).
+TEST(ModelConfig, RejectsBadHeadLossTerms) {
+  ModelConfig c = model_preset("tiny");
+  c.logit_softcap = 30;
+  c.z_loss = 1e-4f;
+  EXPECT_NO_THROW(validate_model(c));
+  for (float bad : {-1.0f, INFINITY, NAN}) {
+    c = model_preset("tiny");
+    c.logit_softcap = bad;
+    EXPECT_THROW(validate_model(c), Error) << "softcap " << bad;
+    c = model_preset("tiny");
+    c.z_loss = bad;
+    EXPECT_THROW(validate_model(c), Error) << "z_loss " << bad;
+  }
+  c = model_preset("tiny");
+  c.z_loss = 2;  // a typo for 2e-4 would drown the cross-entropy
+  EXPECT_THROW(validate_model(c), Error);
+}
+
 // --head-dim (Qwen3-0.6B: 16 heads of 128 over d_model 1024): the heads set
 // q|k|v's and Wo's inner width, d_model stays the residual's.
 TEST(ModelConfig, HeadDimApartFromWidth) {

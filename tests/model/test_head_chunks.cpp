@@ -118,5 +118,32 @@ TEST(HeadChunks, SamplingGetsTheRowsItKept) {
   }
 }
 
+// --logit-softcap: sampling draws from the softmax the loss uses, so a kept
+// row holds cap tanh(logit / cap) of the uncapped model's row.
+TEST(HeadChunks, KeptLogitsAreCapped) {
+  const ModelConfig plain = testing::small_model_config();
+  ModelConfig capped = plain;
+  capped.logit_softcap = 0.05f;
+  CpuOps ops;
+  const Batch b(plain);
+  testing::FullWeights w(model_units(plain), 7);
+  std::vector<std::vector<float>> rows;
+  for (const ModelConfig& c : {plain, capped}) {
+    Transformer m(c, ops, B, T);
+    m.keep_logits({4});
+    m.set_batch(b.in.data(), b.tgt.data(), 0.0f);
+    for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, false);
+    rows.push_back(m.logits_row(4));
+  }
+  std::vector<float> want;
+  float widest = 0;
+  for (float z : rows[0]) {
+    want.push_back(float(0.05 * std::tanh(z / 0.05)));
+    widest = std::max(widest, std::abs(z));
+  }
+  ASSERT_GT(widest, 0.1f) << "a cap that bends no logit tests nothing";
+  expect_close(rows[1], want, "capped logits");
+}
+
 }  // namespace
 }  // namespace fsdp

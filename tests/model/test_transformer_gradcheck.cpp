@@ -37,11 +37,13 @@ struct ModelRun {
     for (auto& x : tgt) x = int32_t(rng() % c.vocab_size);
     tgt[1] = -1;  // an ignored position must not contribute
   }
-  // Sum of token losses; with grads, their gradient (loss_scale 1).
-  double loss(bool with_grads) {
+  // Sum of token losses; with grads, their gradient (loss_scale 1). A
+  // training forward without grads gives the training objective (--z-loss's
+  // term included), and leaves the head's gradient changed.
+  double loss(bool with_grads, bool training = false) {
     model.set_batch(in.data(), tgt.data(), 1.0f);
     const int U = model.num_units();
-    for (int u = 0; u < U; ++u) model.forward(u, w, with_grads);
+    for (int u = 0; u < U; ++u) model.forward(u, w, with_grads || training);
     if (with_grads)
       for (int u = U - 1; u >= 0; --u) model.backward(u, w);
     return model.loss_sum();
@@ -53,6 +55,10 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
   ModelRun r(cfg, B, T);
   r.w.zero_grads();
   r.loss(true);
+  // Kept apart: with --z-loss the differences below run training forwards,
+  // which add to the head's gradient.
+  std::vector<std::vector<float>> grads;
+  for (int u = 0; u < r.model.num_units(); ++u) grads.push_back(r.w.unit_grads(u));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   int checked = 0;
@@ -61,7 +67,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
     for (int p = 0; p < int(spec.params.size()); ++p) {
       const int64_t off = spec.offset_of(p), n = spec.params[p].numel();
       float* w = r.w.unit_weights(u).data() + off;
-      const float* g = r.w.unit_grads(u).data() + off;
+      const float* g = grads[size_t(u)].data() + off;
       std::vector<float> v(n), saved(w, w + n);
       // The direction is scaled to the tensor's own size (0.02-scale
       // matrices, 1-scale gains), so h is a relative step for every tensor.
@@ -78,7 +84,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
       // Measured on `tiny` (h = 3e-2 .. 1e-3): 1e-2 sits between the two.
       auto shifted = [&](double s) {
         for (int64_t i = 0; i < n; ++i) w[i] = float(saved[i] + s * v[i]);
-        return r.loss(false);
+        return r.loss(false, cfg.z_loss > 0);
       };
       const double fd = (shifted(h) - shifted(-h)) / (2 * h);
       std::copy(saved.begin(), saved.end(), w);
@@ -117,9 +123,32 @@ TEST(TransformerGradcheck, NoQkNorm) {
   c.qk_norm = false;
   check_all_params(c, 2, 6);
 }
+// --logit-softcap and --z-loss: the head's loss through the cap, and the
+// training objective's z term (the differences taken of a training forward).
+// A cap of 0.5 bends every logit of this model, whose logits reach ~1.
+TEST(TransformerGradcheck, SoftcapAndZLoss) {
+  ModelConfig c = small_config(true);
+  c.logit_softcap = 0.5f;
+  c.z_loss = 0.05f;
+  check_all_params(c, 2, 6);
+}
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {
   check_all_params(model_preset("tiny"), 2, 16);
+}
+
+// --z-loss is training's objective only: validation (a forward without
+// training) reports the cross-entropy, the same as without it, while the
+// training forward's loss is larger by z lse^2 per token. A cap changes both.
+TEST(Transformer, ZLossCountsInTrainingOnly) {
+  ModelConfig plain = small_config(true), z = plain, cap = plain;
+  z.z_loss = 0.05f;
+  cap.logit_softcap = 0.5f;
+  ModelRun p(plain, 2, 6), rz(z, 2, 6), rc(cap, 2, 6);
+  EXPECT_EQ(rz.loss(false), p.loss(false));
+  EXPECT_GT(rz.loss(false, true), p.loss(false, true) + 1e-3);
+  EXPECT_EQ(p.loss(false, true), p.loss(false));
+  EXPECT_NE(rc.loss(false), p.loss(false));
 }
 
 TEST(Transformer, IgnoredTargetsAreNotCounted) {

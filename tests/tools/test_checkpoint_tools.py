@@ -119,7 +119,8 @@ def refused(tools, ckpt, needle, what):
 
 def damaged_inputs(good, tools):
     """Issue 65: a truncated checkpoint was a traceback, a changed tensor
-    exported silently (the trainer refuses both)."""
+    exported silently (the trainer refuses both). Also a sound checkpoint of
+    a model the Hugging Face layouts cannot express (--logit-softcap)."""
     with tempfile.TemporaryDirectory() as d:
         cut = os.path.join(d, "cut.h5")
         with open(good, "rb") as f, open(cut, "wb") as g:
@@ -142,6 +143,17 @@ def damaged_inputs(good, tools):
         with open(notfile, "w") as f:
             f.write("not hdf5\n")
         refused(tools, notfile, "cannot be read", "a file that is not HDF5")
+        capped = os.path.join(d, "capped.h5")
+        shutil.copyfile(good, capped)
+        with h5py.File(capped, "r+") as f:
+            f["model"].attrs["logit_softcap"] = np.float32(30)
+        refused(tools, capped, "--logit-softcap 30", "a model whose logits are capped")
+        with h5py.File(capped, "r+") as f:  # z-loss shaped only the training
+            del f["model"].attrs["logit_softcap"]
+            f["model"].attrs["z_loss"] = np.float32(1e-4)
+        with tempfile.TemporaryDirectory() as out:
+            run(tools, "export_hf.py", capped, out)
+            check(os.path.exists(os.path.join(out, "model.safetensors")), "a z-loss model is not exported")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ with hybrid sharding, an untied head, block recomputation and a vocabulary of
 300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300); and
 --optimizer muon against torch.optim.Muon on 3 ranks (with --lr-schedule wsd
 decaying over the compared steps) and, with its other settings and the linear
-schedule, on 1.
+schedule, on 1; and --logit-softcap with --z-loss on 2 ranks.
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -36,6 +36,13 @@ runs = {
     "muon_np3": ([mpiexec, "--oversubscribe", "-np", "3"],
                  ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
                   "--muon-lr-adjust", "match_rms_adamw", "--lr-schedule", "wsd", "--decay-fraction", "0.5"]),
+    # --logit-softcap (a cap of 2 bends this model's logits from the start)
+    # and --z-loss, on 2 ranks: the training losses compared include z's term,
+    # the validation losses (steps 25 and 50) are the cross-entropy alone.
+    "capz_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                 ["--batch-size", "2", "--grad-accum", "2", "--logit-softcap", "2", "--z-loss", "1e-2",
+                  "--val-data", os.path.join(example, "kjv_val.h5"), "--eval-every", "25",
+                  "--eval-batches", "2"]),
     "muon_original_np1": ([], ["--batch-size", "4", "--grad-accum", "1", "--optimizer", "muon",
                                "--muon-lr-adjust", "original", "--muon-nesterov", "false",
                                "--lr-schedule", "linear"]),

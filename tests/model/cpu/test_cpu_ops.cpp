@@ -537,6 +537,77 @@ TEST_F(CpuOpsTest, CrossEntropyIgnoresVocabularyPadding) {
   EXPECT_THROW(ops_.cross_entropy(lq, padded, tg, n, V, V - 1, gs), Error);
 }
 
+// --logit-softcap and --z-loss (HeadLoss): the losses are those of the
+// formula written out here, lse - y[t] + z lse^2 over y = c tanh(z / c), and
+// the gradient written over the logits is its finite difference, with
+// respect to the raw logits. Both terms off: the plain op, bit for bit.
+TEST_F(CpuOpsTest, CrossEntropySoftcapAndZLoss) {
+  const int n = 5, V = 9, Vp = 16;
+  const float gs = 0.3f;
+  const int32_t targets[n] = {2, -1, 8, 0, 5};
+  Buf logits(ops_, DType::f32, n * Vp), losses(ops_, DType::f32, n), tg(ops_, DType::i32, n);
+  fill(logits, -5.0f, 5.0f);  // past the cap of 3 below: the tanh bends
+  std::memcpy(tg.i(), targets, sizeof targets);
+  const std::vector<float> raw = snapshot(logits);
+  const HeadLoss extras[] = {{3.0f, 0.0f}, {0.0f, 0.05f}, {3.0f, 0.05f}};
+  for (const HeadLoss& e : extras) {
+    SCOPED_TRACE(::testing::Message() << "softcap " << e.softcap << " z_loss " << e.z_loss);
+    // Row i's loss from logits x, the formula as the options state it.
+    auto row_loss = [&](const float* x, int i) {
+      if (targets[i] < 0) return 0.0;
+      std::vector<double> y(V);
+      double z = 0.0;
+      for (int j = 0; j < V; ++j) {
+        const double v = x[i * Vp + j];
+        y[j] = e.softcap > 0 ? e.softcap * std::tanh(v / e.softcap) : v;
+        z += std::exp(y[j]);
+      }
+      return std::log(z) - y[targets[i]] + e.z_loss * std::log(z) * std::log(z);
+    };
+    std::vector<double> want(n);
+    for (int i = 0; i < n; ++i) want[i] = row_loss(raw.data(), i);
+    std::copy(raw.begin(), raw.end(), logits.f());
+    poison(losses);
+    ops_.cross_entropy(losses, logits, tg, n, V, Vp, 0.0f, e);
+    expect_close("cross_entropy loss (extra)", losses.f(), want);
+
+    Buf grad(ops_, DType::f32, n * Vp);
+    std::copy(raw.begin(), raw.end(), grad.f());
+    poison(losses);
+    ops_.cross_entropy(losses, grad, tg, n, V, Vp, gs, e);
+    expect_close("cross_entropy loss (extra, fused)", losses.f(), want);
+    auto total = [&] {
+      double l = 0.0;
+      for (int i = 0; i < n; ++i) l += gs * row_loss(logits.f(), i);
+      return l;
+    };
+    std::copy(raw.begin(), raw.end(), logits.f());
+    expect_grad("cross_entropy dlogits (extra)", grad_check(total, logits.f(), grad.f(), n * Vp));
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[j], 0.0f) << "padding " << j;
+  }
+
+  // Both off: bitwise the call without them.
+  Buf a(ops_, DType::f32, n * Vp), b(ops_, DType::f32, n * Vp), la(ops_, DType::f32, n),
+      lb(ops_, DType::f32, n);
+  std::copy(raw.begin(), raw.end(), a.f());
+  std::copy(raw.begin(), raw.end(), b.f());
+  ops_.cross_entropy(la, a, tg, n, V, Vp, gs);
+  ops_.cross_entropy(lb, b, tg, n, V, Vp, gs, HeadLoss{0.0f, 0.0f});
+  EXPECT_EQ(snapshot(la), snapshot(lb));
+  EXPECT_EQ(snapshot(a), snapshot(b));
+
+  // A cap keeps huge logits finite; a negative or infinite term is refused.
+  const float big[3] = {1e30f, 0.0f, -1e30f};
+  Buf bl(ops_, DType::f32, 3), one(ops_, DType::f32, 1), t1(ops_, DType::i32, 1);
+  std::memcpy(bl.f(), big, sizeof big);
+  t1.i()[0] = 1;
+  ops_.cross_entropy(one, bl, t1, 1, 3, 3, 1.0f, {2.0f, 0.0f});
+  EXPECT_NEAR(one[0], std::log(std::exp(2.0) + 1 + std::exp(-2.0)), 1e-6);
+  EXPECT_EQ(bl[0], 0.0f);  // the cap is flat there: no gradient reaches the raw logit
+  EXPECT_THROW(ops_.cross_entropy(one, bl, t1, 1, 3, 3, 1.0f, {-1.0f, 0.0f}), Error);
+  EXPECT_THROW(ops_.cross_entropy(one, bl, t1, 1, 3, 3, 1.0f, {0.0f, INFINITY}), Error);
+}
+
 // ---- optimizer and engine -----------------------------------------------------------
 
 TEST(Bf16, RoundToNearestEven) {

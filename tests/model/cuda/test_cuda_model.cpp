@@ -153,6 +153,18 @@ TEST(CudaModel, Gpt350mShapedNoQkNormMatchesCpu) {
   check_model(cfg, 1, 256);
 }
 
+// --logit-softcap and --z-loss: the head's loss through the cap and the z
+// term, with the head in chunks (96, 96, 64). The initial logits have a std
+// of ~0.6, so a cap of 1 bends them, and a z of 1e-2 scales the softmax's
+// part of the gradient by 1 + 2 z lse ~ 1.2 (lse ~ log 50257).
+TEST(CudaModel, Gpt350mShapedSoftcapZLossMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  cfg.logit_softcap = 1;
+  cfg.z_loss = 1e-2f;
+  check_model(cfg, 1, 256, false, 96);
+}
+
 // Llama 3.1's RoPE scaling (the model's rope table built once per shape):
 // an original context of 16 puts tiny's 16-wide heads in all three bands.
 TEST(CudaModel, TinyRopeScaledMatchesCpu) {

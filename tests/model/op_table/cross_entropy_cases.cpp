@@ -1,6 +1,6 @@
 // The op table's cases for the fused cross-entropy (see op_table.h): losses
-// and, in place over the logits, their gradient; padded vocabularies and
-// ignored targets.
+// and, in place over the logits, their gradient; padded vocabularies,
+// ignored targets, and the head's extra terms (--logit-softcap, --z-loss).
 #include <utility>
 
 #include "tests/model/op_table/case_util.h"
@@ -11,13 +11,16 @@ namespace {
 // ---- cross-entropy ------------------------------------------------------------
 // Targets are random in [0, V); with n > 20, rows 3 and 20 are ignored
 // (targets -1 and -100) and must give loss 0 exactly. grad_scale 0 asks for
-// losses only: the logits must come back untouched.
-OpCase cross_entropy_case(int n, int V, int Vp, float grad_scale) {
+// losses only: the logits must come back untouched. The logits span [-6, 6),
+// so a cap of 4 bends most of them.
+OpCase cross_entropy_case(int n, int V, int Vp, float grad_scale, HeadLoss extra = {}) {
   OpCase c;
   c.op = "cross_entropy";
   c.shape = fmt("n=%d V=%d Vp=%d", n, V, Vp);
   c.variant =
       grad_scale == 0.0f ? "losses only" : fmt("losses and dlogits in place, scale %g", grad_scale);
+  if (extra.softcap > 0) c.variant += fmt(", softcap %g", extra.softcap);
+  if (extra.z_loss > 0) c.variant += fmt(", z-loss %g", extra.z_loss);
   c.dtypes = "logits bf16; targets i32; losses f32";
   // Read the logits once, and write the gradient over them when asked.
   c.fwd_bytes = (grad_scale == 0.0f ? 1.0 : 2.0) * double(n) * Vp * 2 + 8.0 * n;
@@ -34,7 +37,7 @@ OpCase cross_entropy_case(int n, int V, int Vp, float grad_scale) {
     Tensor lt = e.in(BF, logits), loss = e.out(F32, n), tt = e.tokens(tg);
     Ops& o = e.ops;
     Bound b;
-    b.fwd = [=, &o] { o.cross_entropy(loss, lt, tt, n, V, Vp, grad_scale); };
+    b.fwd = [=, &o] { o.cross_entropy(loss, lt, tt, n, V, Vp, grad_scale, extra); };
     b.fwd_checks = {vs_ref("cross_entropy losses (f32)", loss, kF32)};
     if (ignored) {
       b.fwd_checks.push_back(vs_host("loss of ignored target -1", loss.slice(3, 1), kBitwise, {0}));
@@ -66,10 +69,18 @@ FSDP_OP_FAMILY(
       for (auto [V, Vp] : {std::pair{50304, 50304}, std::pair{1003, 1003}, std::pair{50257, 50304},
                            std::pair{1003, 1024}})
         for (float scale : {0.0f, 1.0f / 64}) t.push_back(cross_entropy_case(37, V, Vp, scale));
+      // The extra terms, apart and together, on the padded vocabulary: a z of
+      // 1e-2 scales the softmax part of the gradient by 1 + 2 z lse, ~1.2 at lse ~ 10.
+      for (HeadLoss e : {HeadLoss{4.0f, 0.0f}, HeadLoss{0.0f, 1e-2f}, HeadLoss{4.0f, 1e-2f}})
+        for (float scale : {0.0f, 1.0f / 64})
+          t.push_back(cross_entropy_case(37, 1003, 1024, scale, e));
     },
     [](std::vector<OpCase>& t, const ModelShape& m) {
       t.push_back(
           cross_entropy_case(m.M(), m.c.vocab_size, m.c.padded_vocab(), 1.0f / float(m.M())));
+      // What the lever costs: modded-nanogpt's cap of 30 and PaLM's z of 1e-4.
+      t.push_back(cross_entropy_case(m.M(), m.c.vocab_size, m.c.padded_vocab(), 1.0f / float(m.M()),
+                                     {30.0f, 1e-4f}));
     });
 
 }  // namespace fsdp::test
