@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/h5_id.h"
 #include "common/hdf5_lock.h"
+#include "data/h5_vlen_guard.h"
 
 namespace fsdp {
 
@@ -168,11 +169,17 @@ int64_t check_shape(hid_t dset, const Where& w, int* bytes_per_token) {
 
 // Attributes live on the dataset; files that keep them on the root group
 // (one token stream per file) are accepted too.
+// The object holding attribute `name`: the dataset, else the file's root;
+// -1 where neither has it.
+hid_t attr_holder(hid_t dset, hid_t file, const char* name) {
+  for (hid_t holder : {dset, file})
+    if (H5Aexists(holder, name) > 0) return holder;
+  return -1;
+}
+
 H5Id open_attr(hid_t dset, hid_t file, const char* name) {
-  for (hid_t holder : {dset, file}) {
-    if (H5Aexists(holder, name) > 0) return H5Id(H5Aopen(holder, name, H5P_DEFAULT), H5Aclose);
-  }
-  return H5Id();
+  const hid_t holder = attr_holder(dset, file, name);
+  return holder < 0 ? H5Id() : H5Id(H5Aopen(holder, name, H5P_DEFAULT), H5Aclose);
 }
 
 std::optional<int64_t> read_int_attr(hid_t dset, hid_t file, const char* name, const Where& w) {
@@ -263,11 +270,21 @@ std::string read_string_attr(hid_t dset, hid_t file, const char* name, const Whe
   H5Id type(H5Aget_type(attr.get()), H5Tclose);
   if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING)
     throw_error(w.flag, ": attribute ", name, " of ", w.in(), " must be a string");
+  // H5Aread writes every element: an array would overflow the one string.
+  H5Id space(H5Aget_space(attr.get()), H5Sclose);
+  if (!space.valid() || H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw_error(w.flag, ": attribute ", name, " of ", w.in(),
+                " must be a single string, not an array");
   H5Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
   if (!mem.valid() || H5Tset_cset(mem.get(), H5Tget_cset(type.get())) < 0)
     throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in());
   const auto fail = [&] { throw_error(w.flag, ": cannot read attribute ", name, " of ", w.in()); };
   if (H5Tis_variable_str(type.get()) > 0) {
+    // HDF5 1.10 follows a damaged heap reference out of bounds: checked first.
+    if (const std::string bad = vlen_attr_damage(file, attr_holder(dset, file, name), name);
+        !bad.empty())
+      throw_error(w.flag, ": attribute ", name, " of ", w.in(), " is damaged (", bad,
+                  "); the file is corrupt: write it again (tools/prepare_data.py)");
     if (H5Tset_size(mem.get(), H5T_VARIABLE) < 0) fail();
     char* value = nullptr;
     if (H5Aread(attr.get(), mem.get(), &value) < 0) fail();

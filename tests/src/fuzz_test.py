@@ -370,7 +370,25 @@ def fletcher32_flip(path):
     open(path, "wb").write(raw)
 
 
+def heap_index_flip(path):
+    """Every variable-length string's reference into the global heap names
+    an object far past the heap's (0x94 in the index's high byte): HDF5
+    1.10 read out of bounds for it inside H5Aread (a segfault), found by
+    seed 9's data_0155 in text_encoder."""
+    raw = bytearray(open(path, "rb").read())
+    heap = raw.find(b"GCOL")
+    assert heap > 0, "the token file has no global heap to damage"
+    at, flipped = 0, 0
+    while (at := raw.find(heap.to_bytes(8, "little"), at + 1)) > 0:
+        if 0 < int.from_bytes(raw[at + 8:at + 12], "little") < 256:  # a reference: length, address, index
+            raw[at + 11] = 0x94
+            flipped += 1
+    assert flipped, "no heap reference found"
+    open(path, "wb").write(raw)
+
+
 TARGETED_DATA = [
+    ("every string's heap index past the heap's objects", heap_index_flip),
     ("vocab_size as an array of 64", lambda p: edit(p, lambda f: array_attr(f["tokens"],
                                                                         "vocab_size"))),
     ("tokens compressed with h5py's lzf filter", lambda p: edit(p, lzf_then)),
