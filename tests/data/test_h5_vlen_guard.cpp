@@ -108,57 +108,61 @@ TEST(H5VlenGuard, SoundFileReads) {
   EXPECT_EQ(open_error(path), "");
 }
 
-// The fuzz test's crash: one flipped byte in the index (2 -> 0x94000002).
-TEST(H5VlenGuard, IndexPastTheHeapsObjects) {
+// A sound file's bytes and where its reference lies, for a case to damage.
+class H5VlenGuardDamage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bytes = slurp(sound_file(dir));
+    r = find_reference(bytes);
+    ASSERT_LT(r.at, bytes.size()) << "the test cannot find the reference";
+  }
+  // The bytes as they are now, written to `name`.
+  std::string write(const char* name) {
+    const std::string path = dir.file(name);
+    spill(path, bytes);
+    return path;
+  }
+
   TempDir dir;
-  std::vector<uint8_t> b = slurp(sound_file(dir));
-  const Reference r = find_reference(b);
-  ASSERT_LT(r.at, b.size());
-  const std::string path = dir.file("index.h5");
+  std::vector<uint8_t> bytes;
+  Reference r;
+};
+
+// The fuzz test's crash: one flipped byte in the index (2 -> 0x94000002).
+TEST_F(H5VlenGuardDamage, IndexPastTheHeapsObjects) {
   for (uint64_t index : {r.index | 0x94000000u, r.index + 1, uint64_t(0)}) {
-    put_le(b, r.at + 12, index, 4);
-    spill(path, b);
-    expect_damage(path, ("names object " + std::to_string(index)).c_str());
+    put_le(bytes, r.at + 12, index, 4);
+    expect_damage(write("index.h5"), ("names object " + std::to_string(index)).c_str());
   }
 }
 
-TEST(H5VlenGuard, LengthOtherThanTheObjects) {
-  TempDir dir;
-  std::vector<uint8_t> b = slurp(sound_file(dir));
-  const Reference r = find_reference(b);
-  ASSERT_LT(r.at, b.size());
-  put_le(b, r.at, kTokenizer.size() + 100, 4);  // H5Aread would copy the object past its buffer
-  const std::string path = dir.file("length.h5");
-  spill(path, b);
-  expect_damage(path, "string's length");
+TEST_F(H5VlenGuardDamage, LengthOtherThanTheObjects) {
+  put_le(bytes, r.at, kTokenizer.size() + 100, 4);  // H5Aread would copy the object past its buffer
+  expect_damage(write("length.h5"), "string's length");
 }
 
-TEST(H5VlenGuard, AddressOfNoHeap) {
-  TempDir dir;
-  std::vector<uint8_t> b = slurp(sound_file(dir));
-  const Reference r = find_reference(b);
-  ASSERT_LT(r.at, b.size());
-  const std::string path = dir.file("address.h5");
-  for (uint64_t addr : {uint64_t(r.heap + 8), uint64_t(b.size() + 4096), ~uint64_t(0) - 4}) {
-    put_le(b, r.at + 4, addr, 8);
-    spill(path, b);
-    const std::string msg = open_error(path);
+TEST_F(H5VlenGuardDamage, AddressOfNoHeap) {
+  for (uint64_t addr : {uint64_t(r.heap + 8), uint64_t(bytes.size() + 4096), ~uint64_t(0) - 4}) {
+    put_le(bytes, r.at + 4, addr, 8);
+    const std::string msg = open_error(write("address.h5"));
     EXPECT_NE(msg.find("is damaged"), std::string::npos) << addr << ": " << msg;
   }
 }
 
 // An object of the heap whose size runs past the collection: HDF5 would
 // read past its buffer for it, or lose the objects after it.
-TEST(H5VlenGuard, HeapObjectRunningPastTheCollection) {
-  TempDir dir;
-  std::vector<uint8_t> b = slurp(sound_file(dir));
-  const Reference r = find_reference(b);
-  ASSERT_LT(r.at, b.size());
-  const size_t first = r.heap + 16;  // the first object's header
-  put_le(b, first + 8, uint64_t(1) << 40, 8);
-  const std::string path = dir.file("object.h5");
-  spill(path, b);
-  expect_damage(path, "runs past its end");
+TEST_F(H5VlenGuardDamage, HeapObjectRunningPastTheCollection) {
+  put_le(bytes, r.heap + 16 + 8, uint64_t(1) << 40, 8);  // the first object's size
+  expect_damage(write("object.h5"), "runs past its end");
+}
+
+// A new file in HDF5's latest format (version 2 object headers).
+hid_t create_latest_format(const std::string& path) {
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  return file;
 }
 
 // Layouts the guard walks besides h5py's: version 2 object headers (HDF5's
@@ -168,15 +172,12 @@ TEST(H5VlenGuard, Version2ObjectHeadersRead) {
   const std::string path = dir.file("v2.h5");
   {
     Hdf5Lock lock;
-    const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    const hid_t file = create_latest_format(path);
     const std::vector<uint16_t> tokens(1000, 7);
     test::write_1d(file, "tokens", H5T_STD_U16LE, H5T_NATIVE_UINT16, tokens.data(), tokens.size());
     test::write_int_attr(file, "vocab_size", 256);
     test::write_string_attr(file, "tokenizer", kTokenizer, true);
     H5Fclose(file);
-    H5Pclose(fapl);
   }
   std::vector<uint8_t> b = slurp(path);
   ASSERT_NE(std::string(b.begin(), b.end()).find("OHDR"), std::string::npos);
@@ -205,9 +206,7 @@ TEST(H5VlenGuard, DenseAttributesAreLeftToHdf5) {
   const std::string path = dir.file("dense.h5");
   {
     Hdf5Lock lock;
-    const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    const hid_t file = create_latest_format(path);
     const hsize_t n = 1000;
     const hid_t space = H5Screate_simple(1, &n, nullptr);
     const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -222,7 +221,6 @@ TEST(H5VlenGuard, DenseAttributesAreLeftToHdf5) {
     H5Pclose(dcpl);
     H5Sclose(space);
     H5Fclose(file);
-    H5Pclose(fapl);
     const hid_t again = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     const hid_t reopened = H5Dopen2(again, "tokens", H5P_DEFAULT);
     EXPECT_EQ(vlen_attr_damage(again, reopened, "tokenizer"), "");
