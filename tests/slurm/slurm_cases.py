@@ -65,12 +65,13 @@ def saved_steps(text, total):
     return [a or b for a, b in found]
 
 
-# Open MPI 4.1.4's TCP BTL now and then crashes one rank inside MPI_Init when
-# the four emulated nodes share 127.0.0.1: a call through a null active-message
-# callback (tag 0x41) from opal_progress in ompi_mpi_init. Measured with a
-# bare MPI_Init_thread + MPI_Allreduce program under the same srun (no
-# fsdptrain code at all): 2/60, 1/100 and 4/100 launches. A case whose job
-# shows that crash before any rank printed a line is run again, at most
+# A rank of an srun launch used to crash inside MPI_Init on a loaded machine:
+# a call through a null active-message callback (tag 0x41) from opal_progress
+# in ompi_mpi_init, a peer's first message arriving before this rank's PML
+# had registered its callbacks. The cause was Slurm's default "mixed" PMIx
+# fence, and the cluster now runs every fence on one engine (MPI_CONF in
+# slurm_box.py, with the measurements). Should a case's job still show a
+# crash before any rank printed a line, it is run again, at most
 # STARTUP_RETRIES times, and says so; any other failure stands.
 STARTUP_RETRIES = 2
 box = None
