@@ -13,7 +13,7 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
     ModelUse use) {
   const DType f32 = DType::f32, i32 = DType::i32, u8 = DType::u8;
   const int64_t N = rows, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
-  const int64_t qkv = qd + 2 * kvd, H = c.n_head, Hkv = c.n_kv_head;
+  const int64_t qkv = qd + 2 * kvd, H = c.n_head, Hkv = c.n_kv_head, up = c.mlp_up_dim();
   const int L = c.n_layer;
   // A block's saved activations: a set per layer, or one set all layers share
   // for what backward recomputes (mlp: SwiGLU's; block: all of them). A
@@ -58,9 +58,9 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       block(&BlockActs::mid, ct, N * d, attn),
       block(&BlockActs::h2, ct, N * d, h2_copies),
       block(&BlockActs::rstd2, f32, N, attn),
-      // the MLP: W1|W3's output a|b, and SwiGLU's s (3 d_ff a token, the
-      // largest share)
-      block(&BlockActs::ab, ct, N * 2 * ff, mlp),
+      // the MLP: W1|W3's output a|b (ReLU²: W1's a), and the activation's
+      // s (3 d_ff a token for SwiGLU, the largest share)
+      block(&BlockActs::ab, ct, N * up, mlp),
       block(&BlockActs::s, ct, N * ff, s_copies),
       // the head: the final norm's output and rstd, one chunk of logits (at
       // most head_rows rows), each token's loss
@@ -76,7 +76,7 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::dqkv_, ct, N * qkv, back),
       one(&T::datt_, ct, N * qd, back),
       one(&T::ds_, ct, N * ff, back),
-      one(&T::dab_, ct, N * 2 * ff, back),
+      one(&T::dab_, ct, N * up, back),
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward
@@ -86,8 +86,8 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
     // with its transpose, sized for the largest linear; the f32 inverse
     // scales (a slot each: weight, gradient, then each layer's inputs); each
     // layer's input amaxes, then GradAmax's.
-    const int64_t in = std::max({d, qd, ff}), out = std::max({qkv, 2 * ff, d});
-    const int64_t weight = std::max(qkv, 2 * ff) * d;  // the largest block matrix
+    const int64_t in = std::max({d, qd, ff}), out = std::max({qkv, up, d});
+    const int64_t weight = std::max({qkv, up, ff}) * d;  // the largest block matrix
     const std::vector<ActivationBuffer> codes = {
         one(&T::x8_, u8, N * in),
         block(&BlockActs::h1_t8, u8, N * d, attn * back),

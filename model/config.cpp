@@ -64,7 +64,7 @@ const std::vector<ModelField>& model_fields() {
      "override the preset: width of each attention head (0: --d-model / --n-head)", "32",
      "head_dim", [](const M& c) { return c.explicit_head_dim() > 0; }, R::must_match, 2,
      ModelConfig::kMaxHeadDim},
-    {"d-ff", &M::d_ff, "override the preset: SwiGLU hidden width", "200", "d_ff"},
+    {"d-ff", &M::d_ff, "override the preset: the MLP's hidden width", "200", "d_ff"},
     {"max-seq-len", &M::max_seq_len, "override the preset: context length", "128", "max_seq_len",
      nullptr, R::may_change},  // RoPE has no learned positions
     {"rope-theta", &M::rope_theta, "override the preset: RoPE base", "500000", "rope_theta"},
@@ -98,6 +98,11 @@ const std::vector<ModelField>& model_fields() {
      "add this times lse^2 (the log of the softmax's normaliser) to each token's training loss "
      "(0: none; a token-saving lever; docs/LEVERS.md)",
      "0.0001", "z_loss", [](const M& c) { return c.z_loss != 0; }, R::may_change},
+    // Stored only when set: older files have SwiGLU.
+    {"relu2-mlp", &M::relu2_mlp,
+     "MLP of relu(x W1^T)^2 W2^T instead of SwiGLU (no W3; for SwiGLU's parameters give --d-ff "
+     "1.5x the preset's; a token-saving lever; docs/LEVERS.md)",
+     "true", "relu2_mlp", [](const M& c) { return c.relu2_mlp; }, R::must_match, 0, 1},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };

@@ -17,7 +17,7 @@ struct ModelConfig {
   int d_model = 64;
   int n_head = 4;
   int n_kv_head = 2;  // grouped-query attention: n_kv_head divides n_head
-  int d_ff = 192;     // SwiGLU hidden width
+  int d_ff = 192;     // the MLP's hidden width (SwiGLU's, or ReLU²'s with relu2_mlp)
   int max_seq_len = 64;
   float rope_theta = 10000.0f;
   // Llama 3.1/3.2's frequency rescaling (model/rope.h); factor 0: none.
@@ -49,6 +49,11 @@ struct ModelConfig {
   // from drifting. Training only: validation reports the cross-entropy
   // alone, and the weights mean the same with or without it. 0: none.
   float z_loss = 0;
+  // ReLU² MLP (Primer; modded-nanogpt): relu(x W1^T)^2 W2^T, two matrices
+  // instead of SwiGLU's three (no W3). At SwiGLU's parameter count its hidden
+  // width is 1.5 d_ff (gpt-350m: --d-ff 4224 against SwiGLU's 2816); d_ff is
+  // what it says either way. false: SwiGLU.
+  bool relu2_mlp = false;
 
   Rope rope() const {
     return {
@@ -61,6 +66,8 @@ struct ModelConfig {
     return head_size > 0 && int64_t(head_size) * n_head != d_model ? head_size : 0;
   }
   int q_dim() const { return n_head * head_dim(); }
+  // The MLP's up-projection output per token: W1|W3's a|b, or ReLU²'s W1 alone.
+  int64_t mlp_up_dim() const { return relu2_mlp ? d_ff : 2 * int64_t(d_ff); }
   int kv_dim() const { return n_kv_head * head_dim(); }
   // The vocabulary rounded up to a multiple of 128: the rows of the embedding
   // (and untied head) as stored, and the columns of the logits, so every GEMM

@@ -310,6 +310,28 @@ void Ops::swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, i
   do_swiglu_backward(da, db, ds, a, b, rows, cols, ab_ld, amax);
 }
 
+void Ops::relu2(Tensor s, Tensor a, int64_t n, Tensor amax) {
+  act(*this, s, n, "relu2 s");
+  act(*this, a, n, "relu2 a");
+  opt_f32(amax, 1, "relu2 amax");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "relu2+amax" : "relu2", {n}), 0, 2.0 * double(n) * esize(s)};
+  });
+  do_relu2(s, a, n, amax);
+}
+
+void Ops::relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) {
+  act(*this, da, n, "relu2 da");
+  act(*this, ds, n, "relu2 ds");
+  act(*this, a, n, "relu2 a");
+  opt_f32(amax, 1, "relu2_backward amax");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(amax.numel ? "relu2_backward+amax" : "relu2_backward", {n}), 0,
+                  3.0 * double(n) * esize(ds)};
+  });
+  do_relu2_backward(da, ds, a, n, amax);
+}
+
 void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   act(*this, y, n, "add y");
   act(*this, a, n, "add a");

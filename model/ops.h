@@ -252,6 +252,12 @@ class Ops {
   // without another pass over it.
   void swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
                        int64_t ab_ld, Tensor amax);
+  // The ReLU² MLP's activation (ModelConfig::relu2_mlp): s = relu(a)^2 over
+  // n packed elements (W1's output). amax as swiglu's: max |s|.
+  void relu2(Tensor s, Tensor a, int64_t n, Tensor amax);
+  // da = ds * 2 relu(a), all packed; da may alias a or ds. amax: max |da| as
+  // stored, what the FP8 backward casts W1's output gradient by.
+  void relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax);
 
   // y = a + b (y may alias a or b).
   void add(Tensor y, Tensor a, Tensor b, int64_t n);
@@ -403,6 +409,8 @@ class Ops {
                          Tensor amax) = 0;
   virtual void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,
                                   int cols, int64_t ab_ld, Tensor amax) = 0;
+  virtual void do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) = 0;
+  virtual void do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) = 0;
   virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                                 float grad_scale, HeadLoss extra) = 0;

@@ -85,8 +85,9 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
               linear(b + "attn.wo", d, c.q_dim(), out_std), gain(b + "mlp_norm", d),
               linear(b + "mlp.w1", ff, d, std), packed(b + "mlp.w3", ff, d, std),
               linear(b + "mlp.w2", d, ff, out_std)}};
-  // Without QK-norm its two gains are left out; the rest keep their order
-  // (transformer.cpp's at() maps the indices).
+  // Without QK-norm its two gains are left out, and the ReLU² MLP has no W3;
+  // the rest keep their order (transformer.cpp's at() maps the indices).
+  if (c.relu2_mlp) m.block.params.erase(m.block.params.begin() + 9);
   if (!c.qk_norm) m.block.params.erase(m.block.params.begin() + 4, m.block.params.begin() + 6);
   m.head = {"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) m.head.params.push_back(vocab_matrix("head.weight"));
@@ -158,7 +159,7 @@ void validate_model(const ModelConfig& c) {
   };
   if (ends > limit) refuse("--vocab-size", c.vocab_size);
   if (block > limit) {
-    // The MLP's three matrices, or attention's: whichever holds more.
+    // The MLP's matrices, or attention's: whichever holds more.
     long double mlp = 0;
     for (const ParamSpec& p : m.block.params)
       if (p.name.find(".mlp.") != std::string::npos) mlp += (long double)p.numel();

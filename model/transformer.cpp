@@ -18,9 +18,11 @@ constexpr Fp8 kFp8Grad = Fp8::e4m3;
 enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
 
 // A block parameter's index in this model's unit: without QK-norm its two
-// gains are absent and the later parameters move up by two.
+// gains are absent and the later parameters move up by two; the ReLU² MLP
+// has no W3, and W2 moves up by one more.
 int at(const ModelConfig& c, BlockParam p) {
-  return !c.qk_norm && p > kKNorm ? p - 2 : p;
+  FSDP_CHECK(!(c.relu2_mlp && p == kW3), "the ReLU² MLP has no W3");
+  return p - (!c.qk_norm && p > kKNorm ? 2 : 0) - (c.relu2_mlp && p > kW3 ? 1 : 0);
 }
 
 // The rest of a buffer from element `from`: a view of q, k or v inside the
@@ -256,9 +258,14 @@ Transformer::LinearInput Transformer::mlp_forward(int layer, UnitAccess& w, bool
   // h2's amax is the one its RMSNorm wrote, still in place when
   // recomputation re-runs only this part.
   const LinearInput h2 = cast_input(layer, kInH2, a.h2, M, d, InputCast::forward);
-  // W1|W3 are packed into one matrix: one GEMM, a and b side by side in its rows.
-  block_linear(a.ab, h2, w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d);
-  ops_.swiglu(a.s, a.ab, tail(a.ab, ff), M, ff, 2 * ff, input_amax(layer, kInS));
+  if (cfg_.relu2_mlp) {
+    block_linear(a.ab, h2, w, u, {at(cfg_, kW1), 1}, M, ff, d);
+    ops_.relu2(a.s, a.ab, int64_t(M) * ff, input_amax(layer, kInS));
+  } else {
+    // W1|W3 are packed into one matrix: one GEMM, a and b side by side in its rows.
+    block_linear(a.ab, h2, w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d);
+    ops_.swiglu(a.s, a.ab, tail(a.ab, ff), M, ff, 2 * ff, input_amax(layer, kInS));
+  }
   return cast_input(layer, kInS, a.s, M, ff, again ? InputCast::t_only : InputCast::forward);
 }
 
@@ -279,10 +286,14 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   // input gradient is added to it.
   block_linear_backward(ds_, dres_, input(a.s, ff, kInS), w, u, {at(cfg_, kW2), 1}, M, d, ff, false,
                         grad_amax(kGradRes));
-  ops_.swiglu_backward(dab_, tail(dab_, ff), ds_, a.ab, tail(a.ab, ff), M, ff, 2 * ff,
-                       grad_amax(kGradAB));
-  block_linear_backward(dh_, dab_, input(a.h2, d, kInH2), w, u, {at(cfg_, kW1), 2}, M, 2 * ff, d,
-                        false, grad_amax(kGradAB));
+  const bool relu2 = cfg_.relu2_mlp;
+  if (relu2)
+    ops_.relu2_backward(dab_, ds_, a.ab, int64_t(M) * ff, grad_amax(kGradAB));
+  else
+    ops_.swiglu_backward(dab_, tail(dab_, ff), ds_, a.ab, tail(a.ab, ff), M, ff, 2 * ff,
+                         grad_amax(kGradAB));
+  block_linear_backward(dh_, dab_, input(a.h2, d, kInH2), w, u, {at(cfg_, kW1), relu2 ? 1 : 2}, M,
+                        int(cfg_.mlp_up_dim()), d, false, grad_amax(kGradAB));
   ops_.rmsnorm_backward(dres_, w.grad(u, at(cfg_, kMlpNorm)), dh_, a.mid,
                         w.weight(u, at(cfg_, kMlpNorm)), a.rstd2, M, d, true, grad_amax(kGradRes));
 

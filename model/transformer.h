@@ -22,8 +22,8 @@
 namespace fsdp {
 
 // Activation recomputation: what backward recomputes instead of keeping.
-// mlp: the SwiGLU intermediates (3 x d_ff per token per layer, the largest
-// share); block: everything inside a block but its input. Results are
+// mlp: the MLP's intermediates (SwiGLU's 3 x d_ff per token per layer, the
+// largest share; ReLU²'s 2 x d_ff); block: everything inside a block but its input. Results are
 // bitwise identical; recomputed FLOPs do not count as useful work.
 enum class Recompute { none, mlp, block };
 
@@ -109,7 +109,8 @@ class Transformer {
   struct BlockActs {
     // qkv: the q|k|v GEMM's output [rows, q_dim + 2 kv_dim]; q and k are
     // QK-normed and rotated out of it, v is read from it in place. ab: the
-    // W1|W3 GEMM's [rows, 2 d_ff], SwiGLU's a and b side by side.
+    // W1|W3 GEMM's [rows, 2 d_ff], SwiGLU's a and b side by side (ReLU²:
+    // W1's [rows, d_ff], mlp_up_dim()).
     Tensor h1, rstd1, qkv, q, k, q_rstd, k_rstd, att, lse, mid, h2, rstd2, ab, s;
     // Under fp8_ only: the transposed FP8 codes of the four linear inputs
     // (BlockInput order), cast in forward and kept for the backward's weight
@@ -172,7 +173,7 @@ class Transformer {
   Tensor input_amax(int layer, BlockInput in) const {
     return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};
   }
-  // W1|W3 and SwiGLU, from h2 to s; returns s as W2's input. again: the
+  // W1|W3 and SwiGLU (or W1 and ReLU²), from h2 to s; returns s as W2's input. again: the
   // backward's recomputation (--recompute mlp), which needs s's transposed
   // codes only.
   LinearInput mlp_forward(int layer, UnitAccess& w, bool again);
@@ -227,7 +228,7 @@ class Transformer {
   Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
   Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then GradAmax's
   // Output gradients whose max |.| the op that writes them also computes, so
-  // their FP8 cast skips the amax pass: SwiGLU's dA|dB, and dres_ (from each
+  // their FP8 cast skips the amax pass: SwiGLU's dA|dB (ReLU²'s dA), and dres_ (from each
   // RMSNorm backward: W2's and Wo's dy). Each slot holds the value of the
   // latest write, read by the next cast. dqkv_ gets an amax pass: its dv part
   // comes from cuDNN, which computes none.

@@ -54,9 +54,10 @@ def units(model):
     for i in range(model["n_layer"]):
         b = f"blocks.{i}."
         qk_norm = [(b + "attn.q_norm", (hd,)), (b + "attn.k_norm", (hd,))] if has_qk_norm(model) else []
+        w3 = [] if model.get("relu2_mlp", 0) else [(b + "mlp.w3", (ff, d))]  # --relu2-mlp: none
         out.append([(b + "attn_norm", (d,)), (b + "attn.wq", (q, d)), (b + "attn.wk", (kv, d)),
                     (b + "attn.wv", (kv, d)), *qk_norm, (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
-                    (b + "mlp.w1", (ff, d)), (b + "mlp.w3", (ff, d)), (b + "mlp.w2", (d, ff))])
+                    (b + "mlp.w1", (ff, d)), *w3, (b + "mlp.w2", (d, ff))])
     head = [("final_norm", (d,))]
     if not model["tie_embeddings"]:
         head.append(("head.weight", (v, d)))

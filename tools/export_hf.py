@@ -27,8 +27,8 @@ config.json fields: vocab_size, hidden_size (d_model), intermediate_size
 (d_ff), num_hidden_layers, num_attention_heads, num_key_value_heads,
 head_dim, max_position_embeddings (max_seq_len), rms_norm_eps, rope_theta,
 tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
-"float32". A model trained with --logit-softcap is refused: these layouts
-have no cap on the logits.
+"float32". A model trained with --logit-softcap or --relu2-mlp is refused:
+these layouts have no cap on the logits and a SwiGLU MLP only.
 """
 
 import argparse
@@ -121,6 +121,10 @@ def export(checkpoint, outdir, tokenizer=None):
     if model.get("logit_softcap", 0) > 0:
         fail(f"checkpoint '{checkpoint}' was trained with --logit-softcap {model['logit_softcap']:g}, "
              "which Qwen3 and Llama cannot express (their logits are uncapped); nothing was written")
+    # Their MLP is SwiGLU's (gate, up, down), not relu(x W1^T)^2 W2^T.
+    if model.get("relu2_mlp", 0):
+        fail(f"checkpoint '{checkpoint}' was trained with --relu2-mlp, which Qwen3 and Llama cannot "
+             "express (their MLP is SwiGLU's); nothing was written")
     tensors = {}
     for name, t in raw.items():
         target = hf_name(name)

@@ -27,8 +27,8 @@ the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
 
 What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
-  RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU,
-  final RMSNorm, tied or untied head, --logit-softcap, mean cross-entropy, and
+  RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
+  (or --relu2-mlp's relu(x W1^T)^2), final RMSNorm, tied or untied head, --logit-softcap, mean cross-entropy, and
   in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
@@ -179,7 +179,10 @@ class Model(torch.nn.Module):
                                                is_causal=True, enable_gqa=True)
             x = x + o.transpose(1, 2).reshape(B, T, H * hd) @ self.w(b + "attn.wo").t()
             h = rmsnorm(x, self.w(b + "mlp_norm"), eps)
-            s = F.silu(h @ self.w(b + "mlp.w1").t()) * (h @ self.w(b + "mlp.w3").t())
+            if c.get("relu2_mlp", 0):  # --relu2-mlp: relu(h W1^T)^2, no W3
+                s = F.relu(h @ self.w(b + "mlp.w1").t()).square()
+            else:
+                s = F.silu(h @ self.w(b + "mlp.w1").t()) * (h @ self.w(b + "mlp.w3").t())
             x = x + s @ self.w(b + "mlp.w2").t()
         h = rmsnorm(x, self.w("final_norm"), eps)
         head = self.w("embed.weight") if c["tie_embeddings"] else self.w("head.weight")

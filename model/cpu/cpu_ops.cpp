@@ -403,6 +403,30 @@ void CpuOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tenso
   if (amax.numel > 0) amax.f32()[0] = m;
 }
 
+void CpuOps::do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) {
+  float* so = s.f32();
+  const float* ai = a.f32();
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = ai[i] > 0 ? ai[i] : 0.0;
+    so[i] = float(r * r);
+  }
+  if (amax.numel > 0) CpuOps::do_amax(amax.slice(0, 1), s.slice(0, n));
+}
+
+void CpuOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) {
+  float* dao = da.f32();
+  const float* dsi = ds.f32();
+  const float* ai = a.f32();
+  float m = 0.0f;  // max |da| as stored
+  for (int64_t i = 0; i < n; ++i) {
+    // Read both first so da may alias a or ds. d relu(a)^2 / da = 2 relu(a).
+    const double r = ai[i] > 0 ? ai[i] : 0.0, d = dsi[i];
+    dao[i] = float(2.0 * r * d);
+    m = std::fmax(m, std::fabs(dao[i]));  // as Ops::amax: NaN does not count
+  }
+  if (amax.numel > 0) amax.f32()[0] = m;
+}
+
 void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
   float* yo = y.f32();
   const float* ai = a.f32();

@@ -66,6 +66,8 @@ class CpuOps : public Ops {
                  Tensor amax) override;
   void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows, int cols,
                           int64_t ab_ld, Tensor amax) override;
+  void do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) override;
+  void do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) override;
 
   void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 

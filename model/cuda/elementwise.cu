@@ -1,6 +1,6 @@
 // Elementwise kernels over bf16: SwiGLU forward and backward (reading the
-// halves of the W1|W3 GEMM's output in place) and the residual add, all
-// through one vectorised map kernel. fp32 arithmetic.
+// halves of the W1|W3 GEMM's output in place), ReLU²'s, and the residual
+// add, all through one vectorised map kernel. fp32 arithmetic.
 #include <algorithm>
 #include <type_traits>
 
@@ -171,6 +171,17 @@ struct SwigluBwd {  // inputs ds, a, b; outputs da, db
     o[1] = d * x * sg;
   }
 };
+struct Relu2Fwd {
+  __device__ void operator()(const float (&i)[1], float (&o)[1]) const {
+    const float r = fmaxf(i[0], 0.0f);
+    o[0] = r * r;
+  }
+};
+struct Relu2Bwd {  // inputs ds, a; output da
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const {
+    o[0] = 2.0f * fmaxf(i[1], 0.0f) * i[0];
+  }
+};
 struct Add {
   __device__ void operator()(const float (&i)[2], float (&o)[1]) const { o[0] = i[0] + i[1]; }
 };
@@ -195,6 +206,17 @@ void swiglu_backward(bf16* da, bf16* db, const bf16* ds, const bf16* a, const bf
   m.ld[0] = cols;  // ds is packed
   m.joint_amax = true;
   launch_map(m, int64_t(rows) * cols, SwigluBwd{}, stream, "swiglu_backward", amax);
+}
+
+// ReLU² over n packed elements; amax: null, or an f32 word that gets max |s|
+// (forward) or max |da| (backward), as stored.
+void relu2_forward(bf16* s, const bf16* a, int64_t n, float* amax, cudaStream_t stream) {
+  launch_map(MapArgs<1, 1>{{a}, {s}}, n, Relu2Fwd{}, stream, "relu2_forward", amax);
+}
+
+void relu2_backward(bf16* da, const bf16* ds, const bf16* a, int64_t n, float* amax,
+                    cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{ds, a}, {da}}, n, Relu2Bwd{}, stream, "relu2_backward", amax);
 }
 
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
@@ -222,6 +244,16 @@ void CudaOps::do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tens
   cuda::swiglu_backward(bf(da), bf(db), bf(ds), bf(a), bf(b), rows, cols, ab_ld, f32_or_null(amax),
                         impl_->stream);
   after("swiglu_backward");
+}
+
+void CudaOps::do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) {
+  cuda::relu2_forward(bf(s), bf(a), n, f32_or_null(amax), impl_->stream);
+  after("relu2");
+}
+
+void CudaOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) {
+  cuda::relu2_backward(bf(da), bf(ds), bf(a), n, f32_or_null(amax), impl_->stream);
+  after("relu2_backward");
 }
 
 void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {

@@ -17,7 +17,8 @@ namespace {
 // Bytes of activations and scratch for B x T tokens, counted by hand: per
 // layer, h1, mid and h2 (d each), q|k|v, q and att (3 q_dim and 2 + 1 kv_dim)
 // in the compute dtype, and in f32 the two norms' rstd, QK-norm's per head and
-// attention's log-sum-exp; the MLP's a|b and s (3 d_ff); each kept per layer
+// attention's log-sum-exp; the MLP's a|b and s (3 d_ff; ReLU²'s a and s, 2
+// d_ff); each kept per layer
 // or once, as recompute says. Under fp8 the backward reads the four linear
 // inputs' transposed codes (a byte each, kept as long as the input would be)
 // instead of h1, h2 and s, which are kept once, but for h2 under
@@ -26,11 +27,12 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
+  const int64_t up = c.relu2_mlp ? ff : 2 * ff;  // W1|W3's output, or W1's
   const int64_t attn_copies = r == Recompute::block ? 1 : L;
   const int64_t mlp_copies = r == Recompute::none ? L : 1;
   const int64_t h1_h2 = fp8 ? 0 : es * N * 2 * d, s = fp8 ? 0 : es * N * ff;
   const int64_t attn = es * N * (d + 3 * qd + 3 * kvd) + h1_h2 + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t mlp = es * N * 2 * ff + s;
+  const int64_t mlp = es * N * up + s;
   const int64_t blocks = attn_copies * attn + mlp_copies * mlp;
   const int64_t fp8_once =
       fp8 ? es * N * (d + ff + (r == Recompute::mlp ? L : 1) * d) : 0;  // h1, s; h2
@@ -38,14 +40,14 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
   const int64_t stream = es * (L + 1) * N * d;  // entering each block, and after the last
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
-  const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + 3 * ff);
+  const int64_t scratch = es * N * (2 * d + 3 * qd + 3 * kvd + ff + up);
   // one byte a code: the largest input row-major; every layer's inputs
   // transposed (h1 and att as attention's, h2 and s as the MLP's); the
   // largest weight (twice) and output gradient (twice); 2 scale slots and 4
   // per layer; the amaxes (4 per layer, 2 for gradients)
   const int64_t codes = N * std::max({d, qd, ff}) + attn_copies * N * (d + qd) +
                         mlp_copies * N * (d + ff) +
-                        2 * (std::max(qkv, 2 * ff) * d + N * std::max({qkv, 2 * ff, d})) +
+                        2 * (std::max({qkv, up, ff}) * d + N * std::max({qkv, up, d})) +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0);
 }
@@ -58,11 +60,12 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
-  const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + 3 * ff) + 4 * N * (2 + 2 * H + Hkv);
+  const int64_t up = c.relu2_mlp ? ff : 2 * ff;
+  const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + up + ff) + 4 * N * (2 + 2 * H + Hkv);
   const int64_t tokens = 4 * 2 * N, stream = es * 2 * N * d;
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
-  const int64_t codes = N * std::max({d, qd, ff}) + std::max(qkv, 2 * ff) * d +
+  const int64_t codes = N * std::max({d, qd, ff}) + std::max({qkv, up, ff}) * d +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   return tokens + stream + block + head + (fp8 ? codes : 0);
 }
@@ -82,6 +85,12 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8));
     }
+  ModelConfig relu2 = model_preset("tiny");  // W1's output alone, no W3
+  relu2.relu2_mlp = true;
+  for (bool fp8 : {false, true}) {
+    Transformer m(relu2, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
+    EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(relu2, 2, 16, 4, fp8)) << "fp8 " << fp8;
+  }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
   const ModelConfig big = model_preset("gpt-350m");
@@ -91,8 +100,12 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
 }
 
 TEST(ActivationTable, MatchesTheArchitecturesCount) {
-  for (const char* name : {"tiny", "gpt-350m"}) {
-    const ModelConfig c = model_preset(name);
+  for (const char* name : {"tiny", "gpt-350m", "gpt-350m relu2"}) {
+    ModelConfig c = model_preset(std::string(name).substr(0, std::string(name).find(' ')));
+    if (std::string(name).find("relu2") != std::string::npos) {
+      c.relu2_mlp = true;  // at SwiGLU's parameters: 1.5 d_ff
+      c.d_ff = c.d_ff * 3 / 2;
+    }
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
         for (int B : {1, 8}) {
@@ -107,13 +120,16 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
 // The model holds what the table says, in every recompute mode and with FP8
 // codes: the constructor allocates the rows, and nothing besides.
 TEST(ActivationTable, TheModelAllocatesItsRows) {
-  const ModelConfig c = model_preset("tiny");
+  ModelConfig c = model_preset("tiny");
   CpuOps ops;
-  for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
-    for (bool fp8 : {false, true}) {
-      Transformer m(c, ops, 2, 16, r, fp8);
-      EXPECT_EQ(m.activation_bytes(), counted_bytes(c, 2, 16, 4, r, fp8));
-    }
+  for (bool relu2 : {false, true}) {
+    c.relu2_mlp = relu2;
+    for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
+      for (bool fp8 : {false, true}) {
+        Transformer m(c, ops, 2, 16, r, fp8);
+        EXPECT_EQ(m.activation_bytes(), counted_bytes(c, 2, 16, 4, r, fp8)) << "relu2 " << relu2;
+      }
+  }
 }
 
 }  // namespace

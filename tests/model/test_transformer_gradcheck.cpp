@@ -96,7 +96,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
       ++checked;
     }
   }
-  const int per_block = cfg.qk_norm ? 11 : 9;
+  const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0);
   EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3));
 }
 
@@ -130,6 +130,16 @@ TEST(TransformerGradcheck, SoftcapAndZLoss) {
   ModelConfig c = small_config(true);
   c.logit_softcap = 0.5f;
   c.z_loss = 0.05f;
+  check_all_params(c, 2, 6);
+}
+// --relu2-mlp: W1 and W2 around relu(a)^2, no W3; with and without QK-norm
+// (both shift W2's index in the unit).
+TEST(TransformerGradcheck, Relu2Mlp) {
+  ModelConfig c = small_config(false);
+  c.relu2_mlp = true;
+  c.d_ff = 40;
+  check_all_params(c, 2, 6);
+  c.qk_norm = false;
   check_all_params(c, 2, 6);
 }
 // The `tiny` preset itself, with its own (small) initialisation.

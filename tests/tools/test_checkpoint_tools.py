@@ -120,7 +120,8 @@ def refused(tools, ckpt, needle, what):
 def damaged_inputs(good, tools):
     """Issue 65: a truncated checkpoint was a traceback, a changed tensor
     exported silently (the trainer refuses both). Also a sound checkpoint of
-    a model the Hugging Face layouts cannot express (--logit-softcap)."""
+    a model the Hugging Face layouts cannot express (--logit-softcap,
+    --relu2-mlp)."""
     with tempfile.TemporaryDirectory() as d:
         cut = os.path.join(d, "cut.h5")
         with open(good, "rb") as f, open(cut, "wb") as g:
@@ -154,6 +155,24 @@ def damaged_inputs(good, tools):
         with tempfile.TemporaryDirectory() as out:
             run(tools, "export_hf.py", capped, out)
             check(os.path.exists(os.path.join(out, "model.safetensors")), "a z-loss model is not exported")
+        # A ReLU² MLP: the file as the trainer writes it (no W3 in any group,
+        # nor its checksums), so the refusal is not a damage report.
+        sys.path.insert(0, tools)
+        from checkpoint_writer import GROUPS, units
+        from inspect_checkpoint import read_meta
+        relu2 = os.path.join(d, "relu2.h5")
+        shutil.copyfile(good, relu2)
+        with h5py.File(relu2, "r+") as f:
+            order = [(g, n) for u in units(read_meta(f)["model"]) for g in GROUPS for n, _ in u]
+            sums = list(f.attrs["tensor_checksums"])
+            check(len(sums) == len(order), "the fixture's checksums follow checkpoint_writer.units")
+            f.attrs["tensor_checksums"] = np.array(
+                [x for (g, n), x in zip(order, sums) if not n.endswith(".mlp.w3")], dtype=sums[0].dtype)
+            for g, n in order:
+                if n.endswith(".mlp.w3") and n in f[g]:
+                    del f[g][n]
+            f["model"].attrs["relu2_mlp"] = np.int64(1)
+        refused(tools, relu2, "--relu2-mlp", "a ReLU² model")
 
 
 if __name__ == "__main__":

@@ -421,7 +421,7 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
     }
 }
 
-// ---- swiglu, add -----------------------------------------------------------------
+// ---- swiglu, relu2, add ----------------------------------------------------------
 
 TEST_F(CpuOpsTest, SwiGlu) {
   const int64_t n = 40;
@@ -450,6 +450,33 @@ TEST_F(CpuOpsTest, SwiGlu) {
     EXPECT_TRUE(std::isfinite(da[i]));
     EXPECT_TRUE(std::isfinite(db[i]));
   }
+}
+
+// The formula written out: s = relu(a)^2, da = 2 relu(a) ds (zero where a <=
+// 0), each amax the largest |value| written; the backward in place over ds.
+TEST_F(CpuOpsTest, Relu2) {
+  const int64_t n = 40;
+  Buf a(ops_, DType::f32, n), s(ops_, DType::f32, n), s_amax(ops_, DType::f32, 1);
+  fill(a, -4.0f, 4.0f);
+  a[3] = 0.0f;
+  poison(s);
+  poison(s_amax);
+  ops_.relu2(s, a, n, s_amax);
+  std::vector<double> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = a[i] > 0 ? double(a[i]) * a[i] : 0.0;
+  expect_close("relu2", s.f(), want);
+  EXPECT_EQ(s_amax[0], *std::max_element(s.f(), s.f() + n));
+
+  Buf ds(ops_, DType::f32, n), da_amax(ops_, DType::f32, 1);
+  fill(ds, -2.0f, 2.0f);
+  poison(da_amax);
+  for (int64_t i = 0; i < n; ++i) want[i] = a[i] > 0 ? 2.0 * a[i] * ds[i] : 0.0;
+  ops_.relu2_backward(ds, ds, a, n, da_amax);
+  expect_close("relu2 da", ds.f(), want);
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(ds[i]));
+  EXPECT_EQ(da_amax[0], m);
+  EXPECT_EQ(ds[3], 0.0f);
 }
 
 TEST_F(CpuOpsTest, Add) {

@@ -165,6 +165,18 @@ TEST(CudaModel, Gpt350mShapedSoftcapZLossMatchesCpu) {
   check_model(cfg, 1, 256, false, 96);
 }
 
+// --relu2-mlp at SwiGLU's parameter count (d_ff 1.5 x 2816): W1 alone and
+// relu(a)^2 in bf16, then under FP8 with the MLP recomputed (W1's output
+// gradient cast by the amax relu2_backward writes; s's codes cast again).
+TEST(CudaModel, Gpt350mShapedRelu2MlpMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  cfg.relu2_mlp = true;
+  cfg.d_ff = 4224;
+  check_model(cfg, 1, 256);
+  check_model(cfg, 1, 256, true, 0, Recompute::mlp);
+}
+
 // Llama 3.1's RoPE scaling (the model's rope table built once per shape):
 // an original context of 16 puts tiny's 16-wide heads in all three bands.
 TEST(CudaModel, TinyRopeScaledMatchesCpu) {

@@ -1,11 +1,11 @@
-// The op table's cases for the elementwise ops (see op_table.h): SwiGLU and
-// the residual add, vectorised and not.
+// The op table's cases for the elementwise ops (see op_table.h): SwiGLU,
+// ReLU² and the residual add, vectorised and not.
 #include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
 namespace {
 
-// ---- swiglu and add -----------------------------------------------------------
+// ---- swiglu, relu2 and add ------------------------------------------------------
 // halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
 // da and db likewise; otherwise each packed.
 OpCase swiglu_case(int rows, int cols, bool halves) {
@@ -38,6 +38,33 @@ OpCase swiglu_case(int rows, int cols, bool halves) {
     // With halves, a's buffer holds b and da's db: one grad covers both.
     b.grads = {{halves ? "da|db" : "da", at, da}};
     if (!halves) b.grads.push_back({"db", bt, db});
+    return b;
+  };
+  return c;
+}
+
+// The ReLU² MLP's activation over W1's packed output.
+OpCase relu2_case(int64_t n) {
+  OpCase c;
+  c.op = "relu2";
+  c.shape = fmt("n=%lld", (long long)n);
+  c.variant = "s = relu(a)^2";
+  c.dtypes = "a,s,ds,da bf16";
+  c.fwd_bytes = 2.0 * n * 2;
+  c.bwd_bytes = 3.0 * n * 2;
+  c.bind = [=](Env& e) {
+    const auto a = e.rnd(n, -4.0f, 4.0f), ds = e.rnd(n);
+    Tensor at = e.in(BF, a), s = e.out(BF, n), dst = e.in(BF, ds);
+    Tensor da = e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    Tensor s_amax = e.out(F32, 1), amax = e.out(F32, 1);
+    b.fwd = [=, &o] { o.relu2(s, at, n, s_amax); };
+    b.fwd_checks = {vs_ref("relu2", s, kRound), vs_ref("max |s|", s_amax, kRound)};
+    b.bwd = [=, &o] { o.relu2_backward(da, dst, at, n, amax); };
+    b.bwd_checks = {vs_ref("relu2 da", da, kRound), vs_ref("max |da|", amax, kRound)};
+    b.loss = {{s, dst}};
+    b.grads = {{"da", at, da}};
     return b;
   };
   return c;
@@ -82,12 +109,15 @@ FSDP_OP_FAMILY(
       // n = 1003: a tail that is not a multiple of the vector width.
       for (int64_t n : {int64_t(4096), int64_t(1003)}) {
         t.push_back(swiglu_case(1, int(n), false));
+        t.push_back(relu2_case(n));
         t.push_back(add_case(n, false));
         t.push_back(add_case(n, true));
       }
     },
     [](std::vector<OpCase>& t, const ModelShape& m) {
       t.push_back(swiglu_case(m.M(), m.c.d_ff, true));
+      // At SwiGLU's parameter count: 1.5 d_ff wide.
+      t.push_back(relu2_case(int64_t(m.M()) * (3 * int64_t(m.c.d_ff) / 2)));
       t.push_back(add_case(int64_t(m.M()) * m.c.d_model, false));
     });
 
