@@ -173,9 +173,9 @@ class Transformer {
   Tensor input_amax(int layer, BlockInput in) const {
     return fp8_ ? amax8_.slice(int64_t(layer) * kBlockInputs + in, 1) : Tensor{};
   }
-  // W1|W3 and SwiGLU (or W1 and ReLU²), from h2 to s; returns s as W2's input. again: the
-  // backward's recomputation (--recompute mlp), which needs s's transposed
-  // codes only.
+  // W1|W3 and SwiGLU (or W1 and ReLU²), from h2 to s; returns s as W2's
+  // input. again: the backward's recomputation (--recompute mlp), which needs
+  // s's transposed codes only.
   LinearInput mlp_forward(int layer, UnitAccess& w, bool again);
   // A block's y = x W^T (+ r when given), W = parameter `param` of `unit`
   // (with the `count` - 1 packed behind it: q|k|v, W1|W3), and its
@@ -228,10 +228,10 @@ class Transformer {
   Tensor x8_, w8_, w8t_, g8_, g8t_, scales8_;
   Tensor amax8_;  // per layer, the amax of each BlockInput (input_amax); then GradAmax's
   // Output gradients whose max |.| the op that writes them also computes, so
-  // their FP8 cast skips the amax pass: SwiGLU's dA|dB (ReLU²'s dA), and dres_ (from each
-  // RMSNorm backward: W2's and Wo's dy). Each slot holds the value of the
-  // latest write, read by the next cast. dqkv_ gets an amax pass: its dv part
-  // comes from cuDNN, which computes none.
+  // their FP8 cast skips the amax pass: SwiGLU's dA|dB (ReLU²'s dA), and
+  // dres_ (from each RMSNorm backward: W2's and Wo's dy). Each slot holds the
+  // value of the latest write, read by the next cast. dqkv_ gets an amax
+  // pass: its dv part comes from cuDNN, which computes none.
   enum GradAmax { kGradAB, kGradRes, kGradAmaxes };
   // Under fp8_ (else empty): the slot of g.
   Tensor grad_amax(GradAmax g) const {

@@ -123,8 +123,8 @@ def export(checkpoint, outdir, tokenizer=None):
              "which Qwen3 and Llama cannot express (their logits are uncapped); nothing was written")
     # Their MLP is SwiGLU's (gate, up, down), not relu(x W1^T)^2 W2^T.
     if model.get("relu2_mlp", 0):
-        fail(f"checkpoint '{checkpoint}' was trained with --relu2-mlp, which Qwen3 and Llama cannot "
-             "express (their MLP is SwiGLU's); nothing was written")
+        fail(f"checkpoint '{checkpoint}' was trained with --relu2-mlp, which Qwen3 and Llama "
+             "cannot express (their MLP is SwiGLU's); nothing was written")
     tensors = {}
     for name, t in raw.items():
         target = hf_name(name)

@@ -28,8 +28,8 @@ the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
 What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
-  (or --relu2-mlp's relu(x W1^T)^2), final RMSNorm, tied or untied head, --logit-softcap, mean cross-entropy, and
-  in training --z-loss's term);
+  (or --relu2-mlp's relu(x W1^T)^2), final RMSNorm, tied or untied head,
+  --logit-softcap, mean cross-entropy, and in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
   window once) and src/trainer/validator.cpp Validator::evaluate (mean over all tokens), at

@@ -18,11 +18,10 @@ namespace {
 // layer, h1, mid and h2 (d each), q|k|v, q and att (3 q_dim and 2 + 1 kv_dim)
 // in the compute dtype, and in f32 the two norms' rstd, QK-norm's per head and
 // attention's log-sum-exp; the MLP's a|b and s (3 d_ff; ReLU²'s a and s, 2
-// d_ff); each kept per layer
-// or once, as recompute says. Under fp8 the backward reads the four linear
-// inputs' transposed codes (a byte each, kept as long as the input would be)
-// instead of h1, h2 and s, which are kept once, but for h2 under
-// --recompute mlp, which the recomputation reads.
+// d_ff); each kept per layer or once, as recompute says. Under fp8 the
+// backward reads the four linear inputs' transposed codes (a byte each, kept
+// as long as the input would be) instead of h1, h2 and s, which are kept once,
+// but for h2 under --recompute mlp, which the recomputation reads.
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -100,12 +99,11 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
 }
 
 TEST(ActivationTable, MatchesTheArchitecturesCount) {
-  for (const char* name : {"tiny", "gpt-350m", "gpt-350m relu2"}) {
-    ModelConfig c = model_preset(std::string(name).substr(0, std::string(name).find(' ')));
-    if (std::string(name).find("relu2") != std::string::npos) {
-      c.relu2_mlp = true;  // at SwiGLU's parameters: 1.5 d_ff
-      c.d_ff = c.d_ff * 3 / 2;
-    }
+  ModelConfig relu2 = model_preset("gpt-350m");  // at SwiGLU's parameters: 1.5 d_ff
+  relu2.relu2_mlp = true;
+  relu2.d_ff = relu2.d_ff * 3 / 2;
+  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2}) {
+    const char* name = c.relu2_mlp ? "gpt-350m relu2" : c.name.c_str();
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
         for (int B : {1, 8}) {

@@ -166,8 +166,8 @@ def damaged_inputs(good, tools):
             order = [(g, n) for u in units(read_meta(f)["model"]) for g in GROUPS for n, _ in u]
             sums = list(f.attrs["tensor_checksums"])
             check(len(sums) == len(order), "the fixture's checksums follow checkpoint_writer.units")
-            f.attrs["tensor_checksums"] = np.array(
-                [x for (g, n), x in zip(order, sums) if not n.endswith(".mlp.w3")], dtype=sums[0].dtype)
+            kept = [x for (g, n), x in zip(order, sums) if not n.endswith(".mlp.w3")]
+            f.attrs["tensor_checksums"] = np.array(kept, dtype=sums[0].dtype)
             for g, n in order:
                 if n.endswith(".mlp.w3") and n in f[g]:
                     del f[g][n]
