@@ -23,6 +23,7 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
   const int attn = recompute == Recompute::block || !trains ? 1 : L;
   const int mlp = recompute == Recompute::none && trains ? L : 1;
   const int back = trains ? 1 : 0;
+  const int vres = c.value_residual ? 1 : 0;
   // Under fp8 the backward reads the transposed codes its forward kept
   // (Transformer::cast_input), never h1, h2 or s themselves: their one copy
   // is scratch for the cast, but for h2 under --recompute mlp, which the
@@ -77,6 +78,10 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::datt_, ct, N * qd, back),
       one(&T::ds_, ct, N * ff, back),
       one(&T::dab_, ct, N * up, back),
+      // --value-residual: the first block's values, and their gradient from
+      // the later blocks
+      one(&T::v0_, ct, N * kvd, vres),
+      one(&T::dv0_, ct, N * kvd, vres * back),
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward

@@ -103,6 +103,11 @@ const std::vector<ModelField>& model_fields() {
      "MLP of relu(x W1^T)^2 W2^T instead of SwiGLU (no W3; for SwiGLU's parameters give --d-ff "
      "1.5x the preset's; a token-saving lever; docs/LEVERS.md)",
      "true", "relu2_mlp", [](const M& c) { return c.relu2_mlp; }, R::must_match, 0, 1},
+    // Stored only when set: older files have none.
+    {"value-residual", &M::value_residual,
+     "every block after the first attends over the mean of its own values and the first "
+     "block's (ResFormer's value residual; a token-saving lever; docs/LEVERS.md)",
+     "true", "value_residual", [](const M& c) { return c.value_residual; }, R::must_match, 0, 1},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };
@@ -169,6 +174,11 @@ void ModelConfig::validate_fields() const {
        "must be 0 (none) or positive");
   need(std::isfinite(z_loss) && z_loss >= 0 && z_loss <= 1, "--z-loss", z_loss,
        "must be between 0 (none) and 1");
+  if (value_residual && n_layer < 2)
+    throw_error(
+        "--value-residual: needs --n-layer 2 or more (the first block's values are mixed "
+        "into the later blocks'); --n-layer is ",
+        n_layer);
 }
 
 }  // namespace fsdp

@@ -54,6 +54,12 @@ struct ModelConfig {
   // width is 1.5 d_ff (gpt-350m: --d-ff 4224 against SwiGLU's 2816); d_ff is
   // what it says either way. false: SwiGLU.
   bool relu2_mlp = false;
+  // Value residual (ResFormer; modded-nanogpt's value embeddings are its
+  // relative): every block after the first attends over the mean of its own
+  // values and the first block's, v = (v + v_first) / 2, so the first layer's
+  // token information reaches every layer's attention output directly. A
+  // fixed mix: no parameter, the layout unchanged. Needs 2 or more layers.
+  bool value_residual = false;
 
   Rope rope() const {
     return {

@@ -332,6 +332,33 @@ void Ops::relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax)
   do_relu2_backward(da, ds, a, n, amax);
 }
 
+void Ops::value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
+  const int64_t n = int64_t(rows) * cols;
+  act(*this, v, rows_need(rows, cols, v_ld), "value_residual v");
+  act(*this, v0, n, "value_residual v0");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key(first ? "value_residual first" : "value_residual", {rows, cols}), 0,
+                  (first ? 2.0 : 3.0) * double(n) * esize(v)};
+  });
+  do_value_residual(v, v0, rows, cols, v_ld, first);
+}
+
+void Ops::value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
+                                  bool first, bool accumulate) {
+  FSDP_CHECK(!(first && accumulate), "value_residual_backward: the first block accumulates none");
+  const int64_t n = int64_t(rows) * cols;
+  act(*this, dv, rows_need(rows, cols, v_ld), "value_residual dv");
+  act(*this, dv0, n, "value_residual dv0");
+  const OpScope scope(hook_, [&] {
+    const char* k = first        ? "value_residual_backward first"
+                    : accumulate ? "value_residual_backward+="
+                                 : "value_residual_backward";
+    // first and accumulate read both and write one; otherwise one read, two writes.
+    return OpCall{key(k, {rows, cols}), 0, (accumulate ? 4.0 : 3.0) * double(n) * esize(dv)};
+  });
+  do_value_residual_backward(dv, dv0, rows, cols, v_ld, first, accumulate);
+}
+
 void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   act(*this, y, n, "add y");
   act(*this, a, n, "add a");

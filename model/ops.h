@@ -259,6 +259,19 @@ class Ops {
   // stored, what the FP8 backward casts W1's output gradient by.
   void relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax);
 
+  // Value residual (ModelConfig::value_residual): v [rows, cols], rows v_ld
+  // apart (the v part of the q|k|v GEMM's output), and the first block's
+  // values v0 [rows, cols], packed. first: v0 = v, kept for the later blocks
+  // (v unchanged); otherwise v = (v + v0) / 2 in place, what the block
+  // attends over.
+  void value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first);
+  // Its transpose, in place on dv (laid out as v): dL/d(what the block
+  // attended over) on entry, dL/d(the block's own values) on exit. first:
+  // dv += dv0, what every later block sent back to the first one's values;
+  // otherwise dv0 = dv / 2 (+= with accumulate) and dv = dv / 2.
+  void value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld, bool first,
+                               bool accumulate);
+
   // y = a + b (y may alias a or b).
   void add(Tensor y, Tensor a, Tensor b, int64_t n);
 
@@ -411,6 +424,10 @@ class Ops {
                                   int cols, int64_t ab_ld, Tensor amax) = 0;
   virtual void do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) = 0;
   virtual void do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) = 0;
+  virtual void do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld,
+                                 bool first) = 0;
+  virtual void do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
+                                          bool first, bool accumulate) = 0;
   virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                                 float grad_scale, HeadLoss extra) = 0;

@@ -235,6 +235,9 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   // Wq|Wk|Wv are packed into one matrix: one GEMM, whose output rows hold
   // q, k and v side by side (views with row stride qkv).
   block_linear(a.qkv, h1, w, u, {kWq, 3}, M, qkv, d);
+  // --value-residual: the first block keeps its values; every later one
+  // attends over the mean of its own and those (v in place in qkv).
+  if (cfg_.value_residual) ops_.value_residual(tail(a.qkv, qd + kvd), v0_, M, kvd, qkv, layer == 0);
   // QK-norm (RMSNorm over each head's vector), then the rotation, in one op;
   // without QK-norm (no gain given) the rotation alone.
   const bool qkn = cfg_.qk_norm;
@@ -304,6 +307,12 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                         false, grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, tail(dqkv_, qd + kvd), datt_, a.att, a.lse, a.q, a.k,
                           tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
+  // --value-residual: a later block sends half its dv to the first block's
+  // values (dv0_, summed from the last block down), which the first block
+  // adds to its own.
+  if (cfg_.value_residual)
+    ops_.value_residual_backward(tail(dqkv_, qd + kvd), dv0_, M, kvd, qkv, layer == 0,
+                                 layer > 0 && layer < cfg_.n_layer - 1);
   const bool qkn = cfg_.qk_norm;
   auto gain = [&](BlockParam p, bool grad) {
     return !qkn ? Tensor{} : grad ? w.grad(u, p) : w.weight(u, p);

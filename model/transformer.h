@@ -220,6 +220,10 @@ class Transformer {
   // Backward scratch, reused by every layer. dqkv_ and dab_ are laid out as
   // qkv and ab.
   Tensor dres_, dh_, dq_, dk_, dqkv_, datt_, ds_, dab_;
+  // --value-residual: the first block's values [rows, kv_dim], packed, which
+  // every later block mixes into its own (forward and recomputation), and
+  // the gradient the later blocks send back to them (backward).
+  Tensor v0_, dv0_;
   // fp8_: the row-major codes of one linear's input (LinearInput::q), and
   // the codes of its weight and output gradient, each with its transpose for
   // backward; their inverse scales (scale8), then each layer's inputs'

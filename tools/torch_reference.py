@@ -28,7 +28,8 @@ the baseline for a gap to fsdptrain. --log-every N prints every N-th step.
 What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
-  (or --relu2-mlp's relu(x W1^T)^2), final RMSNorm, tied or untied head,
+  (or --relu2-mlp's relu(x W1^T)^2), --value-residual's mean of each later
+  block's values with the first block's, final RMSNorm, tied or untied head,
   --logit-softcap, mean cross-entropy, and in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
@@ -167,12 +168,15 @@ class Model(torch.nn.Module):
         H, Hkv, d = c["n_head"], c["n_kv_head"], c["d_model"]
         hd, eps, theta = d // H, c["norm_eps"], c["rope_theta"]
         x = F.embedding(tokens, self.w("embed.weight"))
+        v0 = None  # --value-residual: the first block's values
         for l in range(c["n_layer"]):
             b = f"blocks.{l}."
             h = rmsnorm(x, self.w(b + "attn_norm"), eps)
             q = (h @ self.w(b + "attn.wq").t()).view(B, T, H, hd)
             k = (h @ self.w(b + "attn.wk").t()).view(B, T, Hkv, hd)
             v = (h @ self.w(b + "attn.wv").t()).view(B, T, Hkv, hd)
+            if c.get("value_residual", 0):  # later blocks attend over (v + v0) / 2
+                v, v0 = (v, v) if v0 is None else ((v + v0) / 2, v0)
             q = rope(rmsnorm(q, self.w(b + "attn.q_norm"), eps), theta)
             k = rope(rmsnorm(k, self.w(b + "attn.k_norm"), eps), theta)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),

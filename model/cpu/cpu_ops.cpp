@@ -427,6 +427,38 @@ void CpuOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor
   if (amax.numel > 0) amax.f32()[0] = m;
 }
 
+void CpuOps::do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
+  float* vo = v.f32();
+  float* v0o = v0.f32();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float& x = vo[r * v_ld + c];
+      float& x0 = v0o[r * cols + c];
+      if (first)
+        x0 = x;
+      else
+        x = float((double(x) + x0) / 2);
+    }
+}
+
+void CpuOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
+                                        bool first, bool accumulate) {
+  float* dvo = dv.f32();
+  float* dv0o = dv0.f32();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float& g = dvo[r * v_ld + c];
+      float& g0 = dv0o[r * cols + c];
+      if (first) {
+        g += g0;
+      } else {
+        const float half = g / 2;  // exact
+        g0 = accumulate ? g0 + half : half;
+        g = half;
+      }
+    }
+}
+
 void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
   float* yo = y.f32();
   const float* ai = a.f32();

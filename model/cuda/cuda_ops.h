@@ -111,6 +111,10 @@ class CudaOps final : public Ops {
                           int64_t ab_ld, Tensor amax) override;
   void do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) override;
   void do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) override;
+  void do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld,
+                         bool first) override;
+  void do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
+                                  bool first, bool accumulate) override;
 
   void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 

@@ -1,5 +1,6 @@
 // Elementwise kernels over bf16: SwiGLU forward and backward (reading the
-// halves of the W1|W3 GEMM's output in place), ReLU²'s, and the residual
+// halves of the W1|W3 GEMM's output in place), ReLU²'s, the value residual's
+// mix (on the v part of the q|k|v GEMM's output in place), and the residual
 // add, all through one vectorised map kernel. fp32 arithmetic.
 #include <algorithm>
 #include <type_traits>
@@ -185,6 +186,25 @@ struct Relu2Bwd {  // inputs ds, a; output da
 struct Add {
   __device__ void operator()(const float (&i)[2], float (&o)[1]) const { o[0] = i[0] + i[1]; }
 };
+struct Mean {
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const {
+    o[0] = 0.5f * (i[0] + i[1]);
+  }
+};
+struct Copy {
+  __device__ void operator()(const float (&i)[1], float (&o)[1]) const { o[0] = i[0]; }
+};
+struct HalveTwice {  // input dv; outputs dv / 2, dv0 = dv / 2
+  __device__ void operator()(const float (&i)[1], float (&o)[2]) const {
+    o[0] = o[1] = 0.5f * i[0];
+  }
+};
+struct HalveAndAdd {  // inputs dv, dv0; outputs dv / 2, dv0 + dv / 2
+  __device__ void operator()(const float (&i)[2], float (&o)[2]) const {
+    o[0] = 0.5f * i[0];
+    o[1] = i[1] + 0.5f * i[0];
+  }
+};
 
 // SwiGLU over [rows, cols]: a, b, da and db rows ab_ld apart, s and ds
 // packed. amax: null, or an f32 word that gets max |s| (forward), or the max
@@ -217,6 +237,44 @@ void relu2_forward(bf16* s, const bf16* a, int64_t n, float* amax, cudaStream_t 
 void relu2_backward(bf16* da, const bf16* ds, const bf16* a, int64_t n, float* amax,
                     cudaStream_t stream) {
   launch_map(MapArgs<2, 1>{{ds, a}, {da}}, n, Relu2Bwd{}, stream, "relu2_backward", amax);
+}
+
+// The value residual over v [rows, cols] (rows v_ld apart, inside the q|k|v
+// GEMM's output) and the first block's packed v0: operand k's rows are
+// ld[k] apart, v's v_ld, v0's cols.
+template <int NIN, int NOUT>
+MapArgs<NIN, NOUT> value_args(MapArgs<NIN, NOUT> m, int cols, int64_t v_ld,
+                              std::initializer_list<bool> is_v) {
+  m.cols = cols;
+  int k = 0;
+  for (bool v : is_v) m.ld[k++] = v ? v_ld : cols;
+  return m;
+}
+
+void value_residual(bf16* v, bf16* v0, int rows, int cols, int64_t v_ld, bool first,
+                    cudaStream_t stream) {
+  const int64_t n = int64_t(rows) * cols;
+  if (first)  // v0 = v
+    launch_map(value_args(MapArgs<1, 1>{{v}, {v0}}, cols, v_ld, {true, false}), n, Copy{}, stream,
+               "value_residual first");
+  else  // v = (v + v0) / 2
+    launch_map(value_args(MapArgs<2, 1>{{v, v0}, {v}}, cols, v_ld, {true, false, true}), n, Mean{},
+               stream, "value_residual");
+}
+
+void value_residual_backward(bf16* dv, bf16* dv0, int rows, int cols, int64_t v_ld, bool first,
+                             bool accumulate, cudaStream_t stream) {
+  const int64_t n = int64_t(rows) * cols;
+  if (first)  // dv += dv0
+    launch_map(value_args(MapArgs<2, 1>{{dv, dv0}, {dv}}, cols, v_ld, {true, false, true}), n,
+               Add{}, stream, "value_residual_backward first");
+  else if (accumulate)  // dv0 += dv / 2, dv = dv / 2
+    launch_map(
+        value_args(MapArgs<2, 2>{{dv, dv0}, {dv, dv0}}, cols, v_ld, {true, false, true, false}), n,
+        HalveAndAdd{}, stream, "value_residual_backward+=");
+  else  // dv0 = dv = dv / 2
+    launch_map(value_args(MapArgs<1, 2>{{dv}, {dv, dv0}}, cols, v_ld, {true, true, false}), n,
+               HalveTwice{}, stream, "value_residual_backward");
 }
 
 void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
@@ -254,6 +312,18 @@ void CudaOps::do_relu2(Tensor s, Tensor a, int64_t n, Tensor amax) {
 void CudaOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor amax) {
   cuda::relu2_backward(bf(da), bf(ds), bf(a), n, f32_or_null(amax), impl_->stream);
   after("relu2_backward");
+}
+
+void CudaOps::do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
+  cuda::value_residual(bf(v), bf(v0), rows, cols, v_ld, first, impl_->stream);
+  after("value_residual");
+}
+
+void CudaOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
+                                         bool first, bool accumulate) {
+  cuda::value_residual_backward(bf(dv), bf(dv0), rows, cols, v_ld, first, accumulate,
+                                impl_->stream);
+  after("value_residual_backward");
 }
 
 void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {

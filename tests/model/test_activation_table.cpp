@@ -22,6 +22,8 @@ namespace {
 // backward reads the four linear inputs' transposed codes (a byte each, kept
 // as long as the input would be) instead of h1, h2 and s, which are kept once,
 // but for h2 under --recompute mlp, which the recomputation reads.
+// --value-residual adds the first block's values (kv_dim) and their
+// gradient, once each.
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -48,14 +50,16 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
                         mlp_copies * N * (d + ff) +
                         2 * (std::max({qkv, up, ff}) * d + N * std::max({qkv, up, d})) +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
-  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0);
+  const int64_t vres = c.value_residual ? es * N * kvd * 2 : 0;
+  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres;
 }
 
 // A forward-only model (--eval-only): one block's set of activations that
 // every layer overwrites (h1, h2 and s once each, FP8 or not), the two
 // residual buffers that take turns, the head's, no backward scratch; under
 // fp8 the row-major codes of the largest input and weight, and the scales and
-// amaxes, none of the kept transposed codes or gradient codes.
+// amaxes, none of the kept transposed codes or gradient codes; with
+// --value-residual the first block's values (no gradient).
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
@@ -66,7 +70,8 @@ int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
   const int64_t codes = N * std::max({d, qd, ff}) + std::max({qkv, up, ff}) * d +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
-  return tokens + stream + block + head + (fp8 ? codes : 0);
+  const int64_t vres = c.value_residual ? es * N * kvd : 0;
+  return tokens + stream + block + head + (fp8 ? codes : 0) + vres;
 }
 
 TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
@@ -84,12 +89,15 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8));
     }
-  ModelConfig relu2 = model_preset("tiny");  // W1's output alone, no W3
-  relu2.relu2_mlp = true;
-  for (bool fp8 : {false, true}) {
-    Transformer m(relu2, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
-    EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(relu2, 2, 16, 4, fp8)) << "fp8 " << fp8;
-  }
+  ModelConfig relu2 = model_preset("tiny"), vres = relu2;
+  relu2.relu2_mlp = true;  // W1's output alone, no W3
+  vres.value_residual = true;
+  for (const ModelConfig& c : {relu2, vres})
+    for (bool fp8 : {false, true}) {
+      Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
+      EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8))
+          << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual;
+    }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
   const ModelConfig big = model_preset("gpt-350m");
@@ -102,8 +110,12 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
   ModelConfig relu2 = model_preset("gpt-350m");  // at SwiGLU's parameters: 1.5 d_ff
   relu2.relu2_mlp = true;
   relu2.d_ff = relu2.d_ff * 3 / 2;
-  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2}) {
-    const char* name = c.relu2_mlp ? "gpt-350m relu2" : c.name.c_str();
+  ModelConfig vres = model_preset("gpt-350m");
+  vres.value_residual = true;
+  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres}) {
+    const char* name = c.relu2_mlp        ? "gpt-350m relu2"
+                       : c.value_residual ? "gpt-350m value residual"
+                                          : c.name.c_str();
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
         for (int B : {1, 8}) {
@@ -120,12 +132,14 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
 TEST(ActivationTable, TheModelAllocatesItsRows) {
   ModelConfig c = model_preset("tiny");
   CpuOps ops;
-  for (bool relu2 : {false, true}) {
-    c.relu2_mlp = relu2;
+  for (int variant : {0, 1, 2}) {  // SwiGLU, ReLU², value residual
+    c.relu2_mlp = variant == 1;
+    c.value_residual = variant == 2;
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true}) {
         Transformer m(c, ops, 2, 16, r, fp8);
-        EXPECT_EQ(m.activation_bytes(), counted_bytes(c, 2, 16, 4, r, fp8)) << "relu2 " << relu2;
+        EXPECT_EQ(m.activation_bytes(), counted_bytes(c, 2, 16, 4, r, fp8))
+            << "variant " << variant;
       }
   }
 }

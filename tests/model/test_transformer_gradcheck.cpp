@@ -142,6 +142,22 @@ TEST(TransformerGradcheck, Relu2Mlp) {
   c.qk_norm = false;
   check_all_params(c, 2, 6);
 }
+// --value-residual over 3 blocks: the first keeps its values, the second
+// (accumulating) and the last (writing) send half of their dv back to them.
+TEST(TransformerGradcheck, ValueResidual) {
+  ModelConfig c = small_config(false);
+  c.value_residual = true;
+  c.n_layer = 3;
+  check_all_params(c, 2, 6);
+}
+// It changes the model: the same weights give another loss (a mix that
+// silently did nothing would pass the gradient check).
+TEST(Transformer, ValueResidualChangesTheLoss) {
+  ModelConfig plain = small_config(true), vres = plain;
+  vres.value_residual = true;
+  ModelRun p(plain, 2, 6), v(vres, 2, 6);
+  EXPECT_GT(std::abs(v.loss(false) - p.loss(false)), 1e-3);
+}
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {
   check_all_params(model_preset("tiny"), 2, 16);
@@ -186,41 +202,46 @@ namespace {
 // inputs give bitwise identical losses and gradients. Under fp8 each mode
 // keeps the forward's transposed codes of the linear inputs for another span
 // (per layer, or cast again by the recomputation).
+// --value-residual's first-block values are kept apart from the buffers
+// the recomputation shares, so its gradient is unchanged by it too.
 TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
-  const ModelConfig c = small_config(true);
+  ModelConfig vres = small_config(true);
+  vres.value_residual = true;
+  vres.n_layer = 3;
   CpuOps ops;
-  for (bool fp8 : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "fp8 " << fp8);
-    std::vector<std::vector<float>> grads;
-    std::vector<double> losses;
-    std::vector<int64_t> bytes;
-    for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
-      Transformer m(c, ops, 2, 6, r, fp8);
-      EXPECT_EQ(m.activation_bytes(),
-                Transformer::activation_bytes_for(c, 2, 6, DType::f32, r, fp8));
-      bytes.push_back(m.activation_bytes());
-      testing::FullWeights w(m.units(), 7);
-      std::vector<int32_t> in(12), tgt(12);
-      for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
-        for (int i = 0; i < 12; ++i)
-          in[i] = (i * 7 + rep) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
-        m.set_batch(in.data(), tgt.data(), 1.0f);
-        for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
-        for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+  for (const ModelConfig& c : {small_config(true), vres})
+    for (bool fp8 : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " value residual " << c.value_residual);
+      std::vector<std::vector<float>> grads;
+      std::vector<double> losses;
+      std::vector<int64_t> bytes;
+      for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
+        Transformer m(c, ops, 2, 6, r, fp8);
+        EXPECT_EQ(m.activation_bytes(),
+                  Transformer::activation_bytes_for(c, 2, 6, DType::f32, r, fp8));
+        bytes.push_back(m.activation_bytes());
+        testing::FullWeights w(m.units(), 7);
+        std::vector<int32_t> in(12), tgt(12);
+        for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
+          for (int i = 0; i < 12; ++i)
+            in[i] = (i * 7 + rep) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
+          m.set_batch(in.data(), tgt.data(), 1.0f);
+          for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
+          for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);
+        }
+        losses.push_back(m.loss_sum());
+        std::vector<float> all;
+        for (int u = 0; u < m.num_units(); ++u)
+          all.insert(all.end(), w.unit_grads(u).begin(), w.unit_grads(u).end());
+        grads.push_back(all);
       }
-      losses.push_back(m.loss_sum());
-      std::vector<float> all;
-      for (int u = 0; u < m.num_units(); ++u)
-        all.insert(all.end(), w.unit_grads(u).begin(), w.unit_grads(u).end());
-      grads.push_back(all);
+      EXPECT_EQ(losses[0], losses[1]);
+      EXPECT_EQ(losses[0], losses[2]);
+      EXPECT_EQ(grads[0], grads[1]);
+      EXPECT_EQ(grads[0], grads[2]);
+      EXPECT_LT(bytes[1], bytes[0]);
+      EXPECT_LT(bytes[2], bytes[1]);
     }
-    EXPECT_EQ(losses[0], losses[1]);
-    EXPECT_EQ(losses[0], losses[2]);
-    EXPECT_EQ(grads[0], grads[1]);
-    EXPECT_EQ(grads[0], grads[2]);
-    EXPECT_LT(bytes[1], bytes[0]);
-    EXPECT_LT(bytes[2], bytes[1]);
-  }
 }
 
 // Under fp8 the forward casts h1, h2 and s by the amaxes their RMSNorm and

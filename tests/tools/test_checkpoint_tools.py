@@ -121,7 +121,7 @@ def damaged_inputs(good, tools):
     """Issue 65: a truncated checkpoint was a traceback, a changed tensor
     exported silently (the trainer refuses both). Also a sound checkpoint of
     a model the Hugging Face layouts cannot express (--logit-softcap,
-    --relu2-mlp)."""
+    --relu2-mlp, --value-residual)."""
     with tempfile.TemporaryDirectory() as d:
         cut = os.path.join(d, "cut.h5")
         with open(good, "rb") as f, open(cut, "wb") as g:
@@ -173,6 +173,11 @@ def damaged_inputs(good, tools):
                     del f[g][n]
             f["model"].attrs["relu2_mlp"] = np.int64(1)
         refused(tools, relu2, "--relu2-mlp", "a ReLU² model")
+        vres = os.path.join(d, "vres.h5")  # the same tensors as the fixture's
+        shutil.copyfile(good, vres)
+        with h5py.File(vres, "r+") as f:
+            f["model"].attrs["value_residual"] = np.int64(1)
+        refused(tools, vres, "--value-residual", "a value-residual model")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ with hybrid sharding, an untied head, block recomputation and a vocabulary of
 300 (stored padded to 384 rows inside fsdptrain; PyTorch sees only 300); and
 --optimizer muon against torch.optim.Muon on 3 ranks (with --lr-schedule wsd
 decaying over the compared steps) and, with its other settings and the linear
-schedule, on 1; --logit-softcap with --z-loss on 2 ranks; and --relu2-mlp
-under Muon on 2 ranks.
+schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
+under Muon on 2 ranks; and --value-residual with block recomputation on 2.
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -49,6 +49,12 @@ runs = {
     "relu2_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--relu2-mlp", "true", "--d-ff", "288",
                    "--optimizer", "muon"]),
+    # --value-residual over 3 blocks with whole blocks recomputed, on 2
+    # ranks; validation (steps 25 and 50) too.
+    "vres_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                 ["--batch-size", "2", "--grad-accum", "2", "--value-residual", "true", "--n-layer", "3",
+                  "--recompute", "block", "--val-data", os.path.join(example, "kjv_val.h5"),
+                  "--eval-every", "25", "--eval-batches", "2"]),
     "muon_original_np1": ([], ["--batch-size", "4", "--grad-accum", "1", "--optimizer", "muon",
                                "--muon-lr-adjust", "original", "--muon-nesterov", "false",
                                "--lr-schedule", "linear"]),

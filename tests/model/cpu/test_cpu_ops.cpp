@@ -421,7 +421,7 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
     }
 }
 
-// ---- swiglu, relu2, add ----------------------------------------------------------
+// ---- swiglu, relu2, value_residual, add -----------------------------------------
 
 TEST_F(CpuOpsTest, SwiGlu) {
   const int64_t n = 40;
@@ -477,6 +477,58 @@ TEST_F(CpuOpsTest, Relu2) {
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(ds[i]));
   EXPECT_EQ(da_amax[0], m);
   EXPECT_EQ(ds[3], 0.0f);
+}
+
+// The formulas written out on v inside rows of ld > cols (as in the q|k|v
+// GEMM's output): the first block copies v into v0, a later one means them
+// in place; the backward's three roles; the columns past cols never touched.
+TEST_F(CpuOpsTest, ValueResidual) {
+  const int rows = 3, cols = 4, ld = 7;
+  const int64_t nv = int64_t(rows) * ld, n = int64_t(rows) * cols;
+  auto at = [&](int64_t i) { return i / cols * ld + i % cols; };  // packed index -> v's
+  Buf v(ops_, DType::f32, nv), v0(ops_, DType::f32, n);
+  fill(v, -2.0f, 2.0f);
+  poison(v0);
+  const std::vector<float> v_in(v.f(), v.f() + nv);
+  ops_.value_residual(v, v0, rows, cols, ld, true);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(v0[i], v_in[size_t(at(i))]) << i;
+  EXPECT_EQ(std::vector<float>(v.f(), v.f() + nv), v_in);  // the first block's v unchanged
+
+  Buf w(ops_, DType::f32, nv);
+  fill(w, -2.0f, 2.0f);
+  std::vector<float> want(w.f(), w.f() + nv);
+  for (int64_t i = 0; i < n; ++i) want[size_t(at(i))] = (want[size_t(at(i))] + v0[i]) / 2;
+  ops_.value_residual(w, v0, rows, cols, ld, false);
+  EXPECT_EQ(std::vector<float>(w.f(), w.f() + nv), want);
+
+  // Backward: a later block's dv halves and its other half goes to dv0
+  // (written, then added to), and the first block adds dv0 to its own.
+  Buf dv(ops_, DType::f32, nv), dv0(ops_, DType::f32, n);
+  fill(dv, -2.0f, 2.0f);
+  poison(dv0);
+  std::vector<float> dv_in(dv.f(), dv.f() + nv), dv0_want(n);
+  ops_.value_residual_backward(dv, dv0, rows, cols, ld, false, false);
+  for (int64_t i = 0; i < n; ++i) {
+    dv0_want[size_t(i)] = dv_in[size_t(at(i))] / 2;
+    EXPECT_EQ(dv0[i], dv0_want[size_t(i)]) << i;
+    EXPECT_EQ(dv[at(i)], dv_in[size_t(at(i))] / 2) << i;
+  }
+  for (int64_t i = 0; i < nv; ++i) {
+    if (i % ld < cols) continue;
+    EXPECT_EQ(dv[i], dv_in[size_t(i)]) << "outside the rows' columns " << i;
+  }
+  fill(dv, -2.0f, 2.0f);
+  dv_in.assign(dv.f(), dv.f() + nv);
+  ops_.value_residual_backward(dv, dv0, rows, cols, ld, false, true);
+  for (int64_t i = 0; i < n; ++i) {
+    dv0_want[size_t(i)] += dv_in[size_t(at(i))] / 2;
+    EXPECT_EQ(dv0[i], dv0_want[size_t(i)]) << i;
+  }
+  fill(dv, -2.0f, 2.0f);
+  dv_in.assign(dv.f(), dv.f() + nv);
+  ops_.value_residual_backward(dv, dv0, rows, cols, ld, true, false);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(dv[at(i)], dv_in[size_t(at(i))] + dv0[i]) << i;
+  EXPECT_THROW(ops_.value_residual_backward(dv, dv0, rows, cols, ld, true, true), Error);
 }
 
 TEST_F(CpuOpsTest, Add) {

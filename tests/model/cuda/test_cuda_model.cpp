@@ -177,6 +177,18 @@ TEST(CudaModel, Gpt350mShapedRelu2MlpMatchesCpu) {
   check_model(cfg, 1, 256, true, 0, Recompute::mlp);
 }
 
+// --value-residual over 3 blocks (the first keeps its values, the middle one
+// adds to their gradient, the last writes it), mixed in place inside the
+// q|k|v GEMM's output; in bf16, then under FP8 with whole blocks recomputed
+// (the first block's values must outlive the shared buffers).
+TEST(CudaModel, Gpt350mShapedValueResidualMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 3;
+  cfg.value_residual = true;
+  check_model(cfg, 1, 256);
+  check_model(cfg, 1, 256, true, 0, Recompute::block);
+}
+
 // Llama 3.1's RoPE scaling (the model's rope table built once per shape):
 // an original context of 16 puts tiny's 16-wide heads in all three bands.
 TEST(CudaModel, TinyRopeScaledMatchesCpu) {

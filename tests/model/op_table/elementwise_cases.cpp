@@ -1,11 +1,11 @@
 // The op table's cases for the elementwise ops (see op_table.h): SwiGLU,
-// ReLU² and the residual add, vectorised and not.
+// ReLU², the value residual's mix and the residual add, vectorised and not.
 #include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
 namespace {
 
-// ---- swiglu, relu2 and add ------------------------------------------------------
+// ---- swiglu, relu2, value_residual and add ------------------------------------------------------
 // halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
 // da and db likewise; otherwise each packed.
 OpCase swiglu_case(int rows, int cols, bool halves) {
@@ -70,6 +70,50 @@ OpCase relu2_case(int64_t n) {
   return c;
 }
 
+// --value-residual's mix on v [rows, cols] inside rows of ld (the v part of
+// the q|k|v GEMM's output) and the first block's packed v0. first: v0 = v;
+// otherwise v = (v + v0) / 2 in place. The backward runs in place on dv, so
+// it starts from a copy of the forward's output gradient (whose other
+// columns, left as they are, are exactly the identity's gradient there).
+// later: a later block's (accumulate: not the last, adding to dv0).
+OpCase value_residual_case(int rows, int cols, int64_t ld, bool first, bool accumulate) {
+  const int64_t n = int64_t(rows) * cols, nv = int64_t(rows) * ld;
+  OpCase c;
+  c.op = "value_residual";
+  c.shape = fmt("%dx%d ld=%lld", rows, cols, (long long)ld);
+  c.variant = first        ? "first block keeps v0, adds dv0 to dv"
+              : accumulate ? "middle block means v with v0, adds to dv0"
+                           : "last block means v with v0, sets dv0";
+  c.dtypes = "v,v0,dv,dv0 bf16";
+  c.fwd_bytes = (first ? 2.0 : 3.0) * n * 2;
+  c.bwd_bytes = (accumulate ? 4.0 : 3.0) * n * 2 + 2.0 * nv * 2;  // and the copy of dy
+  c.bind = [=](Env& e) {
+    const auto v = e.rnd(nv, -2.0f, 2.0f), v0 = e.rnd(n), dy = e.rnd(nv), dy0 = e.rnd(n);
+    Tensor vt = e.in(BF, v), dyt = e.in(BF, dy), dv = e.out(BF, nv);
+    // first: v0 is the forward's output and dy0 its gradient, which the
+    // backward reads as dv0; later: v0 an input, dv0 its gradient (added to
+    // what dv0 held with accumulate).
+    Tensor v0t = first ? e.out(BF, n) : e.in(BF, v0);
+    Tensor dy0t = e.in(BF, dy0), dv0 = first || accumulate ? dy0t : e.out(BF, n);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.value_residual(vt, v0t, rows, cols, ld, first); };
+    b.fwd_checks = {vs_ref(first ? "v0" : "v", first ? v0t : vt, kRound)};
+    b.bwd = [=, &o] {
+      o.copy(dv, dyt);
+      o.value_residual_backward(dv, dv0, rows, cols, ld, first, accumulate);
+    };
+    b.bwd_checks = {vs_ref("dv", dv, kRound)};
+    if (!first) b.bwd_checks.push_back(vs_ref("dv0", dv0, kRound));
+    b.loss = {{vt, dyt}};
+    if (first) b.loss.push_back({v0t, dy0t});
+    b.grads = {{"dv", vt, dv}};
+    if (!first) b.grads.push_back({"dv0", v0t, dv0, accumulate});
+    return b;
+  };
+  return c;
+}
+
 // misaligned: operands at an odd element offset take the unvectorised path;
 // otherwise in place (y aliases a), as the model's residual adds call it.
 OpCase add_case(int64_t n, bool misaligned) {
@@ -113,12 +157,18 @@ FSDP_OP_FAMILY(
         t.push_back(add_case(n, false));
         t.push_back(add_case(n, true));
       }
+      // v inside rows of q|k|v (64 of 128 columns: vectorised; 37 of 93: not).
+      for (bool first : {true, false}) t.push_back(value_residual_case(50, 64, 128, first, false));
+      t.push_back(value_residual_case(50, 64, 128, false, true));
+      t.push_back(value_residual_case(50, 37, 93, false, true));
     },
     [](std::vector<OpCase>& t, const ModelShape& m) {
       t.push_back(swiglu_case(m.M(), m.c.d_ff, true));
       // At SwiGLU's parameter count: 1.5 d_ff wide.
       t.push_back(relu2_case(int64_t(m.M()) * (3 * int64_t(m.c.d_ff) / 2)));
       t.push_back(add_case(int64_t(m.M()) * m.c.d_model, false));
+      t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, false));
+      t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, true));
     });
 
 }  // namespace fsdp::test
