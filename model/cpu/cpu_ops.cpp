@@ -427,36 +427,38 @@ void CpuOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor
   if (amax.numel > 0) amax.f32()[0] = m;
 }
 
-void CpuOps::do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
+namespace {
+// f(v[r, c], v0[r, c]) over [rows, cols]: v's rows v_ld apart (the v part of
+// the q|k|v GEMM's output), v0 packed.
+template <typename F>
+void over_values(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, F f) {
   float* vo = v.f32();
   float* v0o = v0.f32();
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      float& x = vo[r * v_ld + c];
-      float& x0 = v0o[r * cols + c];
-      if (first)
-        x0 = x;
-      else
-        x = float((double(x) + x0) / 2);
-    }
+    for (int64_t c = 0; c < cols; ++c) f(vo[r * v_ld + c], v0o[r * cols + c]);
+}
+}  // namespace
+
+void CpuOps::do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
+  over_values(v, v0, rows, cols, v_ld, [&](float& x, float& x0) {
+    if (first)
+      x0 = x;
+    else
+      x = float((double(x) + x0) / 2);
+  });
 }
 
 void CpuOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
                                         bool first, bool accumulate) {
-  float* dvo = dv.f32();
-  float* dv0o = dv0.f32();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      float& g = dvo[r * v_ld + c];
-      float& g0 = dv0o[r * cols + c];
-      if (first) {
-        g += g0;
-      } else {
-        const float half = g / 2;  // exact
-        g0 = accumulate ? g0 + half : half;
-        g = half;
-      }
+  over_values(dv, dv0, rows, cols, v_ld, [&](float& g, float& g0) {
+    if (first) {
+      g += g0;
+      return;
     }
+    const float half = g / 2;  // exact
+    g0 = accumulate ? g0 + half : half;
+    g = half;
+  });
 }
 
 void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
