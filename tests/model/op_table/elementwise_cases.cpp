@@ -5,7 +5,7 @@
 namespace fsdp::test {
 namespace {
 
-// ---- swiglu, relu2, value_residual and add ------------------------------------------------------
+// ---- swiglu, relu2, value_residual and add --------------------------------------
 // halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
 // da and db likewise; otherwise each packed.
 OpCase swiglu_case(int rows, int cols, bool halves) {
