@@ -31,6 +31,7 @@
 //    its last.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -54,12 +55,24 @@ struct MuonSpan {
   int64_t begin = 0, count = 0;
   float lr_scale = 1;
 };
+// One Newton-Schulz step's odd quintic: X <- a X + (b A + c A A) X, A = X X^T,
+// which maps each singular value s to a s + b s^3 + c s^5.
+struct NsQuintic {
+  float a = 0, b = 0, c = 0;
+};
 // The Newton-Schulz iteration Muon orthogonalises with: every value given by
-// the caller (shard/muon.h holds the published ones).
+// the caller (shard/muon.h holds the published ones). X starts as the matrix
+// over max(norm_scale |X|_F, eps); step s applies quintics[min(s, size - 1)],
+// so one quintic is a fixed iteration and a list tunes each step.
 struct NewtonSchulz {
-  float a = 0, b = 0, c = 0;  // X <- a X + (b A + c A A) X, A = X X^T
+  std::vector<NsQuintic> quintics;
   int steps = 0;
-  float eps = 0;  // the Frobenius norm it divides by is at least this
+  float eps = 0;         // the Frobenius norm it divides by is at least this
+  float norm_scale = 1;  // a margin above the norm (1: none)
+
+  const NsQuintic& quintic(int step) const {
+    return quintics[std::min(size_t(step), quintics.size() - 1)];
+  }
 };
 // One step's values, every one given by the caller: the defaults of the
 // hyperparameters are AdamWConfig's (shard/optimizer_config.h), not repeated here.

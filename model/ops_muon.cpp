@@ -46,7 +46,10 @@ void Ops::muon_momentum(Tensor grad_t, Tensor buf, const std::vector<MuonSpan>& 
 void Ops::newton_schulz(const std::vector<Tensor>& outs, const std::vector<Tensor>& xs,
                         int64_t rows, int64_t cols, const NewtonSchulz& ns) {
   FSDP_CHECK(rows > 0 && cols > 0, "newton_schulz of a ", rows, " x ", cols, " matrix");
-  FSDP_CHECK(ns.steps >= 0 && ns.eps > 0, "newton_schulz: steps ", ns.steps, ", eps ", ns.eps);
+  FSDP_CHECK(ns.steps >= 0 && ns.eps > 0 && ns.norm_scale > 0, "newton_schulz: steps ", ns.steps,
+             ", eps ", ns.eps, ", norm scale ", ns.norm_scale);
+  FSDP_CHECK(ns.steps == 0 || !ns.quintics.empty(), "newton_schulz: ", ns.steps,
+             " steps and no quintic");
   FSDP_CHECK(!xs.empty() && outs.size() == xs.size(), "newton_schulz of ", xs.size(),
              " matrices into ", outs.size());
   for (size_t i = 0; i < xs.size(); ++i) {

@@ -126,7 +126,7 @@ bool MuonStep::is_muon(int unit, int param) const {
 // matrices of one shape in one call, so a backend can batch their GEMMs.
 template <typename At>
 void MuonStep::orthogonalise(const std::vector<MuonMatrix>& mats, Tensor src, At at) {
-  const NewtonSchulz ns = muon_newton_schulz(c_.ns_steps);
+  const NewtonSchulz ns = muon_newton_schulz(c_.ns_steps, c_.ns_coefficients);
   std::vector<bool> done(mats.size(), false);
   for (size_t i = 0; i < mats.size(); ++i) {
     if (done[i]) continue;

@@ -23,18 +23,28 @@ enum class OptimizerKind { adamw, muon };
 // original: sqrt(max(1, rows / cols)) (Keller Jordan's Muon).
 enum class MuonLrAdjust { match_rms_adamw, original };
 
+// The odd quintics Newton-Schulz iterates (values in shard/muon.h):
+// jordan: one quintic every step (Keller Jordan's Muon, torch.optim.Muon);
+// polar_express: one per step, each the minimax-best for the singular values
+//   the steps before leave (Amsel et al. 2025, "The Polar Express"), which
+//   ends closer to orthogonal in the same 5 steps.
+enum class MuonNsCoefficients { jordan, polar_express };
+// The steps polar_express's table is tuned for: fewer leave singular values
+// far from 1 (4 steps: up to 1.58), and the option refuses them.
+inline constexpr int kPolarExpressSteps = 5;
+
 // Muon (Keller Jordan, 2024; torch.optim.Muon in PyTorch >= 2.9), for the
 // 2-D block matrices: momentum buffer B = m B + (1 - m) g; the direction is
 // g + m (B - g) with Nesterov, else B; Newton-Schulz makes it (nearly)
-// orthogonal; then W = W (1 - lr wd) - lr adjust U. The Newton-Schulz
-// iteration is fixed as published: the quintic (3.4445, -4.7750, 2.0315)
-// on the direction divided by max(its Frobenius norm, 1e-7), transposed
+// orthogonal; then W = W (1 - lr wd) - lr adjust U. Newton-Schulz runs on
+// the direction divided by its Frobenius norm (clamped at 1e-7), transposed
 // first when it has more rows than columns (shard/muon.h).
 struct MuonConfig {
   float momentum = 0.95f;
   bool nesterov = true;
   int ns_steps = 5;
   MuonLrAdjust lr_adjust = MuonLrAdjust::match_rms_adamw;
+  MuonNsCoefficients ns_coefficients = MuonNsCoefficients::jordan;
 
   bool operator==(const MuonConfig&) const = default;
 };

@@ -46,7 +46,9 @@ What it mirrors, and where (keep in step with the C++):
   optim/exp_avg, and AdamW for the rest. torch.optim.Muon runs its
   Newton-Schulz iteration in bf16; with --dtype fp32 this script swaps that
   one function for the same iteration in fp32 (newton_schulz_fp32 below), so
-  the CPU reference's fp32 can be compared; momentum, Nesterov, the
+  the CPU reference's fp32 can be compared, and under
+  --muon-ns-coefficients polar_express (one quintic per step, which
+  torch.optim.Muon cannot take) in any dtype; momentum, Nesterov, the
   learning-rate adjustment, weight decay and the update stay torch's own.
 """
 import argparse
@@ -203,17 +205,31 @@ class Model(torch.nn.Module):
 BLOCK_MATRIX = re.compile(r"blocks\.\d+\.(attn\.w[qkvo]|mlp\.w[123])$")
 
 
-def newton_schulz_fp32(g, coefficients, steps, eps):
+# fsdptrain's --muon-ns-coefficients (shard/muon.h): one quintic repeated
+# (Keller Jordan's, torch.optim.Muon's default) or one per step, the last
+# repeated past the list, and the margin the norm is multiplied by.
+NS_TABLES = {
+    "jordan": ([(3.4445, -4.7750, 2.0315)], 1.0),
+    "polar_express": ([(8.156554524902461, -22.48329292557795, 15.878769915207462),
+                       (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+                       (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+                       (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+                       (2.3465413258596377, -1.7097828382687081, 0.42323551169305323)], 1.01),
+}
+
+
+def newton_schulz_fp32(g, quintics, steps, eps, margin=1.0):
     """Muon's quintic Newton-Schulz iteration kept in the input's dtype
-    (written here from its definition: X = G/max(|G|_F, eps) on the wide
-    orientation, then X <- aX + (bA + cA^2)X with A = XX^T)."""
-    a, b, c = coefficients
+    (written here from its definition: X = G/max(margin |G|_F, eps) on the
+    wide orientation, then X <- aX + (bA + cA^2)X with A = XX^T, step k
+    taking quintics[min(k, len - 1)])."""
     x = g.clone()
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = x.t()
-    x = x / x.norm().clamp(min=eps)
-    for _ in range(steps):
+    x = x / (x.norm() * margin).clamp(min=eps)
+    for k in range(steps):
+        a, b, c = quintics[min(k, len(quintics) - 1)]
         gram = x @ x.t()
         x = a * x + (b * gram + c * (gram @ gram)) @ x
     return x.t() if tall else x
@@ -323,9 +339,12 @@ def main():
     if muon:
         if not hasattr(torch.optim, "Muon"):
             missing("torch.optim.Muon (PyTorch 2.9 or newer) for a checkpoint of --optimizer muon")
-        if a.dtype == "fp32":
+        table = opts.get("muon-ns-coefficients", "jordan")
+        if a.dtype == "fp32" or table != "jordan":  # torch.optim.Muon takes one quintic only
             import torch.optim._muon as muon_module
-            muon_module._zeropower_via_newtonschulz = newton_schulz_fp32
+            quintics, margin = NS_TABLES[table]
+            muon_module._zeropower_via_newtonschulz = \
+                lambda g, _coefficients, steps, eps: newton_schulz_fp32(g, quintics, steps, eps, margin)
         opt_muon = torch.optim.Muon([p for n, p in model.p.items() if is_muon(n)], lr=lr, weight_decay=wd,
                                     momentum=float(opts["muon-momentum"]),
                                     nesterov=opts["muon-nesterov"] == "true",

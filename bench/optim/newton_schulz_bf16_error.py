@@ -12,23 +12,35 @@ noise, as gradients often are): there bf16 lands about 1e-1 from fp32, since
 the iteration amplifies the small singular directions with their rounding;
 that is the published bf16 method's own error, not the op table's case.
 
+Both tables of shard/muon.h: jordan (one quintic every step, the norm as it
+is) and polar_express (a quintic per step, the norm with a 1% margin).
+
     python3 bench/optim/newton_schulz_bf16_error.py   (needs torch)
 """
 import torch
 
-A, B, C = 3.4445, -4.7750, 2.0315  # the published quintic coefficients
+TABLES = {
+    "jordan": ([(3.4445, -4.7750, 2.0315)], 1.0),
+    "polar_express": ([(8.156554524902461, -22.48329292557795, 15.878769915207462),
+                       (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+                       (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+                       (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+                       (2.3465413258596377, -1.7097828382687081, 0.42323551169305323)], 1.01),
+}
 
 
-def newton_schulz(g, dtype, steps, b=B):
+def newton_schulz(g, dtype, steps, table, b_factor=1.0):
+    quintics, margin = TABLES[table]
     x = g.float()
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = x.T
-    x = (x / max(x.norm().item(), 1e-7)).to(dtype)
-    for _ in range(steps):
+    x = (x / max(x.norm().item() * margin, 1e-7)).to(dtype)
+    for s in range(steps):
+        a, b, c = quintics[min(s, len(quintics) - 1)]
         gram = x @ x.T
-        poly = torch.addmm(gram, gram, gram, beta=b, alpha=C)  # b A + c A A
-        x = torch.addmm(x, poly, x, beta=A, alpha=1.0)  # a X + B X
+        poly = torch.addmm(gram, gram, gram, beta=b * b_factor, alpha=c)  # b A + c A A
+        x = torch.addmm(x, poly, x, beta=a, alpha=1.0)  # a X + B X
     x = x.float()
     return x.T if tall else x
 
@@ -38,24 +50,28 @@ def rel(a, b):
 
 
 def main():
-    torch.manual_seed(0)
-    print("rows cols steps  bf16-vs-fp32  one-step-fewer  coefficient-off")
-    for rows, cols in [(64, 96), (96, 64), (50, 70), (160, 48), (128, 128), (256, 1024),
-                       (1024, 1024), (2816, 1024)]:
-        g = (torch.rand(rows, cols) * 2 - 1).bfloat16().float()
-        for steps in (0, 1, 5):
-            ref = newton_schulz(g, torch.float32, steps)
-            line = f"{rows:5d} {cols:5d} {steps:3d}   {rel(newton_schulz(g, torch.bfloat16, steps), ref):.2e}"
-            if steps > 0:
-                line += f"       {rel(newton_schulz(g, torch.float32, steps - 1), ref):.2e}"
-                line += f"        {rel(newton_schulz(g, torch.float32, steps, B * 0.985), ref):.2e}"
-            print(line)
-    print("nearly low-rank, 5 steps:")
-    for rows, cols in [(256, 1024), (1024, 1024), (2816, 1024)]:
-        g = (torch.randn(rows, 8) @ torch.randn(8, cols) + 0.05 * torch.randn(rows, cols))
-        g = g.bfloat16().float()
-        ref = newton_schulz(g, torch.float32, 5)
-        print(f"{rows:5d} {cols:5d}   5   {rel(newton_schulz(g, torch.bfloat16, 5), ref):.2e}")
+    for table in TABLES:
+        torch.manual_seed(0)
+        print(f"{table}:")
+        print("rows cols steps  bf16-vs-fp32  one-step-fewer  coefficient-off")
+        for rows, cols in [(64, 96), (96, 64), (50, 70), (160, 48), (128, 128), (256, 1024),
+                           (1024, 1024), (2816, 1024)]:
+            g = (torch.rand(rows, cols) * 2 - 1).bfloat16().float()
+            for steps in (0, 1, 5):
+                ref = newton_schulz(g, torch.float32, steps, table)
+                err = rel(newton_schulz(g, torch.bfloat16, steps, table), ref)
+                line = f"{rows:5d} {cols:5d} {steps:3d}   {err:.2e}"
+                if steps > 0:
+                    line += f"       {rel(newton_schulz(g, torch.float32, steps - 1, table), ref):.2e}"
+                    off = newton_schulz(g, torch.float32, steps, table, 0.985)
+                    line += f"        {rel(off, ref):.2e}"
+                print(line)
+        print("nearly low-rank, 5 steps:")
+        for rows, cols in [(256, 1024), (1024, 1024), (2816, 1024)]:
+            g = (torch.randn(rows, 8) @ torch.randn(8, cols) + 0.05 * torch.randn(rows, cols))
+            g = g.bfloat16().float()
+            ref = newton_schulz(g, torch.float32, 5, table)
+            print(f"{rows:5d} {cols:5d}   5   {rel(newton_schulz(g, torch.bfloat16, 5, table), ref):.2e}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ void newton_schulz_one(Tensor out, Tensor x, int64_t rows, int64_t cols, const N
   std::vector<float> X(size_t(m) * n), Y(size_t(m) * n), A(size_t(m) * m), B(size_t(m) * m);
   double sq = 0;
   for (int64_t i = 0; i < rows * cols; ++i) sq += double(in[i]) * in[i];
-  const float norm = std::max(float(std::sqrt(sq)), ns.eps);
+  const float norm = std::max(float(std::sqrt(sq)) * ns.norm_scale, ns.eps);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const float v = in[r * cols + c] / norm;
@@ -50,14 +50,15 @@ void newton_schulz_one(Tensor out, Tensor x, int64_t rows, int64_t cols, const N
     }
   for (int s = 0; s < ns.steps; ++s) {
     // A = X X^T; B = b A + c A A (A is symmetric); X = a X + B X
+    const NsQuintic& q = ns.quintic(s);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, X.data(), n, X.data(), n,
                 0.0f, A.data(), m);
     B = A;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, ns.c, A.data(), m, A.data(), m,
-                ns.b, B.data(), m);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, q.c, A.data(), m, A.data(), m,
+                q.b, B.data(), m);
     Y = X;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, B.data(), m, X.data(), n,
-                ns.a, Y.data(), n);
+                q.a, Y.data(), n);
     std::swap(X, Y);
   }
   float* o = out.f32();

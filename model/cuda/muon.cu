@@ -66,13 +66,13 @@ __global__ void muon_update_kernel(float* p, const float* u, MuonSpans spans, fl
   }
 }
 
-// X[m, n] (the wide orientation, row-major) = bf16(x / max(|x|_F, eps)),
+// X[m, n] (the wide orientation, row-major) = bf16(x / max(scale |x|_F, eps)),
 // transposed when x is tall. The norm is float(sqrt(the double sum)), as the
 // CPU reference rounds it. Writes are coalesced; a transposed read is
 // strided, which at Muon's sizes (a few million elements) costs microseconds.
-__global__ void ns_load_kernel(bf16* X, const float* x, const double* sum_sq, float eps, int rows,
-                               int cols) {
-  const float norm = fmaxf(float(sqrt(*sum_sq)), eps);
+__global__ void ns_load_kernel(bf16* X, const float* x, const double* sum_sq, float scale,
+                               float eps, int rows, int cols) {
+  const float norm = fmaxf(float(sqrt(*sum_sq)) * scale, eps);
   const bool tall = rows > cols;
   const int n = tall ? rows : cols;
   const int64_t total = int64_t(rows) * cols;
@@ -119,13 +119,13 @@ void muon_update(float* param, const float* update, const MuonSpans& spans, floa
 }
 
 // Newton-Schulz's first and last pass: X [m, n] (m <= n, the wide
-// orientation) = bf16(x / max(sqrt(*sum_sq), eps)) from x [rows, cols],
+// orientation) = bf16(x / max(scale sqrt(*sum_sq), eps)) from x [rows, cols],
 // transposed when rows > cols; and out [rows, cols] = f32(X), transposed back.
-void ns_load(bf16* X, const float* x, const double* sum_sq, float eps, int rows, int cols,
-             cudaStream_t stream) {
+void ns_load(bf16* X, const float* x, const double* sum_sq, float scale, float eps, int rows,
+             int cols, cudaStream_t stream) {
   const int64_t n = int64_t(rows) * cols;
-  ns_load_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(X, x, sum_sq, eps, rows,
-                                                                           cols);
+  ns_load_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(X, x, sum_sq, scale, eps,
+                                                                           rows, cols);
   FSDP_LAUNCH_CHECK("ns_load_kernel");
 }
 
@@ -204,18 +204,20 @@ void CudaOps::do_newton_schulz(const std::vector<Tensor>& outs, const std::vecto
   auto* B = reinterpret_cast<bf16*>(w + norms + 2 * xb + ab);
   for (int i = 0; i < batch; ++i) {
     cuda::sum_squares(sum_sq + i, xs[size_t(i)].f32(), mn, im.dev, im, im.stream);
-    cuda::ns_load(X + i * mn, xs[size_t(i)].f32(), sum_sq + i, ns.eps, r, c, im.stream);
+    cuda::ns_load(X + i * mn, xs[size_t(i)].f32(), sum_sq + i, ns.norm_scale, ns.eps, r, c,
+                  im.stream);
   }
   // cuBLASLt is column-major: the buffer of row-major X [m, n] is X^T [n, m]
   // to it. With A = X X^T and B = b A + c A A (both symmetric):
   for (int s = 0; s < ns.steps; ++s) {
+    const NsQuintic& q = ns.quintic(s);
     // A [m, m] = (X^T)^T X^T
     im.gemm->matmul_batched(true, false, m, m, n, X, n, mn, X, n, mn, A, m, mm, batch, 1.0f, 0.0f);
     // B = c A A + b A
-    im.gemm->matmul_batched(false, false, m, m, m, A, m, mm, A, m, mm, B, m, mm, batch, ns.c, ns.b,
+    im.gemm->matmul_batched(false, false, m, m, m, A, m, mm, A, m, mm, B, m, mm, batch, q.c, q.b,
                             A);
     // Y^T [n, m] = X^T B^T + a X^T, which is (a X + B X)^T
-    im.gemm->matmul_batched(false, true, n, m, m, X, n, mn, B, m, mm, Y, n, mn, batch, 1.0f, ns.a,
+    im.gemm->matmul_batched(false, true, n, m, m, X, n, mn, B, m, mm, Y, n, mn, batch, 1.0f, q.a,
                             X);
     std::swap(X, Y);
   }

@@ -64,6 +64,12 @@ struct Choices<MuonLrAdjust> {
       {{MuonLrAdjust::match_rms_adamw, "match_rms_adamw"}, {MuonLrAdjust::original, "original"}}};
 };
 template <>
+struct Choices<MuonNsCoefficients> {
+  static constexpr std::array<Choice<MuonNsCoefficients>, 2> all{
+      {{MuonNsCoefficients::jordan, "jordan"},
+       {MuonNsCoefficients::polar_express, "polar_express"}}};
+};
+template <>
 struct Choices<OnDivergence> {
   static constexpr std::array<Choice<OnDivergence>, 2> all{
       {{OnDivergence::stop, "stop"}, {OnDivergence::rollback, "rollback"}}};

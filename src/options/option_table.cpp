@@ -259,8 +259,18 @@ std::vector<OptionRow> make_table() {
     row("muon-nesterov", &MuonConfig::nesterov,
         "Muon steps along g + momentum (buffer - g) (false: along the buffer)", "false"),
     row("muon-ns-steps", &MuonConfig::ns_steps,
-        "Newton-Schulz steps (the quintic 3.4445, -4.7750, 2.0315 on the update over its "
-        "Frobenius norm)", "6", at_least(1)),
+        "Newton-Schulz steps on the update over its Frobenius norm", "6", at_least(1)),
+    named(row("muon-ns-coefficients", &MuonConfig::ns_coefficients,
+        "Newton-Schulz's quintics: jordan, (3.4445, -4.7750, 2.0315) every step (Keller "
+        "Jordan's Muon); polar_express, one tuned per step (Amsel et al. 2025), closer to "
+        "orthogonal in as many steps",
+        "polar_express",
+        {[](const MuonNsCoefficients& v, const O& o) {
+           return v != MuonNsCoefficients::polar_express ||
+                  o.optimizer.muon.ns_steps >= kPolarExpressSteps;
+         },
+         "needs --muon-ns-steps 5 or more: its table is tuned for 5 steps, and fewer leave the "
+         "update far from orthogonal"}), "TABLE"),
     named(row("muon-lr-adjust", &MuonConfig::lr_adjust,
               "scale of Muon's update for a rows x cols matrix: match_rms_adamw 0.2 "
               "sqrt(max(rows, cols)), AdamW's update RMS, so --lr carries over; original "

@@ -191,7 +191,8 @@ TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
   // Deterministic values by position in the gathered unit.
   auto value = [](int64_t i, int salt) { return float(std::sin(0.37 * double(i) + salt)) * 0.5f; };
   CpuOps ops;
-  const MuonConfig c;
+  MuonConfig c;
+  c.ns_coefficients = MuonNsCoefficients::polar_express;  // the step passes its table on
   MuonStep step(ops, *g.shard, {unit}, {l}, c);
   Tensor master = ops.alloc(DType::f32, l.shard), grad = ops.alloc(DType::f32, l.shard),
          mom = ops.alloc(DType::f32, l.shard);
@@ -218,7 +219,7 @@ TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
     }
     const std::vector<MuonSpan> all{{0, n, muon_lr_scale(c.lr_adjust, rows, cols)}};
     ops.muon_momentum(gr, m, all, c.momentum, c.nesterov, scale);
-    ops.newton_schulz(u, gr, rows, cols, muon_newton_schulz(c.ns_steps));
+    ops.newton_schulz(u, gr, rows, cols, muon_newton_schulz(c.ns_steps, c.ns_coefficients));
     ops.muon_update(w, u, all, lr, wd);
     const Overlap o = shard_overlap(l, p, rank);
     for (int64_t k = 0; k < o.count; ++k) {

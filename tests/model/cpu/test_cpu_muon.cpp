@@ -32,17 +32,18 @@ std::vector<double> newton_schulz_double(const std::vector<float>& x, int rows, 
   std::vector<double> X(size_t(m) * n);
   double sq = 0;
   for (float v : x) sq += double(v) * v;
-  const double norm = std::max(std::sqrt(sq), double(ns.eps));
+  const double norm = std::max(std::sqrt(sq) * ns.norm_scale, double(ns.eps));
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c)
       (tall ? X[size_t(c) * n + r] : X[size_t(r) * n + c]) = x[size_t(r) * cols + c] / norm;
   for (int s = 0; s < ns.steps; ++s) {
+    const NsQuintic& q = ns.quintics[std::min(size_t(s), ns.quintics.size() - 1)];
     const auto A = matmul(X, X, m, n, m, true);
     const auto AA = matmul(A, A, m, m, m, false);
     std::vector<double> B(A.size());
-    for (size_t i = 0; i < A.size(); ++i) B[i] = ns.b * A[i] + ns.c * AA[i];
+    for (size_t i = 0; i < A.size(); ++i) B[i] = q.b * A[i] + q.c * AA[i];
     const auto BX = matmul(B, X, m, m, n, false);
-    for (size_t i = 0; i < X.size(); ++i) X[i] = ns.a * X[i] + BX[i];
+    for (size_t i = 0; i < X.size(); ++i) X[i] = q.a * X[i] + BX[i];
   }
   std::vector<double> out(x.size());
   for (int r = 0; r < rows; ++r)
@@ -71,32 +72,39 @@ Tensor tensor(CpuOps& ops, const std::vector<float>& v) {
 
 TEST(CpuMuon, NewtonSchulzMatchesTheDefinition) {
   CpuOps ops;
-  for (auto [rows, cols] : {std::pair{16, 40}, std::pair{40, 16}, std::pair{24, 24}}) {
-    const auto x = values(rows * cols, 3);
-    Tensor in = tensor(ops, x), out = ops.alloc(DType::f32, rows * cols);
-    const NewtonSchulz ns = muon_newton_schulz(5);
-    ops.newton_schulz(out, in, rows, cols, ns);
-    const auto want = newton_schulz_double(x, rows, cols, ns);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      num += (out.f32()[i] - want[i]) * (out.f32()[i] - want[i]);
-      den += want[i] * want[i];
-    }
-    // fp32 against double: each of the 5 steps multiplies earlier rounding
-    // by up to a = 3.4 (the slope at zero), 3.4^5 ~ 450 times fp32's 6e-8
-    // unit roundoff is ~3e-5 (measured 1.2e-5 to 2.2e-5).
-    EXPECT_LT(std::sqrt(num / den), 1e-4) << rows << " x " << cols;
-    // Nearly orthogonal: the singular values end in about [0.7, 1.2], so each
-    // row of a wide result has a norm near 1.
-    if (rows <= cols) {
-      const auto gram = matmul(want, want, rows, cols, rows, true);
-      for (int i = 0; i < rows; ++i) {
-        EXPECT_GT(gram[size_t(i) * rows + i], 0.4) << "row " << i;
-        EXPECT_LT(gram[size_t(i) * rows + i], 1.6) << "row " << i;
+  for (auto [kind, steps] :
+       {std::pair{MuonNsCoefficients::jordan, 5}, std::pair{MuonNsCoefficients::polar_express, 5},
+        std::pair{MuonNsCoefficients::polar_express, 7}})
+    for (auto [rows, cols] : {std::pair{16, 40}, std::pair{40, 16}, std::pair{24, 24}}) {
+      SCOPED_TRACE(testing::Message() << (kind == MuonNsCoefficients::jordan ? "jordan" : "polar")
+                                      << ", " << steps << " steps");
+      const auto x = values(rows * cols, 3);
+      Tensor in = tensor(ops, x), out = ops.alloc(DType::f32, rows * cols);
+      const NewtonSchulz ns = muon_newton_schulz(steps, kind);
+      ops.newton_schulz(out, in, rows, cols, ns);
+      const auto want = newton_schulz_double(x, rows, cols, ns);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        num += (out.f32()[i] - want[i]) * (out.f32()[i] - want[i]);
+        den += want[i] * want[i];
       }
+      // fp32 against double: each step multiplies earlier rounding by up to its
+      // slope at zero a, 3.4^5 ~ 450 (jordan) or 8.2 x 4.0 x 3.9 x 3.3 x 2.3 ~
+      // 1000 (polar_express) times fp32's 6e-8 unit roundoff, 3e-5 to 6e-5 at
+      // worst (measured on one AVX-512 machine: 6e-7 jordan, 1.1e-6 to 1.4e-6
+      // polar_express; 1.2e-5 to 2.2e-5 for jordan when this test was written).
+      EXPECT_LT(std::sqrt(num / den), 1e-4) << rows << " x " << cols;
+      // Nearly orthogonal: the singular values end near 1, so each row of a
+      // wide result has a norm near 1.
+      if (rows <= cols) {
+        const auto gram = matmul(want, want, rows, cols, rows, true);
+        for (int i = 0; i < rows; ++i) {
+          EXPECT_GT(gram[size_t(i) * rows + i], 0.4) << "row " << i;
+          EXPECT_LT(gram[size_t(i) * rows + i], 1.6) << "row " << i;
+        }
+      }
+      ops.free(in), ops.free(out);
     }
-    ops.free(in), ops.free(out);
-  }
 }
 
 // A batch is each matrix alone: the engine batches a unit's same-shape

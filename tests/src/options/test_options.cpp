@@ -79,14 +79,19 @@ TEST(Options, FlagsFillTheComponentsParts) {
                   "--muon-ns-steps",
                   "6",
                   "--muon-lr-adjust",
-                  "original"});
+                  "original",
+                  "--muon-ns-coefficients",
+                  "polar_express"});
   ASSERT_TRUE(o);
   OptimizerConfig opt;
   opt.kind = OptimizerKind::muon;
   opt.adamw.beta2 = 0.99f, opt.adamw.eps = 1e-6f, opt.adamw.grad_clip = 0;
   opt.adamw.weight_decay = 0;
-  opt.muon = {
-      .momentum = 0.9f, .nesterov = false, .ns_steps = 6, .lr_adjust = MuonLrAdjust::original};
+  opt.muon = {.momentum = 0.9f,
+              .nesterov = false,
+              .ns_steps = 6,
+              .lr_adjust = MuonLrAdjust::original,
+              .ns_coefficients = MuonNsCoefficients::polar_express};
   EXPECT_EQ(o->optimizer, opt);
   EngineOptions engine;
   engine.direct_when_unsharded = false, engine.fp8_gather = false;
@@ -204,6 +209,21 @@ TEST(Options, BadValuesNameTheFlag) {
             std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--reset-optimizer"}).find("needs --resume"),
             std::string::npos);
+  // Polar Express's table is tuned for 5 steps; fewer are refused, more repeat its last.
+  for (const char* steps : {"1", "4"})
+    EXPECT_NE(error_of({"--train-data", "x", "--muon-ns-coefficients", "polar_express",
+                        "--muon-ns-steps", steps})
+                  .find("--muon-ns-coefficients: 'polar_express' is invalid: needs "
+                        "--muon-ns-steps 5 or more"),
+              std::string::npos)
+        << steps;
+  EXPECT_EQ(error_of({"--train-data", "x", "--muon-ns-coefficients", "polar_express"}), "");
+  EXPECT_EQ(error_of({"--train-data", "x", "--muon-ns-coefficients", "polar_express",
+                      "--muon-ns-steps", "7"}),
+            "");
+  EXPECT_EQ(
+      error_of({"--train-data", "x", "--muon-ns-coefficients", "jordan", "--muon-ns-steps", "1"}),
+      "");
   EXPECT_EQ(error_of({"--train-data", "x", "--reset-optimizer", "--resume", "auto",
                       "--checkpoint-dir", "ck"}),
             "");
