@@ -58,6 +58,8 @@ import re
 import sys
 import time
 
+from newton_schulz_tables import NS_TABLES  # shard/muon.h's tables, this folder
+
 
 def missing(what):
     # One line, and exit 2 as argparse does for usage errors (1 means the losses differ).
@@ -203,19 +205,6 @@ class Model(torch.nn.Module):
 
 
 BLOCK_MATRIX = re.compile(r"blocks\.\d+\.(attn\.w[qkvo]|mlp\.w[123])$")
-
-
-# fsdptrain's --muon-ns-coefficients (shard/muon.h): one quintic repeated
-# (Keller Jordan's, torch.optim.Muon's default) or one per step, the last
-# repeated past the list, and the margin the norm is multiplied by.
-NS_TABLES = {
-    "jordan": ([(3.4445, -4.7750, 2.0315)], 1.0),
-    "polar_express": ([(8.156554524902461, -22.48329292557795, 15.878769915207462),
-                       (4.042929935166739, -2.808917465908714, 0.5000178451051316),
-                       (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
-                       (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
-                       (2.3465413258596377, -1.7097828382687081, 0.42323551169305323)], 1.01),
-}
 
 
 def newton_schulz_fp32(g, quintics, steps, eps, margin=1.0):

@@ -17,16 +17,13 @@ is) and polar_express (a quintic per step, the norm with a 1% margin).
 
     python3 bench/optim/newton_schulz_bf16_error.py   (needs torch)
 """
+import os
+import sys
+
 import torch
 
-TABLES = {
-    "jordan": ([(3.4445, -4.7750, 2.0315)], 1.0),
-    "polar_express": ([(8.156554524902461, -22.48329292557795, 15.878769915207462),
-                       (4.042929935166739, -2.808917465908714, 0.5000178451051316),
-                       (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
-                       (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
-                       (2.3465413258596377, -1.7097828382687081, 0.42323551169305323)], 1.01),
-}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from newton_schulz_tables import NS_TABLES as TABLES  # noqa: E402  (shard/muon.h's tables)
 
 
 def newton_schulz(g, dtype, steps, table, b_factor=1.0):
