@@ -14,7 +14,9 @@
 //                optimizer ("adamw" or "muon"; new in version 2, whose
 //                files a version-1 build refuses: under muon the block
 //                matrices' optim/exp_avg holds Muon's momentum and their
-//                exp_avg_sq is zero, which AdamW must not read as moments),
+//                exp_avg_sq is zero, which AdamW must not read as moments;
+//                under --muon-normuon, each matrix's first `rows` elements
+//                of exp_avg_sq hold NorMuon's row moments, shard/muon.h),
 //                and only in a --time-budget run's files: time_budget_steps
 //                (the count it fixed, 0 before it did) and time_budget_used_s
 //                (f32). Optional, so no new version: a build without them

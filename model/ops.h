@@ -118,7 +118,8 @@ struct OpsCapabilities {
   // FP8 GEMMs run on FP8 tensor cores; false where they are emulated on
   // dequantized values (the CPU reference).
   bool native_fp8 = false;
-  // The Muon optimizer's ops (muon_momentum, newton_schulz, muon_update).
+  // The Muon optimizer's ops (muon_momentum, newton_schulz, muon_update,
+  // row_mean_squares, normuon_scale).
   bool muon = false;
   // Dense bf16 peak FLOP/s of one device, the denominator of MFU; 0 where
   // MFU means nothing (the CPU).
@@ -339,6 +340,19 @@ class Ops {
   void newton_schulz(Tensor out, Tensor x, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
     newton_schulz(std::vector<Tensor>{out}, std::vector<Tensor>{x}, rows, cols, ns);
   }
+  // NorMuon's two ops (shard/muon.h runs them). out[r] = the mean over the
+  // row of x[r, :]^2, x [rows, cols] f32 (the owner's orthogonalised update).
+  void row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols);
+  // Scales a slice of a [rows, cols] update by row: x holds its `count`
+  // elements from element `first` (row-major). stats (f32, 2 rows): on entry
+  // the rows' mean squares m, then their second moment v; every rank passes
+  // the same stats and computes the same result. v = v + (1 - beta2) (m - v)
+  // (torch.lerp's rounding), s_r = 1 / (sqrt(v_r) + eps), each row's factor
+  // f_r = s_r sqrt(sum m / sum m s^2) (the update keeps its Frobenius norm;
+  // 0 when the update is 0); x[r, c] *= f_r. On return stats holds f, then
+  // the new v.
+  void normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                     int64_t cols, float beta2, float eps);
   // Over `spans`: param = param (1 - lr weight_decay) - lr span.lr_scale update
   // (decoupled weight decay on the unscaled rate, as torch.optim.Muon).
   void muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
@@ -460,6 +474,9 @@ class Ops {
                                 int64_t rows, int64_t cols, const NewtonSchulz& ns);
   virtual void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans,
                               float lr, float weight_decay);
+  virtual void do_row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols);
+  virtual void do_normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                                int64_t cols, float beta2, float eps);
   virtual void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) = 0;
   virtual void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows,
                                  int cols, Fp8 format) = 0;

@@ -1,6 +1,9 @@
-// Ops' front door for the Muon optimizer's three ops (shard/muon.h runs them):
-// the momentum and the update are elementwise over a shard's spans, the
-// Newton-Schulz iteration is a few GEMMs on one whole matrix.
+// Ops' front door for the Muon optimizer's ops (shard/muon.h runs them): the
+// momentum and the update are elementwise over a shard's spans, the
+// Newton-Schulz iteration is a few GEMMs on one whole matrix, and NorMuon's
+// row statistics and scaling are a row reduction and an elementwise pass.
+#include <algorithm>
+
 #include "model/op_checks.h"
 
 namespace fsdp {
@@ -85,6 +88,35 @@ void Ops::muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& 
   do_muon_update(param, update, spans, lr, weight_decay);
 }
 
+void Ops::row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols) {
+  FSDP_CHECK(rows > 0 && cols > 0, "row_mean_squares of a ", rows, " x ", cols, " matrix");
+  f32(out, rows, "row_mean_squares out");
+  f32(x, rows * cols, "row_mean_squares x");
+  FSDP_CHECK(!overlap(out, x, std::min(rows, rows * cols)), "row_mean_squares: out overlaps x");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("row_mean_squares", {rows, cols}), 2.0 * double(rows * cols),
+                  4.0 * double(rows * cols + rows)};
+  });
+  do_row_mean_squares(out, x, rows, cols);
+}
+
+void Ops::normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                        int64_t cols, float beta2, float eps) {
+  FSDP_CHECK(rows > 0 && cols > 0, "normuon_scale of a ", rows, " x ", cols, " matrix");
+  FSDP_CHECK(first >= 0 && count >= 0 && first + count <= rows * cols, "normuon_scale: elements ",
+             first, " + ", count, " of a ", rows, " x ", cols, " matrix");
+  FSDP_CHECK(beta2 >= 0 && beta2 < 1 && eps > 0, "normuon_scale: beta2 ", beta2, ", eps ", eps);
+  f32(x, count, "normuon_scale x");
+  f32(stats, 2 * rows, "normuon_scale stats");
+  FSDP_CHECK(count == 0 || !overlap(x, stats, std::min(count, 2 * rows)),
+             "normuon_scale: x overlaps stats");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("normuon_scale", {rows, cols, count}), double(count) + 8.0 * double(rows),
+                  8.0 * double(count) + 16.0 * double(rows)};
+  });
+  do_normuon_scale(x, first, count, stats, rows, cols, beta2, eps);
+}
+
 // A backend that does not declare capabilities().muon keeps these.
 void Ops::do_muon_momentum(Tensor, Tensor, const std::vector<MuonSpan>&, float, bool, float) {
   throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
@@ -94,6 +126,12 @@ void Ops::do_newton_schulz(const std::vector<Tensor>&, const std::vector<Tensor>
   throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
 }
 void Ops::do_muon_update(Tensor, Tensor, const std::vector<MuonSpan>&, float, float) {
+  throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
+}
+void Ops::do_row_mean_squares(Tensor, Tensor, int64_t, int64_t) {
+  throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
+}
+void Ops::do_normuon_scale(Tensor, int64_t, int64_t, Tensor, int64_t, int64_t, float, float) {
   throw_error("the ", name(), " backend has no Muon optimizer yet (--optimizer muon)");
 }
 

@@ -549,7 +549,8 @@ void FsdpEngine::apply_update(const OptimizerConfig& oc, float lr, const Gradien
     // Muon's matrices first: their gradients become its updates, which
     // AdamW's pass below leaves alone and then clears with the rest.
     if (muon)
-      muon_->update_unit(ui, u.layout, u.master, u.grad, u.exp_avg, lr, c.weight_decay, scale);
+      muon_->update_unit(ui, u.layout, u.master, u.grad, u.exp_avg, u.exp_avg_sq, lr,
+                         c.weight_decay, scale);
     spans.clear();
     for (int p = 0; p < int(specs[ui].params.size()); ++p) {
       if (muon && muon_->is_muon(ui, p)) continue;

@@ -77,7 +77,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const PlanSettings& s) {
     m.grad_buffers += trains * slots[u] * rs * (n + n / shard_size);
   }
   if (s.optimizer == OptimizerKind::muon && trains)
-    m.optimizer_buffers = 4 * muon_buffer_elems(units, layouts, shard_size);
+    m.optimizer_buffers = 4 * muon_buffer_elems(units, layouts, shard_size, s.normuon);
   // Activations are at most linear in the tokens of a micro-batch (the
   // logits hold one head chunk); an absurd --batch-size x --seq-len
   // saturates instead of overflowing, so the memory check still refuses it

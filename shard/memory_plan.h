@@ -55,6 +55,7 @@ struct PlanSettings {
   // initialiser leave it out without GCC's -Wmissing-field-initializers.
   EngineOptions engine = {};
   OptimizerKind optimizer = OptimizerKind::adamw;
+  bool normuon = false;  // under muon, NorMuon's row statistics (MuonConfig::normuon)
   // forward_only (--eval-only): the weights, their send copies and gather
   // buffers, and a forward's activations; no gradients, moments or their
   // buffers (FsdpEngine holds none for such a model).

@@ -86,12 +86,26 @@ int64_t largest_muon_unit(const std::vector<UnitSpec>& units,
       largest = std::max(largest, layouts[u].padded);
   return largest;
 }
+
+// NorMuon's statistics of one unit: two floats per row of its Muon matrices.
+int64_t row_stats_elems(const UnitSpec& unit) {
+  int64_t n = 0;
+  for (const ParamSpec& p : unit.params)
+    if (takes_muon(p)) n += 2 * p.shape[0];
+  return n;
+}
+int64_t largest_row_stats(const std::vector<UnitSpec>& units) {
+  int64_t largest = 0;
+  for (const UnitSpec& u : units) largest = std::max(largest, row_stats_elems(u));
+  return largest;
+}
 }  // namespace
 
 int64_t muon_buffer_elems(const std::vector<UnitSpec>& units,
-                          const std::vector<UnitLayout>& layouts, int shard_ranks) {
+                          const std::vector<UnitLayout>& layouts, int shard_ranks, bool normuon) {
   // One rank orthogonalises straight from its shard: only the results' buffer.
-  return (shard_ranks > 1 ? 2 : 1) * largest_muon_unit(units, layouts);
+  return (shard_ranks > 1 ? 2 : 1) * largest_muon_unit(units, layouts) +
+         (normuon ? largest_row_stats(units) : 0);
 }
 
 MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& units,
@@ -105,15 +119,17 @@ MuonStep::MuonStep(Ops& ops, Communicator& shard, const std::vector<UnitSpec>& u
   if (largest == 0) return;  // no Muon matrix: nothing to exchange
   out_ = ops_.alloc(DType::f32, largest);
   if (shard.size() > 1) full_ = ops_.alloc(DType::f32, largest);
+  if (c.normuon) stats_ = ops_.alloc(DType::f32, largest_row_stats(units));
 }
 
 MuonStep::~MuonStep() {
   if (out_.data) ops_.free(out_);
   if (full_.data) ops_.free(full_);
+  if (stats_.data) ops_.free(stats_);
 }
 
 int64_t MuonStep::buffer_bytes() const {
-  return int64_t(out_.bytes() + full_.bytes());
+  return int64_t(out_.bytes() + full_.bytes() + stats_.bytes());
 }
 
 bool MuonStep::is_muon(int unit, int param) const {
@@ -142,8 +158,65 @@ void MuonStep::orthogonalise(const std::vector<MuonMatrix>& mats, Tensor src, At
   }
 }
 
+namespace {
+// Where matrix m's elements [0, rows) (its NorMuon moments) meet rank's shard:
+// the first of them there, how many, and where in the shard they start.
+struct MomentSlice {
+  int64_t first = 0, count = 0, local = 0;
+};
+int64_t row_stats_elems(const std::vector<MuonMatrix>& mats) {
+  int64_t n = 0;
+  for (const MuonMatrix& m : mats) n += 2 * m.rows;
+  return n;
+}
+MomentSlice moment_slice(const UnitLayout& l, const MuonMatrix& m, int rank) {
+  const Overlap o = shard_overlap(l, m.param, rank);
+  const int64_t first = o.begin - l.offsets[size_t(m.param)];  // of the matrix's elements
+  const int64_t end = std::min(first + o.count, m.rows);
+  if (o.count == 0 || end <= first) return {};
+  return {first, end - first, o.local};
+}
+}  // namespace
+
+template <typename At>
+void MuonStep::gather_row_stats(const std::vector<MuonMatrix>& mats, const UnitLayout& l,
+                                Tensor row_moments, At at) {
+  const int rank = shard_.rank();
+  int64_t base = 0;
+  ops_.zero(stats_.slice(0, row_stats_elems(mats)));
+  for (const MuonMatrix& m : mats) {
+    if (m.owner == rank)
+      ops_.row_mean_squares(stats_.slice(base, m.rows), out_.slice(at(m), m.rows * m.cols), m.rows,
+                            m.cols);
+    const MomentSlice v = moment_slice(l, m, rank);
+    if (v.count > 0)
+      ops_.copy(stats_.slice(base + m.rows + v.first, v.count),
+                row_moments.slice(v.local, v.count));
+    base += 2 * m.rows;
+  }
+}
+
+void MuonStep::scale_rows(const std::vector<MuonMatrix>& mats, const UnitLayout& l, Tensor update,
+                          Tensor row_moments) {
+  const int rank = shard_.rank();
+  int64_t base = 0;
+  for (const MuonMatrix& m : mats) {
+    const Overlap o = shard_overlap(l, m.param, rank);
+    if (o.count > 0) {
+      const Tensor stats = stats_.slice(base, 2 * m.rows);
+      ops_.normuon_scale(update.slice(o.local, o.count), o.begin - l.offsets[size_t(m.param)],
+                         o.count, stats, m.rows, m.cols, c_.normuon_beta2, kNorMuonEps);
+      const MomentSlice v = moment_slice(l, m, rank);
+      if (v.count > 0)
+        ops_.copy(row_moments.slice(v.local, v.count), stats.slice(m.rows + v.first, v.count));
+    }
+    base += 2 * m.rows;
+  }
+}
+
 void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor grad,
-                           Tensor momentum, float lr, float weight_decay, float grad_scale) {
+                           Tensor momentum, Tensor row_moments, float lr, float weight_decay,
+                           float grad_scale) {
   const std::vector<MuonMatrix>& mats = by_unit_.at(size_t(unit));
   if (mats.empty()) return;
   const int rank = shard_.rank();
@@ -159,9 +232,13 @@ void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor 
   Tensor update;
   if (shard_.size() == 1) {
     // The shard is the whole unit: orthogonalise in place of the gather.
-    orthogonalise(mats, grad,
-                  [&](const MuonMatrix& m) { return shard_overlap(l, m.param, 0).local; });
+    const auto at = [&](const MuonMatrix& m) { return shard_overlap(l, m.param, 0).local; };
+    orthogonalise(mats, grad, at);
     update = out_.slice(0, master.numel);
+    if (c_.normuon) {
+      gather_row_stats(mats, l, row_moments, at);
+      scale_rows(mats, l, update, row_moments);
+    }
   } else {
     shard_.wait_stream(ops_.stream());  // the directions were just computed there
     std::vector<WorkHandle> parts;
@@ -174,7 +251,9 @@ void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor 
     std::vector<MuonMatrix> mine;
     for (const MuonMatrix& m : mats)
       if (m.owner == rank) mine.push_back(m);
-    orthogonalise(mine, full_, [&](const MuonMatrix& m) { return l.offsets[size_t(m.param)]; });
+    const auto at = [&](const MuonMatrix& m) { return l.offsets[size_t(m.param)]; };
+    orthogonalise(mine, full_, at);
+    if (c_.normuon) gather_row_stats(mats, l, row_moments, at);
     // Every rank's slice of the owners' results: a sum with zeros, which is
     // exact. The gathered directions are spent, so full_ takes the slices.
     shard_.wait_stream(ops_.stream());
@@ -183,8 +262,12 @@ void MuonStep::update_unit(int unit, const UnitLayout& l, Tensor master, Tensor 
       parts.push_back(shard_.reduce_scatter(out_.slice(g.begin, g.padded).data,
                                             full_.slice(g.local, g.shard).data, size_t(g.shard),
                                             DType::f32, ReduceOp::sum));
+    if (c_.normuon)
+      parts.push_back(
+          shard_.all_reduce(stats_.data, size_t(row_stats_elems(mats)), DType::f32, ReduceOp::sum));
     join_work(std::move(parts))->wait();
     update = full_.slice(0, master.numel);
+    if (c_.normuon) scale_rows(mats, l, update, row_moments);
   }
   ops_.muon_update(master, update, spans, lr, weight_decay);
 }

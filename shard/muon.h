@@ -10,6 +10,16 @@
 // reduce-scatter of the unit's shard, and two f32 buffers of the largest
 // unit holding a Muon matrix (counted by the memory plan). Hybrid sharding:
 // every replica group does the same on the same all-reduced gradients.
+//
+// NorMuon (MuonConfig::normuon) needs each whole row's mean square, which
+// only the owner sees, and keeps a second moment per row: the first `rows`
+// elements of the matrix's optim/exp_avg_sq, which AdamW leaves alone there,
+// so checkpoints, resharding and resets carry it as they carry the rest.
+// Per unit the owners' row mean squares and the ranks' slices of the old
+// moments meet in one small f32 all-reduce (each entry from one rank, zeros
+// from the others: exact); every rank then computes the same factors and
+// new moments, scales its slice of the update and keeps its slice of the
+// moments. Bitwise, still, what one rank computes.
 #pragma once
 
 #include <cstdint>
@@ -89,9 +99,14 @@ struct MuonCost {
 MuonCost muon_cost(const std::vector<UnitSpec>& units, int shard_ranks, const MuonConfig& c);
 
 // The f32 elements of the two buffers (per rank): each the largest unit
-// holding a Muon matrix.
+// holding a Muon matrix; with NorMuon, and two floats per row of the unit
+// with the most Muon rows.
 int64_t muon_buffer_elems(const std::vector<UnitSpec>& units,
-                          const std::vector<UnitLayout>& layouts, int shard_ranks);
+                          const std::vector<UnitLayout>& layouts, int shard_ranks,
+                          bool normuon = false);
+
+// NorMuon's epsilon, under the root of each row's second moment.
+inline constexpr float kNorMuonEps = 1e-8f;
 
 class MuonStep {
  public:
@@ -105,9 +120,11 @@ class MuonStep {
   // (momentum: its buffer; grad scaled by grad_scale, then replaced by the
   // direction and, after the exchange, by the orthogonalised update), then
   // master = master (1 - lr wd) - lr scale U. Elements of other parameters
-  // are left to AdamW. Collective over the shard group.
+  // are left to AdamW. row_moments: the unit's optim/exp_avg_sq shard, which
+  // NorMuon keeps its state in (untouched without it). Collective over the
+  // shard group.
   void update_unit(int unit, const UnitLayout& layout, Tensor master, Tensor grad, Tensor momentum,
-                   float lr, float weight_decay, float grad_scale);
+                   Tensor row_moments, float lr, float weight_decay, float grad_scale);
   // Whether parameter p of unit u is a Muon matrix.
   bool is_muon(int unit, int param) const;
   int64_t buffer_bytes() const;
@@ -115,12 +132,22 @@ class MuonStep {
  private:
   template <typename At>
   void orthogonalise(const std::vector<MuonMatrix>& mats, Tensor src, At at);
+  // NorMuon's two halves around the exchange of the results: the row mean
+  // squares of the matrices this rank owns (results in out_ at `at`) and its
+  // slices of the old moments into stats_; then, with stats_ summed over the
+  // group, this rank's slice of each update scaled and its moments kept.
+  template <typename At>
+  void gather_row_stats(const std::vector<MuonMatrix>& mats, const UnitLayout& l,
+                        Tensor row_moments, At at);
+  void scale_rows(const std::vector<MuonMatrix>& mats, const UnitLayout& l, Tensor update,
+                  Tensor row_moments);
 
   Ops& ops_;
   Communicator& shard_;
   MuonConfig c_;
   std::vector<std::vector<MuonMatrix>> by_unit_;
   Tensor full_, out_;  // f32: the gathered directions, the owners' results
+  Tensor stats_;       // f32, NorMuon: per matrix of a unit, rows' mean squares then moments
 };
 
 }  // namespace fsdp

@@ -45,6 +45,14 @@ struct MuonConfig {
   int ns_steps = 5;
   MuonLrAdjust lr_adjust = MuonLrAdjust::match_rms_adamw;
   MuonNsCoefficients ns_coefficients = MuonNsCoefficients::jordan;
+  // NorMuon (Li, Liu, Wang et al. 2025, arXiv:2510.05491): each row (output
+  // neuron) of the orthogonalised update divided by the root of its own
+  // running mean square, v = beta2 v + (1 - beta2) mean(U_row^2), then the
+  // whole matrix rescaled to U's Frobenius norm, so lr_adjust's meaning is
+  // kept (shard/muon.h). Orthogonalisation leaves rows of unequal size;
+  // this evens out how far each neuron moves.
+  bool normuon = false;
+  float normuon_beta2 = 0.95f;
 
   bool operator==(const MuonConfig&) const = default;
 };

@@ -97,7 +97,8 @@ void print_json(const Options& o, int world) {
                                        .recompute = o.compute.recompute,
                                        .fp8 = o.compute.fp8(),
                                        .engine = o.engine,
-                                       .optimizer = o.optimizer.kind});
+                                       .optimizer = o.optimizer.kind,
+                                       .normuon = o.optimizer.muon.normuon});
   // Units come as embedding, n_layer blocks of one layout, head (model_units).
   const std::vector<UnitSpec> units = model_units(m);
   std::printf(

@@ -50,6 +50,8 @@ What it mirrors, and where (keep in step with the C++):
   --muon-ns-coefficients polar_express (one quintic per step, which
   torch.optim.Muon cannot take) in any dtype; momentum, Nesterov, the
   learning-rate adjustment, weight decay and the update stay torch's own.
+  Under --muon-normuon, NorMuon's row scaling (normuon_rows below) follows
+  that function, from the row moments fsdptrain keeps in optim/exp_avg_sq.
 """
 import argparse
 import json
@@ -224,6 +226,19 @@ def newton_schulz_fp32(g, quintics, steps, eps, margin=1.0):
     return x.t() if tall else x
 
 
+def normuon_rows(u, v, beta2, eps=1e-8):
+    """NorMuon on an orthogonalised update u [rows, cols] (written here from
+    its definition, Li et al. 2025, as shard/muon.h keeps the norm): each row's
+    second moment v <- v + (1 - beta2)(mean of the row's u^2 - v), the row over
+    sqrt(v) + eps, then the whole rescaled to u's Frobenius norm."""
+    m = (u.double() ** 2).mean(dim=1)
+    v.lerp_(m.to(v.dtype), 1 - beta2)
+    s = 1 / (v.double().sqrt() + eps)
+    hat = (m * s * s).sum()
+    keep = torch.sqrt(m.sum() / hat) if hat != 0 else torch.zeros((), dtype=torch.float64)
+    return (u.double() * (s * keep)[:, None]).to(u.dtype)
+
+
 def read_checkpoint(path):
     with h5py.File(path, "r") as f:
         m = f["model"]
@@ -339,6 +354,22 @@ def main():
                                     nesterov=opts["muon-nesterov"] == "true",
                                     ns_steps=int(opts["muon-ns-steps"]), adjust_lr_fn=opts["muon-lr-adjust"])
         opts_all.append(opt_muon)
+        if opts.get("muon-normuon", "false") == "true":
+            # torch.optim.Muon visits its parameters in one order every step;
+            # NorMuon follows each orthogonalisation there, with the row
+            # moments fsdptrain keeps in the first `rows` elements of each
+            # matrix's optim/exp_avg_sq.
+            import torch.optim._muon as muon_module
+            orthogonalise = muon_module._zeropower_via_newtonschulz
+            names = [n.replace("__", ".") for n, p in model.p.items() if is_muon(n)]
+            moments = [torch.from_numpy(avg_sq[n].reshape(-1)[:avg_sq[n].shape[0]].copy()).to(dev) for n in names]
+            beta2, calls = float(opts["muon-normuon-beta2"]), [0]
+
+            def orthogonalise_normuon(g, coefficients, steps, eps):
+                i = calls[0] % len(moments)
+                calls[0] += 1
+                return normuon_rows(orthogonalise(g, coefficients, steps, eps), moments[i], beta2)
+            muon_module._zeropower_via_newtonschulz = orthogonalise_normuon
     for n, p in model.p.items():  # continue with fsdptrain's moments and step count
         name = n.replace("__", ".")
         if is_muon(n):  # fsdptrain keeps Muon's momentum where AdamW's first moment would be

@@ -303,6 +303,11 @@ chk_m4() {  # owners on two ranks exchange whole matrices through the staged com
     { note "mpirun -np 2 failed: $(grep -m1 'error' "$LOGS/$CHECK_ID.log" | head -c 150)"; return 1; }
   cmpm "$RUNS/m_np2.jsonl" "$RUNS/m_np1.jsonl" --tolerance 2e-2 --min-common 20
 }
+chk_m5() {  # NorMuon: the row statistics and scaling on the device against the CPU reference
+  tiny20 "$DEV" "$RUNS/nm_gpu.jsonl" $MUON --muon-normuon true $(dbg "$DEV") || return 1
+  tiny20 cpu "$RUNS/nm_cpu.jsonl" $MUON --muon-normuon true || return 1
+  cmpm "$RUNS/nm_gpu.jsonl" "$RUNS/nm_cpu.jsonl" --tolerance 2e-2 --min-common 20
+}
 
 # g: speed. fsdptrain and PyTorch (eager, torch.compile) on the same shapes;
 #    each measurement is one RESULT line in results.txt
@@ -519,6 +524,7 @@ CHECKS=(
   "m2|6|60|chk_m2|the same on the CPU (fp32 Newton-Schulz); GPU vs CPU within 2%"
   "m3|10|90|chk_m3|Muon: GPU save -> GPU resume == 20 straight, bitwise (--debug)"
   "m4|20|120|chk_m4|Muon on mpirun -np 2 $STAGED, batch 4: vs 1 rank (2%)"
+  "m5|12|90|chk_m5|--muon-normuon: tiny 20 steps on the GPU (--debug) and on the CPU; within 2%"
   "t1|75|150|chk_t1|--time-budget $T_BUDGET --steps 0: the budget sets the count; ends inside it, near the plan"
   "t2|40|120|chk_t2|--eval-seq-len $T_HALF during training == --eval-only of its checkpoint at that context (1e-3)"
   "t3|90|300|chk_t3|--async-checkpoint: step 20 written in the background == ordinary saves' (bitwise, --debug); host copy cost"

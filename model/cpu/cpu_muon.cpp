@@ -84,4 +84,33 @@ void CpuOps::do_muon_update(Tensor param, Tensor update, const std::vector<MuonS
   }
 }
 
+void CpuOps::do_row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols) {
+  const float* in = x.f32();
+  float* o = out.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < cols; ++c) sq += double(in[r * cols + c]) * in[r * cols + c];
+    o[r] = float(sq / double(cols));
+  }
+}
+
+void CpuOps::do_normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                              int64_t cols, float beta2, float eps) {
+  float* m = stats.f32();
+  float* v = m + rows;
+  std::vector<float> s(static_cast<size_t>(rows));
+  double sum_m = 0, sum_ms2 = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    v[r] = lerp(v[r], m[r], 1.0f - beta2);
+    s[size_t(r)] = 1.0f / (std::sqrt(v[r]) + eps);
+    sum_m += m[r];
+    sum_ms2 += double(m[r]) * s[size_t(r)] * s[size_t(r)];
+  }
+  // sum m s^2 is 0 only when the update is: leave it 0 (a NaN stays NaN).
+  const float keep = sum_ms2 == 0 ? 0.0f : float(std::sqrt(sum_m / sum_ms2));
+  for (int64_t r = 0; r < rows; ++r) m[r] = s[size_t(r)] * keep;
+  float* p = x.f32();
+  for (int64_t i = 0; i < count; ++i) p[i] *= m[(first + i) / cols];
+}
+
 }  // namespace fsdp

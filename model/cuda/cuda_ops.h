@@ -134,6 +134,9 @@ class CudaOps final : public Ops {
                         int64_t rows, int64_t cols, const NewtonSchulz& ns) override;
   void do_muon_update(Tensor param, Tensor update, const std::vector<MuonSpan>& spans, float lr,
                       float weight_decay) override;
+  void do_row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols) override;
+  void do_normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                        int64_t cols, float beta2, float eps) override;
   void do_quantize_fp8(Tensor q, Tensor scale_inv, Tensor src, Fp8 format) override;
   void do_quantize_fp8_t(Tensor q, Tensor qt, Tensor scale_inv, Tensor src, int rows, int cols,
                          Fp8 format) override;

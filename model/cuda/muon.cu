@@ -1,7 +1,8 @@
-// Muon's ops (Ops::muon_momentum, newton_schulz, muon_update) and their
-// kernels: the momentum and the update, one launch each over a unit's spans,
-// and the two casts around the bf16 Newton-Schulz iteration, whose GEMMs run
-// through cuBLASLt. The formulas are the CPU reference's
+// Muon's ops (Ops::muon_momentum, newton_schulz, muon_update, and NorMuon's
+// row_mean_squares and normuon_scale) and their kernels: the momentum and the
+// update, one launch each over a unit's spans, the two casts around the bf16
+// Newton-Schulz iteration, whose GEMMs run through cuBLASLt, and NorMuon's
+// row reduction, per-row factors and scaling. The formulas are the CPU reference's
 // (model/cpu/cpu_muon.cpp), term for term.
 //
 // Newton-Schulz runs in bf16 with fp32 accumulation, as Keller Jordan's Muon
@@ -94,6 +95,45 @@ __global__ void ns_store_kernel(float* out, const bf16* X, int rows, int cols) {
   }
 }
 
+// NorMuon. out[r] = mean of x[r, :]^2: a block per row, the sum in double
+// (as the CPU reference), so its order is fixed by the launch shape.
+__global__ void row_mean_squares_kernel(float* out, const float* x, int64_t cols) {
+  __shared__ double warp_sums[32];
+  const float* row = x + int64_t(blockIdx.x) * cols;
+  double sq = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sq += double(row[c]) * row[c];
+  sq = block_sum(sq, warp_sums);
+  if (threadIdx.x == 0) out[blockIdx.x] = float(sq / double(cols));
+}
+
+// One block over the rows of a matrix (a few thousand): v = lerp(v, m,
+// 1 - beta2), s = 1 / (sqrt(v) + eps), and in place of m the rows' factors
+// s sqrt(sum m / sum m s^2): 0 for an update of 0, NaN stays NaN.
+__global__ void normuon_factors_kernel(float* m, float* v, int64_t rows, float beta2, float eps) {
+  __shared__ double warp_sums[32];
+  double sum_m = 0, sum_ms2 = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float vr = lerp(v[r], m[r], 1.0f - beta2);
+    const float sr = 1.0f / (sqrtf(vr) + eps);
+    v[r] = vr;
+    sum_m += m[r];
+    sum_ms2 += double(m[r]) * sr * sr;
+  }
+  sum_m = block_sum(sum_m, warp_sums);
+  sum_ms2 = block_sum(sum_ms2, warp_sums);
+  const float keep = sum_ms2 == 0 ? 0.0f : float(sqrt(sum_m / sum_ms2));
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)  // the rows this thread wrote
+    m[r] = (1.0f / (sqrtf(v[r]) + eps)) * keep;
+}
+
+// x[i] *= factor[(first + i) / cols] over a rank's slice of the update.
+__global__ void scale_rows_kernel(float* x, const float* factor, int64_t first, int64_t count,
+                                  int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= factor[(first + i) / cols];
+}
+
 // Blocks along x: enough for the largest span to fill the GPU about as one
 // grid-stride launch over all the spans would.
 dim3 span_grid(const MuonSpans& spans) {
@@ -133,6 +173,21 @@ void ns_store(float* out, const bf16* X, int rows, int cols, cudaStream_t stream
   const int64_t n = int64_t(rows) * cols;
   ns_store_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(out, X, rows, cols);
   FSDP_LAUNCH_CHECK("ns_store_kernel");
+}
+
+void row_mean_squares(float* out, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
+  row_mean_squares_kernel<<<unsigned(rows), kThreads, 0, stream>>>(out, x, cols);
+  FSDP_LAUNCH_CHECK("row_mean_squares_kernel");
+}
+
+void normuon_scale(float* x, int64_t first, int64_t count, float* stats, int64_t rows, int64_t cols,
+                   float beta2, float eps, cudaStream_t stream) {
+  normuon_factors_kernel<<<1, 1024, 0, stream>>>(stats, stats + rows, rows, beta2, eps);
+  FSDP_LAUNCH_CHECK("normuon_factors_kernel");
+  if (count == 0) return;
+  scale_rows_kernel<<<grid_stride_blocks(count, kThreads), kThreads, 0, stream>>>(x, stats, first,
+                                                                                  count, cols);
+  FSDP_LAUNCH_CHECK("scale_rows_kernel");
 }
 
 }  // namespace
@@ -224,6 +279,17 @@ void CudaOps::do_newton_schulz(const std::vector<Tensor>& outs, const std::vecto
   for (int i = 0; i < batch; ++i)
     cuda::ns_store(outs[size_t(i)].f32(), X + i * mn, r, c, im.stream);
   after("newton_schulz");
+}
+
+void CudaOps::do_row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols) {
+  cuda::row_mean_squares(f32(out), f32(x), rows, cols, impl_->stream);
+  after("row_mean_squares");
+}
+
+void CudaOps::do_normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, int64_t rows,
+                               int64_t cols, float beta2, float eps) {
+  cuda::normuon_scale(f32(x), first, count, f32(stats), rows, cols, beta2, eps, impl_->stream);
+  after("normuon_scale");
 }
 
 }  // namespace fsdp

@@ -271,6 +271,12 @@ std::vector<OptionRow> make_table() {
          },
          "needs --muon-ns-steps 5 or more: its table is tuned for 5 steps, and fewer leave the "
          "update far from orthogonal"}), "TABLE"),
+    row("muon-normuon", &MuonConfig::normuon,
+        "NorMuon (Li et al. 2025): each output row of Muon's orthogonalised update divided by "
+        "the root of its running mean square, then the update rescaled to its Frobenius norm "
+        "(the state lies in optim/exp_avg_sq)", "true"),
+    row("muon-normuon-beta2", &MuonConfig::normuon_beta2,
+        "with --muon-normuon: the decay of each row's running mean square", "0.9", fraction()),
     named(row("muon-lr-adjust", &MuonConfig::lr_adjust,
               "scale of Muon's update for a rows x cols matrix: match_rms_adamw 0.2 "
               "sqrt(max(rows, cols)), AdamW's update RMS, so --lr carries over; original "

@@ -186,6 +186,7 @@ MemoryPlan Trainer::memory_plan(int batch) const {
                                 .fp8 = o_.compute.fp8(),
                                 .engine = o_.engine,
                                 .optimizer = o_.optimizer.kind,
+                                .normuon = o_.optimizer.muon.normuon,
                                 .use = model_use()});
 }
 

@@ -232,6 +232,15 @@ TEST(Checkpoint, ResumedMuonTrainingIsBitwiseIdentical) {
   expect_resume_is_bitwise(muon, 1e-2f);
 }
 
+// NorMuon's row moments live in optim/exp_avg_sq (shard/muon.h): a resumed
+// NorMuon run continues exactly too (moments restarted from zero would not).
+TEST(Checkpoint, ResumedNorMuonTrainingIsBitwiseIdentical) {
+  OptimizerConfig normuon = EngineRun::adam();
+  normuon.kind = OptimizerKind::muon;
+  normuon.muon.normuon = true;
+  expect_resume_is_bitwise(normuon, 1e-2f);
+}
+
 // Tiny per-call limits force every dataset through several collective calls
 // (the path a >2 GiB shard takes); HDF5 must still do each collectively.
 TEST(Checkpoint, SplitCallsStayCollectiveAndExact) {

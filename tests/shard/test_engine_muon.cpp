@@ -111,6 +111,35 @@ TEST(MuonEquivalence, DataParallelInPlaceEqualsOneRank) {
   expect_matches(run, *g.shard, *ref, *self, "data parallel (shard groups of 1, in place)");
 }
 
+// NorMuon: sharded as on one rank, not Muon's run, and its moments where
+// shard/muon.h keeps them (each Muon matrix's first `rows` elements of
+// optim/exp_avg_sq, the rest zero).
+TEST(MuonEquivalence, NorMuonShardedEqualsOneRank) {
+  ProcessGroups g = make_process_groups(Backend::mpi, 0);
+  auto self = make_communicator(Backend::mpi, MPI_COMM_SELF);
+  OptimizerConfig opt = muon();
+  opt.muon.normuon = true;
+  auto ref = reference(*self, world_size(), false, opt);
+  EngineRun run(testing::engine_test_config(), *g.shard, g.replicate.get(), g.world->rank(),
+                g.world->size(), kB, kT, kAccum);
+  run.optimizer = opt;
+  for (int s = 0; s < kSteps; ++s) run.step(s, *g.world, kLr);
+  expect_matches(run, *g.shard, *ref, *self, "NorMuon, FSDP");
+
+  auto plain = reference(*self, world_size());
+  EXPECT_GT(std::abs(plain->losses.back() - ref->losses.back()), 1e-4) << "NorMuon did nothing";
+  const auto& units = ref->model.units();
+  const Tensor v = ref->engine.exp_avg_sq(1);
+  const UnitLayout& l = ref->engine.layout(1);
+  for (int p = 0; p < int(units[1].params.size()); ++p) {
+    const ParamSpec& s = units[1].params[size_t(p)];
+    if (!takes_muon(s)) continue;
+    const Overlap o = shard_overlap(l, p, 0);
+    for (int64_t e = 0; e < o.count; ++e)
+      ASSERT_EQ(v.f32()[o.local + e] > 0, e < s.shape[0]) << s.name << " element " << e;
+  }
+}
+
 // Under FP8 the codes each rank gathers are cast from Muon's updated masters:
 // bit for bit the run in which the model casts the gathered weight itself.
 // (Against one rank, FP8 is not compared: a rounding difference that moves
@@ -170,8 +199,10 @@ TEST(MuonEquivalence, OnlyTheBlockMatricesLeaveAdamW) {
 // The exchange itself, on a unit whose first matrix spans three ranks
 // (and the second some, unevenly): each rank's slice of the update is bit
 // for bit what one rank computes on the whole matrix, since the owner runs
-// the same ops on the same values and the others add only zeros.
-TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
+// the same ops on the same values and the others add only zeros. Under
+// NorMuon the rows' statistics and moments (in optim/exp_avg_sq, started
+// from non-zero values) cross ranks as well, and match too.
+void split_matrix_is_updated_as_on_one_rank(bool normuon) {
   ProcessGroups g = make_process_groups(Backend::mpi, 0);
   const int rank = g.shard->rank(), ranks = g.shard->size();
   auto matrix = [](const char* name, int64_t r, int64_t c) {
@@ -193,20 +224,27 @@ TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
   CpuOps ops;
   MuonConfig c;
   c.ns_coefficients = MuonNsCoefficients::polar_express;  // the step passes its table on
+  c.normuon = normuon;
   MuonStep step(ops, *g.shard, {unit}, {l}, c);
   Tensor master = ops.alloc(DType::f32, l.shard), grad = ops.alloc(DType::f32, l.shard),
-         mom = ops.alloc(DType::f32, l.shard);
-  ops.zero(master), ops.zero(grad), ops.zero(mom);
+         mom = ops.alloc(DType::f32, l.shard), sq = ops.alloc(DType::f32, l.shard);
+  ops.zero(master), ops.zero(grad), ops.zero(mom), ops.zero(sq);
+  // NorMuon's moment of row r: element r of the matrix's optim/exp_avg_sq.
+  auto moment = [&](int64_t i, int p) {
+    const int64_t e = i - l.offsets[size_t(p)];
+    return e < unit.params[size_t(p)].shape[0] ? 1e-3f * (1.5f + value(i, 4)) : 0.0f;
+  };
   for (int p : {1, 3}) {
     const Overlap o = shard_overlap(l, p, rank);
     for (int64_t k = 0; k < o.count; ++k) {
       master.f32()[o.local + k] = value(o.begin + k, 1);
       grad.f32()[o.local + k] = value(o.begin + k, 2);
       mom.f32()[o.local + k] = value(o.begin + k, 3);
+      sq.f32()[o.local + k] = moment(o.begin + k, p);
     }
   }
   const float lr = 0.02f, wd = 0.1f, scale = 0.75f;
-  step.update_unit(0, l, master, grad, mom, lr, wd, scale);
+  step.update_unit(0, l, master, grad, mom, sq, lr, wd, scale);
 
   for (int p : {1, 3}) {
     const ParamSpec& s = unit.params[size_t(p)];
@@ -220,20 +258,43 @@ TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
     const std::vector<MuonSpan> all{{0, n, muon_lr_scale(c.lr_adjust, rows, cols)}};
     ops.muon_momentum(gr, m, all, c.momentum, c.nesterov, scale);
     ops.newton_schulz(u, gr, rows, cols, muon_newton_schulz(c.ns_steps, c.ns_coefficients));
+    Tensor stats = ops.alloc(DType::f32, 2 * rows);
+    if (normuon) {
+      ops.row_mean_squares(stats, u, rows, cols);
+      for (int64_t r = 0; r < rows; ++r) stats.f32()[rows + r] = moment(at + r, p);
+      ops.normuon_scale(u, 0, n, stats, rows, cols, c.normuon_beta2, kNorMuonEps);
+    }
     ops.muon_update(w, u, all, lr, wd);
     const Overlap o = shard_overlap(l, p, rank);
     for (int64_t k = 0; k < o.count; ++k) {
-      ASSERT_EQ(master.f32()[o.local + k], w.f32()[o.begin - at + k]) << s.name << " element " << k;
-      ASSERT_EQ(mom.f32()[o.local + k], m.f32()[o.begin - at + k]) << s.name << " momentum " << k;
+      const int64_t e = o.begin - at + k;  // the element of the matrix
+      ASSERT_EQ(master.f32()[o.local + k], w.f32()[e]) << s.name << " element " << k;
+      ASSERT_EQ(mom.f32()[o.local + k], m.f32()[e]) << s.name << " momentum " << k;
+      const float want_sq = !normuon   ? moment(o.begin + k, p)
+                            : e < rows ? stats.f32()[rows + e]
+                                       : 0;
+      ASSERT_EQ(sq.f32()[o.local + k], want_sq) << s.name << " second moment " << k;
     }
-    for (Tensor t : {w, gr, m, u}) ops.free(t);
+    if (normuon) {  // the moments moved: a test that cannot pass by leaving them
+      EXPECT_NE(stats.f32()[rows], moment(at, p)) << s.name;
+      EXPECT_NE(stats.f32()[0], 1.0f) << s.name;  // nor by factors of 1
+    }
+    for (Tensor t : {w, gr, m, u, stats}) ops.free(t);
   }
   // The gains are AdamW's: Muon left them alone.
   for (int p : {0, 2}) {
     const Overlap o = shard_overlap(l, p, rank);
     for (int64_t k = 0; k < o.count; ++k) ASSERT_EQ(master.f32()[o.local + k], 0.0f);
   }
-  for (Tensor t : {master, grad, mom}) ops.free(t);
+  for (Tensor t : {master, grad, mom, sq}) ops.free(t);
+}
+
+TEST(MuonStep, AMatrixSplitOverThreeRanksIsUpdatedAsOnOneRank) {
+  split_matrix_is_updated_as_on_one_rank(false);
+}
+
+TEST(MuonStep, NorMuonOnAMatrixSplitOverThreeRanksIsAsOnOneRank) {
+  split_matrix_is_updated_as_on_one_rank(true);
 }
 
 // A rank orthogonalises the matrices it owns in one Newton-Schulz call per
@@ -266,7 +327,7 @@ TEST(MuonStep, OneNewtonSchulzCallPerShape) {
   for (int64_t k = 0; k < l.shard; ++k) grad.f32()[k] = float(std::sin(0.3 * double(k + rank)));
   Calls calls;
   ops.set_hook(&calls);
-  step.update_unit(0, l, master, grad, mom, 0.02f, 0.1f, 1.0f);
+  step.update_unit(0, l, master, grad, mom, Tensor{}, 0.02f, 0.1f, 1.0f);
   ops.set_hook(nullptr);
   std::map<std::string, int> want;  // "RxC" -> this rank's matrices of that shape
   for (const MuonMatrix& m : plan_muon({unit}, g.shard->size(), MuonConfig{}))
@@ -312,6 +373,20 @@ TEST(MuonStep, BuffersAreThePlans) {
       EXPECT_EQ(p.optimizer_buffers, tiny_buffers) << "vocabulary " << cfg.vocab_size;
     }
   }
+  // NorMuon adds its row statistics: two floats per row of a block's
+  // matrices (tiny: 2 x (64 + 32 + 32 + 64 + 192 + 192 + 64) = 1280).
+  const ModelConfig tiny = model_preset("tiny");
+  EngineRun run(tiny, *g.shard, nullptr, g.world->rank(), g.world->size(), 2, 16, 1, {}, false);
+  run.optimizer = muon();
+  run.optimizer.muon.normuon = true;
+  run.step(0, *g.world, kLr);
+  const PlanSettings plain{
+      .shard_size = shard, .batch = 2, .seq_len = 16, .optimizer = OptimizerKind::muon};
+  PlanSettings with = plain;
+  with.normuon = true;
+  EXPECT_EQ(run.engine.buffer_bytes(), plan_memory(tiny, with).buffers());
+  EXPECT_EQ(plan_memory(tiny, with).optimizer_buffers - plan_memory(tiny, plain).optimizer_buffers,
+            4 * 1280);
 }
 
 // Owners: every matrix has one, the heaviest spread first, the same on every rank.

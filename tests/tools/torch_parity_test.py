@@ -8,8 +8,9 @@ with hybrid sharding, an untied head, block recomputation and a vocabulary of
 --optimizer muon against torch.optim.Muon on 3 ranks (with --lr-schedule wsd
 decaying over the compared steps) and, with its other settings and the linear
 schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
-under Muon on 2 ranks; --value-residual with block recomputation on 2; and
-Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2.
+under Muon on 2 ranks; --value-residual with block recomputation on 2;
+Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
+NorMuon (--muon-normuon) on 3.
 
 PyTorch is not part of the project's set-up (it is large), so this exits 77
 (CTest: skipped) unless $FSDP_TORCH_PYTHON names a python that has torch."""
@@ -60,6 +61,11 @@ runs = {
     "polar_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
                    "--muon-ns-coefficients", "polar_express", "--muon-ns-steps", "6"]),
+    # NorMuon (--muon-normuon): its row moments continued from the
+    # checkpoint's optim/exp_avg_sq, matrices split over 3 ranks.
+    "normuon_np3": ([mpiexec, "--oversubscribe", "-np", "3"],
+                    ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
+                     "--muon-normuon", "true", "--muon-normuon-beta2", "0.9"]),
     "muon_original_np1": ([], ["--batch-size", "4", "--grad-accum", "1", "--optimizer", "muon",
                                "--muon-lr-adjust", "original", "--muon-nesterov", "false",
                                "--lr-schedule", "linear"]),

@@ -1,5 +1,6 @@
 // The op table's cases for Muon's ops (see op_table.h): the momentum and the
-// update over a shard's spans (fp32 in and out, so checked tight), and
+// update over a shard's spans and NorMuon's row scaling (fp32 in and out, so
+// checked tight), and
 // Newton-Schulz, which the CUDA backend runs in bf16 against the reference's
 // fp32. Its tolerances come from measurements, not from what passes:
 // PyTorch's bf16 matmuls on the CPU (fp32 accumulation, bf16 outputs, as
@@ -121,6 +122,53 @@ OpCase newton_schulz_case(int rows, int cols, int batch, int steps,
   return c;
 }
 
+// NorMuon: the owner's row mean squares of an orthogonalised update, and a
+// rank's slice scaled by the rows' factors (fp32 throughout, double sums on
+// both backends: checked tight).
+OpCase row_mean_squares_case(int rows, int cols) {
+  const int64_t n = int64_t(rows) * cols;
+  OpCase c;
+  c.op = "row_mean_squares";
+  c.shape = fmt("%d x %d", rows, cols);
+  c.dtypes = "x,out f32";
+  c.fwd_bytes = 4.0 * (n + rows);
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n);
+    Tensor xt = e.in(F32, x), out = e.out(F32, rows);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.row_mean_squares(out, xt, rows, cols); };
+    b.fwd_checks = {vs_ref("row_mean_squares out", out, kF32Exact),
+                    vs_host("row_mean_squares x untouched", xt, kBitwise, x)};
+    return b;
+  };
+  return c;
+}
+
+OpCase normuon_scale_case(int rows, int cols, int64_t first, int64_t count) {
+  OpCase c;
+  c.op = "normuon_scale";
+  c.shape = fmt("%d x %d", rows, cols);
+  c.variant = fmt("elements %lld + %lld, beta2 0.95", (long long)first, (long long)count);
+  c.dtypes = "x,stats f32";
+  c.fwd_bytes = 8.0 * count + 16.0 * rows;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(count);
+    // Mean squares and old moments of an orthogonalised update's size
+    // (about 1 / max(rows, cols)), one row's moment still 0.
+    std::vector<float> stats = e.rnd(2 * int64_t(rows), 1e-4f, 2e-3f);
+    stats[size_t(rows)] = 0;
+    Tensor xt = e.in(F32, x), st = e.in(F32, stats);
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.normuon_scale(xt, first, count, st, rows, cols, 0.95f, kNorMuonEps); };
+    b.fwd_checks = {vs_ref("normuon_scale x", xt, kF32Exact),
+                    vs_ref("normuon_scale factors, moments", st, kF32Exact)};
+    return b;
+  };
+  return c;
+}
+
 }  // namespace
 
 FSDP_OP_FAMILY(
@@ -146,6 +194,12 @@ FSDP_OP_FAMILY(
       t.push_back(newton_schulz_case(64, 96, 2, 5, polar));
       t.push_back(newton_schulz_case(96, 64, 1, 5, polar));
       t.push_back(newton_schulz_case(50, 70, 3, 6, polar));
+      // NorMuon: rows of a few to thousands of elements; a whole matrix and
+      // a rank's slice that starts and ends inside rows.
+      t.push_back(row_mean_squares_case(37, 23));
+      t.push_back(row_mean_squares_case(300, 2000));
+      t.push_back(normuon_scale_case(37, 23, 0, 37 * 23));
+      t.push_back(normuon_scale_case(1500, 700, 12345, 400000));
     },
     [](std::vector<OpCase>& t, const ModelShape& m) {
       const ModelConfig& c = m.c;
@@ -172,6 +226,10 @@ FSDP_OP_FAMILY(
       t.back().variant = "w2, " + t.back().variant;
       t.push_back(newton_schulz_case(c.d_ff, d, 2, 5, MuonNsCoefficients::polar_express));
       t.back().variant = "w1 and w3, " + t.back().variant;
+      t.push_back(row_mean_squares_case(c.d_ff, d));
+      t.back().variant = "w1";
+      t.push_back(normuon_scale_case(c.d_ff, d, 0, int64_t(c.d_ff) * d));
+      t.back().variant = "w1, " + t.back().variant;
     });
 
 }  // namespace fsdp::test

@@ -81,7 +81,11 @@ TEST(Options, FlagsFillTheComponentsParts) {
                   "--muon-lr-adjust",
                   "original",
                   "--muon-ns-coefficients",
-                  "polar_express"});
+                  "polar_express",
+                  "--muon-normuon",
+                  "true",
+                  "--muon-normuon-beta2",
+                  "0.9"});
   ASSERT_TRUE(o);
   OptimizerConfig opt;
   opt.kind = OptimizerKind::muon;
@@ -91,7 +95,9 @@ TEST(Options, FlagsFillTheComponentsParts) {
               .nesterov = false,
               .ns_steps = 6,
               .lr_adjust = MuonLrAdjust::original,
-              .ns_coefficients = MuonNsCoefficients::polar_express};
+              .ns_coefficients = MuonNsCoefficients::polar_express,
+              .normuon = true,
+              .normuon_beta2 = 0.9f};
   EXPECT_EQ(o->optimizer, opt);
   EngineOptions engine;
   engine.direct_when_unsharded = false, engine.fp8_gather = false;
@@ -207,6 +213,9 @@ TEST(Options, BadValuesNameTheFlag) {
             std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--muon-momentum", "1"}).find("--muon-momentum"),
             std::string::npos);
+  EXPECT_NE(
+      error_of({"--train-data", "x", "--muon-normuon-beta2", "1"}).find("--muon-normuon-beta2"),
+      std::string::npos);
   EXPECT_NE(error_of({"--train-data", "x", "--reset-optimizer"}).find("needs --resume"),
             std::string::npos);
   // Polar Express's table is tuned for 5 steps; fewer are refused, more repeat its last.
