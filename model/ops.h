@@ -344,8 +344,8 @@ class Ops {
   // row of x[r, :]^2, x [rows, cols] f32 (the owner's orthogonalised update).
   void row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols);
   // Scales a slice of a [rows, cols] update by row: x holds its `count`
-  // elements from element `first` (row-major). stats (f32, 2 rows): on entry
-  // the rows' mean squares m, then their second moment v; every rank passes
+  // elements from element `first` (row-major). stats (f32, 2 x rows): on
+  // entry the rows' mean squares m, then their second moment v; every rank passes
   // the same stats and computes the same result. v = v + (1 - beta2) (m - v)
   // (torch.lerp's rounding), s_r = 1 / (sqrt(v_r) + eps), each row's factor
   // f_r = s_r sqrt(sum m / sum m s^2) (the update keeps its Frobenius norm;

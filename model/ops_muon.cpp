@@ -2,8 +2,6 @@
 // momentum and the update are elementwise over a shard's spans, the
 // Newton-Schulz iteration is a few GEMMs on one whole matrix, and NorMuon's
 // row statistics and scaling are a row reduction and an elementwise pass.
-#include <algorithm>
-
 #include "model/op_checks.h"
 
 namespace fsdp {
@@ -20,10 +18,13 @@ void check_spans(const std::vector<MuonSpan>& spans, int64_t n, const char* op) 
     done = sp.begin + sp.count;
   }
 }
-// Whether the first n f32 elements of a and of b share memory.
-bool overlap(Tensor a, Tensor b, int64_t n) {
+// Whether the first na f32 elements of a and the first nb of b share memory.
+bool overlap(Tensor a, int64_t na, Tensor b, int64_t nb) {
   const float *pa = a.f32(), *pb = b.f32();
-  return pa < pb + n && pb < pa + n;
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+bool overlap(Tensor a, Tensor b, int64_t n) {
+  return overlap(a, n, b, n);
 }
 int64_t span_elems(const std::vector<MuonSpan>& spans) {
   int64_t n = 0;
@@ -92,7 +93,7 @@ void Ops::row_mean_squares(Tensor out, Tensor x, int64_t rows, int64_t cols) {
   FSDP_CHECK(rows > 0 && cols > 0, "row_mean_squares of a ", rows, " x ", cols, " matrix");
   f32(out, rows, "row_mean_squares out");
   f32(x, rows * cols, "row_mean_squares x");
-  FSDP_CHECK(!overlap(out, x, std::min(rows, rows * cols)), "row_mean_squares: out overlaps x");
+  FSDP_CHECK(!overlap(out, rows, x, rows * cols), "row_mean_squares: out overlaps x");
   const OpScope scope(hook_, [&] {
     return OpCall{key("row_mean_squares", {rows, cols}), 2.0 * double(rows * cols),
                   4.0 * double(rows * cols + rows)};
@@ -108,8 +109,7 @@ void Ops::normuon_scale(Tensor x, int64_t first, int64_t count, Tensor stats, in
   FSDP_CHECK(beta2 >= 0 && beta2 < 1 && eps > 0, "normuon_scale: beta2 ", beta2, ", eps ", eps);
   f32(x, count, "normuon_scale x");
   f32(stats, 2 * rows, "normuon_scale stats");
-  FSDP_CHECK(count == 0 || !overlap(x, stats, std::min(count, 2 * rows)),
-             "normuon_scale: x overlaps stats");
+  FSDP_CHECK(!overlap(x, count, stats, 2 * rows), "normuon_scale: x overlaps stats");
   const OpScope scope(hook_, [&] {
     return OpCall{key("normuon_scale", {rows, cols, count}), double(count) + 8.0 * double(rows),
                   8.0 * double(count) + 16.0 * double(rows)};

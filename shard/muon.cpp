@@ -87,16 +87,16 @@ int64_t largest_muon_unit(const std::vector<UnitSpec>& units,
   return largest;
 }
 
-// NorMuon's statistics of one unit: two floats per row of its Muon matrices.
-int64_t row_stats_elems(const UnitSpec& unit) {
-  int64_t n = 0;
-  for (const ParamSpec& p : unit.params)
-    if (takes_muon(p)) n += 2 * p.shape[0];
-  return n;
-}
+// NorMuon's statistics (MuonStep::stats_) for the unit with the most Muon
+// rows: two floats per row of its matrices.
 int64_t largest_row_stats(const std::vector<UnitSpec>& units) {
   int64_t largest = 0;
-  for (const UnitSpec& u : units) largest = std::max(largest, row_stats_elems(u));
+  for (const UnitSpec& u : units) {
+    int64_t n = 0;
+    for (const ParamSpec& p : u.params)
+      if (takes_muon(p)) n += 2 * p.shape[0];
+    largest = std::max(largest, n);
+  }
   return largest;
 }
 }  // namespace
@@ -164,6 +164,8 @@ namespace {
 struct MomentSlice {
   int64_t first = 0, count = 0, local = 0;
 };
+// The part of stats_ one unit uses: per matrix, its rows' mean squares
+// then their moments.
 int64_t row_stats_elems(const std::vector<MuonMatrix>& mats) {
   int64_t n = 0;
   for (const MuonMatrix& m : mats) n += 2 * m.rows;

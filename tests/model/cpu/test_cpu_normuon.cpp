@@ -144,6 +144,10 @@ TEST(CpuNorMuon, TheFrontDoorRefusesBadArguments) {
   EXPECT_THROW(ops.normuon_scale(x, 0, 20, x, 4, 5, 0.9f, 1e-8f), Error);      // stats overlap x
   EXPECT_THROW(ops.row_mean_squares(stats, x, 5, 5), Error);                   // x too short
   EXPECT_THROW(ops.row_mean_squares(x, x, 4, 5), Error);                       // out overlaps x
+  // Overlaps past the first elements of the shorter side count too.
+  EXPECT_THROW(ops.row_mean_squares(x.slice(10, 4), x, 4, 4), Error);
+  EXPECT_THROW(ops.normuon_scale(x, 0, 20, x.slice(12, 8), 4, 5, 0.9f, 1e-8f), Error);
+  EXPECT_NO_THROW(ops.row_mean_squares(x.slice(16, 4), x, 4, 4));  // adjacent, apart
   ops.free(x), ops.free(stats);
 }
 
