@@ -42,8 +42,9 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::tokens_, i32, N),
       one(&T::targets_, i32, N),
       // the residual stream entering each block, and after the last (two
-      // that take turns, forward-only: Transformer::res)
-      ActivationBuffer{ct, N * d, trains ? L + 1 : 2, nullptr, &T::res_},
+      // that take turns, forward-only: Transformer::res; all of them under
+      // --unet-skips)
+      ActivationBuffer{ct, N * d, trains || c.unet_skips ? L + 1 : 2, nullptr, &T::res_},
       // attention and the norms: qkv is the q|k|v GEMM's output, q and k
       // are normed and rotated out of it; the f32 rows are RMSNorm's,
       // QK-norm's (per head) and attention's log-sum-exp (per head)
@@ -82,6 +83,8 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       // the later blocks
       one(&T::v0_, ct, N * kvd, vres),
       one(&T::dv0_, ct, N * kvd, vres * back),
+      // --unet-skips: the gradient each skip sends back to its first block
+      ActivationBuffer{ct, N * d, c.num_skips() * back, nullptr, &T::dskip_},
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward

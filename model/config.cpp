@@ -108,6 +108,11 @@ const std::vector<ModelField>& model_fields() {
      "every block after the first attends over the mean of its own values and the first "
      "block's (ResFormer's value residual; a token-saving lever; docs/LEVERS.md)",
      "true", "value_residual", [](const M& c) { return c.value_residual; }, R::must_match, 0, 1},
+    // Stored only when set: older files have none.
+    {"unet-skips", &M::unet_skips,
+     "the later half of the blocks each add their mirror block's input, scaled by a learned "
+     "scalar (modded-nanogpt's U-net skips; a token-saving lever; docs/LEVERS.md)",
+     "true", "unet_skips", [](const M& c) { return c.unet_skips; }, R::must_match, 0, 1},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };
@@ -178,6 +183,11 @@ void ModelConfig::validate_fields() const {
     throw_error(
         "--value-residual: needs --n-layer 2 or more (the first block's values are mixed "
         "into the later blocks'); --n-layer is ",
+        n_layer);
+  if (unet_skips && n_layer < 2)
+    throw_error(
+        "--unet-skips: needs --n-layer 2 or more (the later half of the blocks take the "
+        "earlier half's inputs); --n-layer is ",
         n_layer);
 }
 

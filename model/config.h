@@ -60,6 +60,19 @@ struct ModelConfig {
   // token information reaches every layer's attention output directly. A
   // fixed mix: no parameter, the layout unchanged. Needs 2 or more layers.
   bool value_residual = false;
+  // U-net skips (modded-nanogpt): the later half of the blocks each add the
+  // stream that entered their mirror block of the earlier half, scaled by a
+  // learned scalar: block l > (n_layer - 1) / 2 takes x_l + s_l x_{n-1-l}
+  // (x_0 the embedding's output; an odd model's middle block takes none).
+  // Every block has the scalar (its unit's `unet_skip`, starting at 1) so
+  // that all blocks keep one layout; the earlier half's is never read, its
+  // gradient stays zero and AdamW leaves it at 1. Needs 2 or more layers.
+  bool unet_skips = false;
+  // U-net skips: does block `layer` take a skip, and whose input is it?
+  bool takes_skip(int layer) const { return unet_skips && n_layer - 1 - layer < layer; }
+  bool sends_skip(int layer) const { return unet_skips && layer < n_layer - 1 - layer; }
+  // The number of skips: each from block i's input to block n_layer-1-i's.
+  int num_skips() const { return unet_skips ? n_layer / 2 : 0; }
 
   Rope rope() const {
     return {

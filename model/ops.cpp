@@ -359,6 +359,30 @@ void Ops::value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int
   do_value_residual_backward(dv, dv0, rows, cols, v_ld, first, accumulate);
 }
 
+void Ops::skip_add(Tensor x, Tensor s, Tensor w, int64_t n) {
+  act(*this, x, n, "skip_add x");
+  act(*this, s, n, "skip_add s");
+  act(*this, w, 1, "skip_add w");
+  FSDP_CHECK(x.data != s.data || n == 0, "skip_add: x and s are one buffer");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("skip_add", {n}), 0, 3.0 * double(n) * esize(x)};
+  });
+  do_skip_add(x, s, w, n);
+}
+
+void Ops::skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n) {
+  act(*this, ds, n, "skip_add ds");
+  grad(*this, dw, 1, "skip_add dw");
+  act(*this, dx, n, "skip_add dx");
+  act(*this, s, n, "skip_add s");
+  act(*this, w, 1, "skip_add w");
+  FSDP_CHECK(ds.data != dx.data || n == 0, "skip_add_backward: ds and dx are one buffer");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("skip_add_backward", {n}), 0, 3.0 * double(n) * esize(dx)};
+  });
+  do_skip_add_backward(ds, dw, dx, s, w, n);
+}
+
 void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {
   act(*this, y, n, "add y");
   act(*this, a, n, "add a");

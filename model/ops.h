@@ -286,6 +286,15 @@ class Ops {
   void value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld, bool first,
                                bool accumulate);
 
+  // A U-net skip (ModelConfig::unet_skips): x += w[0] s over n elements, in
+  // place on the stream entering a later-half block; s is the stream that
+  // entered its mirror block, w the block's learned scalar (a weight).
+  void skip_add(Tensor x, Tensor s, Tensor w, int64_t n);
+  // Its transpose, from dx = dL/d(the sum): ds = w[0] dx (overwritten: what
+  // the mirror block's backward adds to its input's gradient) and
+  // dw[0] += sum(dx s); dx passes on unchanged.
+  void skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n);
+
   // y = a + b (y may alias a or b).
   void add(Tensor y, Tensor a, Tensor b, int64_t n);
 
@@ -455,6 +464,9 @@ class Ops {
                                  bool first) = 0;
   virtual void do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
                                           bool first, bool accumulate) = 0;
+  virtual void do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) = 0;
+  virtual void do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
+                                    int64_t n) = 0;
   virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                                 float grad_scale, HeadLoss extra) = 0;

@@ -89,6 +89,9 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
   // the rest keep their order (transformer.cpp's at() maps the indices).
   if (c.relu2_mlp) m.block.params.erase(m.block.params.begin() + 9);
   if (!c.qk_norm) m.block.params.erase(m.block.params.begin() + 4, m.block.params.begin() + 6);
+  // --unet-skips: the scalar a later-half block scales its skip by, last (in
+  // every block, so that all keep one layout; ModelConfig::unet_skips).
+  if (c.unet_skips) m.block.params.push_back(gain(b + "unet_skip", 1));
   m.head = {"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) m.head.params.push_back(vocab_matrix("head.weight"));
   return m;

@@ -14,8 +14,22 @@ namespace {
 // E5M2 gradients, 2.1187 with E4M3 gradients (2026-11-23, CPU emulation).
 constexpr Fp8 kFp8Grad = Fp8::e4m3;
 
-// Parameter indices inside a block unit, in model_units() order.
-enum BlockParam { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kMlpNorm, kW1, kW3, kW2 };
+// Parameter indices inside a block unit, in model_units() order (kUnetSkip
+// only with --unet-skips).
+enum BlockParam {
+  kAttnNorm,
+  kWq,
+  kWk,
+  kWv,
+  kQNorm,
+  kKNorm,
+  kWo,
+  kMlpNorm,
+  kW1,
+  kW3,
+  kW2,
+  kUnetSkip
+};
 
 // A block parameter's index in this model's unit: without QK-norm its two
 // gains are absent and the later parameters move up by two; the ReLU² MLP
@@ -117,7 +131,13 @@ void Transformer::forward(int unit, UnitAccess& w, bool training) {
   if (unit == 0) {
     ops_.embedding(res(0), tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
   } else if (unit <= cfg_.n_layer) {
-    block_forward(unit - 1, w);
+    // --unet-skips: a later block's input gains its mirror block's, once per
+    // forward, outside block_forward (which recomputation runs again).
+    const int layer = unit - 1;
+    if (cfg_.takes_skip(layer))
+      ops_.skip_add(res(layer), res(cfg_.n_layer - 1 - layer), w.weight(unit, at(cfg_, kUnetSkip)),
+                    N_ * cfg_.d_model);
+    block_forward(layer, w);
   } else {
     head_forward(w, training);
   }
@@ -323,9 +343,22 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                           gain(kKNorm, false), qkn ? a.k_rstd : Tensor{}, B_, T_, Hkv, hd,
                           cfg_.rope(), {}, qkv);
   block_linear_backward(dh_, dqkv_, input(a.h1, d, kInH1), w, u, {kWq, 3}, M, qkv, d, false);
+  // --unet-skips: this block's input also reached a later block, whose
+  // backward left that gradient in dskip_; added while Wo's backward no
+  // longer reads dres_ and before the RMSNorm backward, whose amax of dres_
+  // the next FP8 cast uses.
+  const int64_t n = N_ * d;
+  if (cfg_.sends_skip(layer)) ops_.add(dres_, dres_, dskip_[size_t(layer)], n);
   // Layer 0's dres_ goes to the embedding, which no FP8 cast reads.
   ops_.rmsnorm_backward(dres_, w.grad(u, kAttnNorm), dh_, res(layer), w.weight(u, kAttnNorm),
                         a.rstd1, M, d, true, layer > 0 ? grad_amax(kGradRes) : Tensor{});
+  // A block that took a skip: dres_, the gradient of its input (the sum),
+  // passes on unchanged to the block below and, scaled, to the mirror block.
+  if (cfg_.takes_skip(layer)) {
+    const int from = cfg_.n_layer - 1 - layer;
+    ops_.skip_add_backward(dskip_[size_t(from)], w.grad(u, at(cfg_, kUnetSkip)), dres_, res(from),
+                           w.weight(u, at(cfg_, kUnetSkip)), n);
+  }
 }
 
 void Transformer::head_forward(UnitAccess& w, bool training) {

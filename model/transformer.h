@@ -210,7 +210,9 @@ class Transformer {
   Tensor tokens_, targets_;
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
   // res_[i], the stream entering block i (i = n_layer: after the last); a
-  // forward-only model keeps two buffers, which alternate.
+  // forward-only model keeps two buffers, which alternate (all of them under
+  // --unet-skips, whose later blocks read the earlier ones' inputs). A block
+  // that takes a U-net skip adds it in place: its res_ is its input.
   Tensor res(int64_t i) const { return res_[size_t(i) % res_.size()]; }
   std::vector<BlockActs> acts_;
   Tensor hf_, rstdf_, losses_;
@@ -224,6 +226,10 @@ class Transformer {
   // every later block mixes into its own (forward and recomputation), and
   // the gradient the later blocks send back to them (backward).
   Tensor v0_, dv0_;
+  // --unet-skips: dskip_[i], what the skip from block i's input to block
+  // n_layer-1-i's sends back (the skip's scalar times that block's input
+  // gradient), written by the later block's backward and added by block i's.
+  std::vector<Tensor> dskip_;
   // fp8_: the row-major codes of one linear's input (LinearInput::q), and
   // the codes of its weight and output gradient, each with its transpose for
   // backward; their inverse scales (scale8), then each layer's inputs'

@@ -57,7 +57,8 @@ def units(model):
         w3 = [] if model.get("relu2_mlp", 0) else [(b + "mlp.w3", (ff, d))]  # --relu2-mlp: none
         out.append([(b + "attn_norm", (d,)), (b + "attn.wq", (q, d)), (b + "attn.wk", (kv, d)),
                     (b + "attn.wv", (kv, d)), *qk_norm, (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
-                    (b + "mlp.w1", (ff, d)), *w3, (b + "mlp.w2", (d, ff))])
+                    (b + "mlp.w1", (ff, d)), *w3, (b + "mlp.w2", (d, ff)),
+                    *([(b + "unet_skip", (1,))] if model.get("unet_skips", 0) else [])])
     head = [("final_norm", (d,))]
     if not model["tie_embeddings"]:
         head.append(("head.weight", (v, d)))

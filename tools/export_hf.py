@@ -27,9 +27,10 @@ config.json fields: vocab_size, hidden_size (d_model), intermediate_size
 (d_ff), num_hidden_layers, num_attention_heads, num_key_value_heads,
 head_dim, max_position_embeddings (max_seq_len), rms_norm_eps, rope_theta,
 tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
-"float32". A model trained with --logit-softcap, --relu2-mlp or
---value-residual is refused: these layouts have no cap on the logits, a
-SwiGLU MLP only, and attention over each layer's own values.
+"float32". A model trained with --logit-softcap, --relu2-mlp,
+--value-residual or --unet-skips is refused: these layouts have no cap on
+the logits, a SwiGLU MLP only, attention over each layer's own values, and
+layers that read only the layer below.
 """
 
 import argparse
@@ -130,6 +131,10 @@ def export(checkpoint, outdir, tokenizer=None):
     if model.get("value_residual", 0):
         fail(f"checkpoint '{checkpoint}' was trained with --value-residual, which Qwen3 and Llama "
              "cannot express (each of their layers attends over its own values); nothing was written")
+    # Their layers read only the layer below.
+    if model.get("unet_skips", 0):
+        fail(f"checkpoint '{checkpoint}' was trained with --unet-skips, which Qwen3 and Llama "
+             "cannot express (each of their layers reads only the one below); nothing was written")
     tensors = {}
     for name, t in raw.items():
         target = hf_name(name)

@@ -29,7 +29,8 @@ What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
   (or --relu2-mlp's relu(x W1^T)^2), --value-residual's mean of each later
-  block's values with the first block's, final RMSNorm, tied or untied head,
+  block's values with the first block's, --unet-skips' scaled mirror-block
+  inputs, final RMSNorm, tied or untied head,
   --logit-softcap, mean cross-entropy, and in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
@@ -175,8 +176,12 @@ class Model(torch.nn.Module):
         hd, eps, theta = d // H, c["norm_eps"], c["rope_theta"]
         x = F.embedding(tokens, self.w("embed.weight"))
         v0 = None  # --value-residual: the first block's values
-        for l in range(c["n_layer"]):
+        L, inputs = c["n_layer"], []  # --unet-skips: each block's input
+        for l in range(L):
             b = f"blocks.{l}."
+            if c.get("unet_skips", 0) and L - 1 - l < l:  # + s x_(L-1-l), s a learned scalar
+                x = x + self.w(b + "unet_skip") * inputs[L - 1 - l]
+            inputs.append(x)
             h = rmsnorm(x, self.w(b + "attn_norm"), eps)
             q = (h @ self.w(b + "attn.wq").t()).view(B, T, H, hd)
             k = (h @ self.w(b + "attn.wk").t()).view(B, T, Hkv, hd)

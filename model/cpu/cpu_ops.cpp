@@ -461,6 +461,26 @@ void CpuOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int col
   });
 }
 
+void CpuOps::do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) {
+  float* xo = x.f32();
+  const float* si = s.f32();
+  const double wv = w.f32()[0];
+  for (int64_t i = 0; i < n; ++i) xo[i] = float(xo[i] + wv * si[i]);
+}
+
+void CpuOps::do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n) {
+  float* dso = ds.f32();
+  const float* dxi = dx.f32();
+  const float* si = s.f32();
+  const double wv = w.f32()[0];
+  double dot = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    dot += double(dxi[i]) * si[i];
+    dso[i] = float(wv * dxi[i]);
+  }
+  dw.f32()[0] += float(dot);
+}
+
 void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
   float* yo = y.f32();
   const float* ai = a.f32();

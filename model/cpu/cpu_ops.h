@@ -73,6 +73,9 @@ class CpuOps : public Ops {
   void do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
                                   bool first, bool accumulate) override;
 
+  void do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) override;
+  void do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
+                            int64_t n) override;
   void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,

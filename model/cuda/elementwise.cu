@@ -1,7 +1,8 @@
 // Elementwise kernels over bf16: SwiGLU forward and backward (reading the
 // halves of the W1|W3 GEMM's output in place), ReLU²'s, the value residual's
-// mix (on the v part of the q|k|v GEMM's output in place), and the residual
-// add, all through one vectorised map kernel. fp32 arithmetic.
+// mix (on the v part of the q|k|v GEMM's output in place), the U-net skip's
+// scaled add, and the residual add, all through one vectorised map kernel
+// (the skip's backward, which also sums, has its own). fp32 arithmetic.
 #include <algorithm>
 #include <type_traits>
 
@@ -281,6 +282,68 @@ void add(bf16* y, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) 
   launch_map(MapArgs<2, 1>{{a, b}, {y}}, n, Add{}, stream, "add");
 }
 
+// A U-net skip, x += w s: the learned scalar is read on the device (it is a
+// gathered weight), so the host never waits for it.
+struct SkipAdd {
+  const bf16* w;
+  __device__ void operator()(const float (&i)[2], float (&o)[1]) const {
+    o[0] = i[0] + __bfloat162float(*w) * i[1];
+  }
+};
+
+void skip_add(bf16* x, const bf16* s, const bf16* w, int64_t n, cudaStream_t stream) {
+  launch_map(MapArgs<2, 1>{{x, s}, {x}}, n, SkipAdd{w}, stream, "skip_add");
+}
+
+// The skip's backward: ds = w dx, and each block's share of sum(dx s) into
+// partial[block], which rmsnorm_dg_reduce adds in block order into dw: a
+// fixed grid, so the sum is reproducible.
+constexpr int kSkipBlocks = 1024;
+
+template <int VEC>
+__global__ void skip_add_backward_kernel(bf16* ds, float* partial, const bf16* dx, const bf16* s,
+                                         const bf16* w, int64_t n) {
+  __shared__ float warp_sums[32];
+  const float wv = __bfloat162float(*w);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * VEC;
+  float dot = 0.0f;
+  for (int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VEC; i < n; i += stride) {
+    float g[VEC], x[VEC], o[VEC];
+    if (VEC > 1 && i + VEC <= n) {
+      load_vec<VEC>(dx + i, g);
+      load_vec<VEC>(s + i, x);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        dot += g[e] * x[e];
+        o[e] = wv * g[e];
+      }
+      store_vec<VEC>(ds + i, o);
+    } else {
+      for (int64_t j = i; j < n && j < i + VEC; ++j) {
+        const float gj = __bfloat162float(dx[j]);
+        dot += gj * __bfloat162float(s[j]);
+        ds[j] = __float2bfloat16_rn(wv * gj);
+      }
+    }
+  }
+  dot = block_sum(dot, warp_sums);
+  if (threadIdx.x == 0) partial[blockIdx.x] = dot;
+}
+
+void skip_add_backward(bf16* ds, void* dw, bool dw_bf16, const bf16* dx, const bf16* s,
+                       const bf16* w, int64_t n, Scratch& scratch, cudaStream_t stream) {
+  const bool vec = aligned16(ds) && aligned16(dx) && aligned16(s);
+  const int per_thread = vec ? kVec : 1;
+  const int blocks = int(blocks_for((n + per_thread - 1) / per_thread, kThreads, kSkipBlocks));
+  auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * sizeof(float)));
+  if (vec)
+    skip_add_backward_kernel<kVec><<<blocks, kThreads, 0, stream>>>(ds, partial, dx, s, w, n);
+  else
+    skip_add_backward_kernel<1><<<blocks, kThreads, 0, stream>>>(ds, partial, dx, s, w, n);
+  FSDP_LAUNCH_CHECK("skip_add_backward_kernel");
+  rmsnorm_dg_reduce(dw, dw_bf16, partial, blocks, 1, stream);
+}
+
 }  // namespace
 }  // namespace fsdp::cuda
 
@@ -324,6 +387,18 @@ void CudaOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int co
   cuda::value_residual_backward(bf(dv), bf(dv0), rows, cols, v_ld, first, accumulate,
                                 impl_->stream);
   after("value_residual_backward");
+}
+
+void CudaOps::do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) {
+  cuda::skip_add(bf(x), bf(s), bf(w), n, impl_->stream);
+  after("skip_add");
+}
+
+void CudaOps::do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n) {
+  bool dw_bf16 = false;
+  void* dwp = grad(dw, dw_bf16);
+  cuda::skip_add_backward(bf(ds), dwp, dw_bf16, bf(dx), bf(s), bf(w), n, *impl_, impl_->stream);
+  after("skip_add_backward");
 }
 
 void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {

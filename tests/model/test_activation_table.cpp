@@ -23,7 +23,8 @@ namespace {
 // as long as the input would be) instead of h1, h2 and s, which are kept once,
 // but for h2 under --recompute mlp, which the recomputation reads.
 // --value-residual adds the first block's values (kv_dim) and their
-// gradient, once each.
+// gradient, once each; --unet-skips the gradient of each skip (d, n_layer / 2
+// of them).
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -51,7 +52,8 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
                         2 * (std::max({qkv, up, ff}) * d + N * std::max({qkv, up, d})) +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   const int64_t vres = c.value_residual ? es * N * kvd * 2 : 0;
-  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres;
+  const int64_t unet = c.unet_skips ? es * N * d * (L / 2) : 0;
+  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres + unet;
 }
 
 // A forward-only model (--eval-only): one block's set of activations that
@@ -59,13 +61,15 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 // residual buffers that take turns, the head's, no backward scratch; under
 // fp8 the row-major codes of the largest input and weight, and the scales and
 // amaxes, none of the kept transposed codes or gradient codes; with
-// --value-residual the first block's values (no gradient).
+// --value-residual the first block's values (no gradient); with
+// --unet-skips every block's input, as training keeps (the later blocks read
+// the earlier ones').
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
   const int64_t up = c.relu2_mlp ? ff : 2 * ff;
   const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + up + ff) + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t tokens = 4 * 2 * N, stream = es * 2 * N * d;
+  const int64_t tokens = 4 * 2 * N, stream = es * (c.unet_skips ? L + 1 : 2) * N * d;
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
   const int64_t codes = N * std::max({d, qd, ff}) + std::max({qkv, up, ff}) * d +
@@ -89,14 +93,16 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8));
     }
-  ModelConfig relu2 = model_preset("tiny"), vres = relu2;
+  ModelConfig relu2 = model_preset("tiny"), vres = relu2, unet = relu2;
   relu2.relu2_mlp = true;  // W1's output alone, no W3
   vres.value_residual = true;
-  for (const ModelConfig& c : {relu2, vres})
+  unet.unet_skips = true;
+  for (const ModelConfig& c : {relu2, vres, unet})
     for (bool fp8 : {false, true}) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8))
-          << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual;
+          << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual
+          << " unet " << c.unet_skips;
     }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
@@ -110,11 +116,13 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
   ModelConfig relu2 = model_preset("gpt-350m");  // at SwiGLU's parameters: 1.5 d_ff
   relu2.relu2_mlp = true;
   relu2.d_ff = relu2.d_ff * 3 / 2;
-  ModelConfig vres = model_preset("gpt-350m");
+  ModelConfig vres = model_preset("gpt-350m"), unet = vres;
   vres.value_residual = true;
-  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres}) {
+  unet.unet_skips = true;
+  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet}) {
     const char* name = c.relu2_mlp        ? "gpt-350m relu2"
                        : c.value_residual ? "gpt-350m value residual"
+                       : c.unet_skips     ? "gpt-350m unet skips"
                                           : c.name.c_str();
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
@@ -132,9 +140,10 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
 TEST(ActivationTable, TheModelAllocatesItsRows) {
   ModelConfig c = model_preset("tiny");
   CpuOps ops;
-  for (int variant : {0, 1, 2}) {  // SwiGLU, ReLU², value residual
+  for (int variant : {0, 1, 2, 3}) {  // SwiGLU, ReLU², value residual, U-net skips
     c.relu2_mlp = variant == 1;
     c.value_residual = variant == 2;
+    c.unet_skips = variant == 3;
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true}) {
         Transformer m(c, ops, 2, 16, r, fp8);

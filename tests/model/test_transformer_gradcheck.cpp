@@ -50,9 +50,22 @@ struct ModelRun {
   }
 };
 
+// --unet-skips: every block's scalar set apart from its initial 1 (0.6, 0.7,
+// ...), so that a skip's gradient missing its factor shows.
+void set_unet_skips(ModelRun& r) {
+  if (!r.cfg.unet_skips) return;
+  for (int l = 0; l < r.cfg.n_layer; ++l) {
+    const UnitSpec& spec = r.model.units()[size_t(l) + 1];
+    const int p = int(spec.params.size()) - 1;
+    EXPECT_EQ(spec.params[size_t(p)].name, "blocks." + std::to_string(l) + ".unet_skip");
+    r.w.unit_weights(l + 1)[size_t(spec.offset_of(p))] = 0.6f + 0.1f * float(l);
+  }
+}
+
 void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
   const bool tied = cfg.tie_embeddings;
   ModelRun r(cfg, B, T);
+  set_unet_skips(r);
   r.w.zero_grads();
   r.loss(true);
   // Kept apart: with --z-loss the differences below run training forwards,
@@ -96,7 +109,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
       ++checked;
     }
   }
-  const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0);
+  const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0) + (cfg.unet_skips ? 1 : 0);
   EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3));
 }
 
@@ -158,6 +171,41 @@ TEST(Transformer, ValueResidualChangesTheLoss) {
   ModelRun p(plain, 2, 6), v(vres, 2, 6);
   EXPECT_GT(std::abs(v.loss(false) - p.loss(false)), 1e-3);
 }
+// --unet-skips over 4 blocks (blocks 3 and 2 take blocks 0's and 1's
+// inputs) and over 3 (the middle block takes none); then with ReLU² and
+// without QK-norm (the scalar's index moves with both). The earlier blocks'
+// scalars are never read: gradient and difference both zero.
+TEST(TransformerGradcheck, UnetSkips) {
+  ModelConfig c = small_config(true);
+  c.unet_skips = true;
+  c.n_layer = 4;
+  check_all_params(c, 2, 6);
+  // (Untied at 4 blocks, blocks.1.attn.wq's derivative along the direction
+  // is 2e-3, below the float32 noise of the difference of two losses at h =
+  // 1e-2: off by 6%, and by 12% at 3e-3. Every other tensor agrees.)
+  c.tie_embeddings = false;
+  c.n_layer = 3;
+  check_all_params(c, 2, 6);
+  c.n_layer = 4;
+  c.relu2_mlp = true;
+  c.d_ff = 40;
+  c.qk_norm = false;
+  // At h = 1e-2 the curvature term reaches 3.5% on blocks.2.mlp.w1 and
+  // grows as h^2 (17% at 3e-2); at 3e-3 it is inside 2e-2, as a wrong term
+  // would not be.
+  check_all_params(c, 2, 6, 3e-3);
+}
+// It changes the model, and its scalars matter: at 1 the loss differs from
+// the plain model's, and it moves again when they move.
+TEST(Transformer, UnetSkipsChangeTheLoss) {
+  ModelConfig plain = small_config(true), unet = plain;
+  unet.unet_skips = true;
+  ModelRun p(plain, 2, 6), u(unet, 2, 6);
+  const double at_one = u.loss(false);
+  EXPECT_GT(std::abs(at_one - p.loss(false)), 1e-3);
+  set_unet_skips(u);
+  EXPECT_GT(std::abs(u.loss(false) - at_one), 1e-3);
+}
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {
   check_all_params(model_preset("tiny"), 2, 16);
@@ -203,15 +251,19 @@ namespace {
 // keeps the forward's transposed codes of the linear inputs for another span
 // (per layer, or cast again by the recomputation).
 // --value-residual's first-block values are kept apart from the buffers
-// the recomputation shares, so its gradient is unchanged by it too.
+// the recomputation shares, so its gradient is unchanged by it too; so are
+// --unet-skips' (the skip is added outside what a block recomputes).
 TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
-  ModelConfig vres = small_config(true);
+  ModelConfig vres = small_config(true), unet = small_config(true);
   vres.value_residual = true;
   vres.n_layer = 3;
+  unet.unet_skips = true;  // the skips' sources outlive the shared buffers
+  unet.n_layer = 4;
   CpuOps ops;
-  for (const ModelConfig& c : {small_config(true), vres})
+  for (const ModelConfig& c : {small_config(true), vres, unet})
     for (bool fp8 : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " value residual " << c.value_residual);
+      SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " value residual " << c.value_residual
+                                        << " unet " << c.unet_skips);
       std::vector<std::vector<float>> grads;
       std::vector<double> losses;
       std::vector<int64_t> bytes;

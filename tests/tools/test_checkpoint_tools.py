@@ -121,7 +121,7 @@ def damaged_inputs(good, tools):
     """Issue 65: a truncated checkpoint was a traceback, a changed tensor
     exported silently (the trainer refuses both). Also a sound checkpoint of
     a model the Hugging Face layouts cannot express (--logit-softcap,
-    --relu2-mlp, --value-residual)."""
+    --relu2-mlp, --value-residual, --unet-skips)."""
     with tempfile.TemporaryDirectory() as d:
         cut = os.path.join(d, "cut.h5")
         with open(good, "rb") as f, open(cut, "wb") as g:
@@ -178,6 +178,29 @@ def damaged_inputs(good, tools):
         with h5py.File(vres, "r+") as f:
             f["model"].attrs["value_residual"] = np.int64(1)
         refused(tools, vres, "--value-residual", "a value-residual model")
+        # U-net skips: the file as the trainer writes it, each block's scalar
+        # (1) and its checksums in their places, so the refusal is not a
+        # damage report either.
+        from checkpoint_writer import checksum
+        unet = os.path.join(d, "unet.h5")
+        shutil.copyfile(good, unet)
+        with h5py.File(unet, "r+") as f:
+            model = read_meta(f)["model"]
+            old = dict(zip([(g, n) for u in units(model) for g in GROUPS for n, _ in u],
+                           f.attrs["tensor_checksums"]))
+            f["model"].attrs["unet_skips"] = np.int64(1)
+            sums = []
+            for u in units(read_meta(f)["model"]):
+                for g in GROUPS:
+                    for n, shape in u:
+                        if (g, n) not in old:
+                            value = np.full(shape, 1.0 if g == "model" else 0.0, np.float32)
+                            f[g].create_dataset(n, data=value)
+                            old[(g, n)] = checksum(value)
+                        sums.append(old[(g, n)])
+            check(len(sums) > len(f.attrs["tensor_checksums"]), "the U-net file has its scalars")
+            f.attrs["tensor_checksums"] = np.array(sums, dtype=f.attrs["tensor_checksums"].dtype)
+        refused(tools, unet, "--unet-skips", "a U-net model")
 
 
 if __name__ == "__main__":

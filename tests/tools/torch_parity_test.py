@@ -57,6 +57,13 @@ runs = {
                  ["--batch-size", "2", "--grad-accum", "2", "--value-residual", "true", "--n-layer", "3",
                   "--recompute", "block", "--val-data", os.path.join(example, "kjv_val.h5"),
                   "--eval-every", "25", "--eval-batches", "2"]),
+    # --unet-skips over 5 blocks (two skips, the middle block none) with
+    # whole blocks recomputed, under Muon (the scalars AdamW's), on 3 ranks
+    # (each scalar on one of them); validation (steps 25 and 50) too.
+    "unet_np3": ([mpiexec, "--oversubscribe", "-np", "3"],
+                 ["--batch-size", "2", "--grad-accum", "2", "--unet-skips", "true", "--n-layer", "5",
+                  "--recompute", "block", "--optimizer", "muon", "--val-data",
+                  os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
     # --muon-ns-coefficients polar_express, one step past its table, on 2 ranks.
     "polar_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",

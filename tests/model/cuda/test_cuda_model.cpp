@@ -189,6 +189,18 @@ TEST(CudaModel, Gpt350mShapedValueResidualMatchesCpu) {
   check_model(cfg, 1, 256, true, 0, Recompute::block);
 }
 
+// --unet-skips over 5 blocks (blocks 4 and 3 take blocks 0's and 1's inputs;
+// the middle one none), the scalars read on the device; in bf16, then under
+// FP8 with whole blocks recomputed (the skip is added outside a block's
+// recomputation, its gradient before the RMSNorm backward's amax).
+TEST(CudaModel, Gpt350mShapedUnetSkipsMatchCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 5;
+  cfg.unet_skips = true;
+  check_model(cfg, 1, 256);
+  check_model(cfg, 1, 256, true, 0, Recompute::block);
+}
+
 // Llama 3.1's RoPE scaling (the model's rope table built once per shape):
 // an original context of 16 puts tiny's 16-wide heads in all three bands.
 TEST(CudaModel, TinyRopeScaledMatchesCpu) {

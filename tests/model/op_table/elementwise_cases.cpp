@@ -1,5 +1,6 @@
 // The op table's cases for the elementwise ops (see op_table.h): SwiGLU,
-// ReLU², the value residual's mix and the residual add, vectorised and not.
+// ReLU², the value residual's mix, the U-net skip's scaled add and the
+// residual add, vectorised and not.
 #include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
@@ -114,6 +115,42 @@ OpCase value_residual_case(int rows, int cols, int64_t ld, bool first, bool accu
   return c;
 }
 
+// --unet-skips' scaled add x += w s, in place on the stream entering a later
+// block (s: its mirror block's input, w: the block's scalar), and its
+// backward: ds = w dx, dw += sum(dx s), dx passed on untouched (its gradient
+// is dy itself, so a backward that wrote into it fails). misaligned:
+// operands at an odd element offset take the unvectorised paths, and dw is
+// bf16 (the engine's gathered gradients) instead of f32.
+OpCase skip_add_case(int64_t n, bool misaligned) {
+  const int64_t m = misaligned ? n - 1 : n, off = misaligned ? 1 : 0;
+  OpCase c;
+  c.op = "skip_add";
+  c.shape = fmt("n=%lld", (long long)m);
+  c.variant = misaligned ? "operands at an odd element offset, dw bf16" : "aligned, dw f32";
+  c.dtypes = misaligned ? "x,s,w,dx,ds,dw bf16" : "x,s,w,dx,ds bf16; dw f32";
+  c.fwd_bytes = 3.0 * m * 2;
+  c.bwd_bytes = 3.0 * m * 2;
+  c.bind = [=](Env& e) {
+    const auto x = e.rnd(n, -4.0f, 4.0f), sv = e.rnd(n, -2.0f, 2.0f), dy = e.rnd(n);
+    Tensor xt = e.in(BF, x).slice(off, m), st = e.in(BF, sv).slice(off, m);
+    Tensor dyt = e.in(BF, dy).slice(off, m), ds = e.out(BF, n).slice(off, m);
+    Tensor wt = e.in(BF, {0.75f}), dw = e.in(misaligned ? BF : F32, {0.5f});
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.skip_add(xt, st, wt, m); };
+    b.fwd_checks = {vs_ref("x + w s", xt, kRound)};
+    b.bwd = [=, &o] { o.skip_add_backward(ds, dw, dyt, st, wt, m); };
+    b.bwd_checks = {
+        vs_ref("ds", ds, kRound),
+        vs_ref(misaligned ? "dw (bf16, +=)" : "dw (f32, +=)", dw, misaligned ? kRound : kF32Sum),
+        vs_ref("dx untouched", dyt, kRound)};
+    b.loss = {{xt, dyt}};
+    b.grads = {{"dx", xt, dyt}, {"ds", st, ds}, {"dw", wt, dw, /*added=*/true}};
+    return b;
+  };
+  return c;
+}
+
 // misaligned: operands at an odd element offset take the unvectorised path;
 // otherwise in place (y aliases a), as the model's residual adds call it.
 OpCase add_case(int64_t n, bool misaligned) {
@@ -156,6 +193,8 @@ FSDP_OP_FAMILY(
         t.push_back(relu2_case(n));
         t.push_back(add_case(n, false));
         t.push_back(add_case(n, true));
+        t.push_back(skip_add_case(n, false));
+        t.push_back(skip_add_case(n, true));
       }
       // v inside rows of q|k|v (64 of 128 columns: vectorised; 37 of 93: not).
       for (bool first : {true, false}) t.push_back(value_residual_case(50, 64, 128, first, false));
@@ -167,6 +206,7 @@ FSDP_OP_FAMILY(
       // At SwiGLU's parameter count: 1.5 d_ff wide.
       t.push_back(relu2_case(int64_t(m.M()) * (3 * int64_t(m.c.d_ff) / 2)));
       t.push_back(add_case(int64_t(m.M()) * m.c.d_model, false));
+      t.push_back(skip_add_case(int64_t(m.M()) * m.c.d_model, false));
       t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, false));
       t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, true));
     });
