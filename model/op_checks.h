@@ -59,6 +59,17 @@ inline void codes(const Fp8Tensor& t, int64_t n, const char* what) {
   f32(t.scale_inv, 1, what);
 }
 
+// Whether the first na elements of a and the first nb of b share memory.
+inline bool overlap(Tensor a, int64_t na, Tensor b, int64_t nb) {
+  const auto* pa = static_cast<const char*>(a.data);
+  const auto* pb = static_cast<const char*>(b.data);
+  return na > 0 && nb > 0 && pa < pb + nb * int64_t(dtype_size(b.dtype)) &&
+         pb < pa + na * int64_t(dtype_size(a.dtype));
+}
+inline bool overlap(Tensor a, Tensor b, int64_t n) {
+  return overlap(a, n, b, n);
+}
+
 // "op d0xd1x...": the hook's key for an op and its shape.
 inline std::string key(const char* op, std::initializer_list<int64_t> dims) {
   std::string s = op;

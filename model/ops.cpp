@@ -363,7 +363,7 @@ void Ops::skip_add(Tensor x, Tensor s, Tensor w, int64_t n) {
   act(*this, x, n, "skip_add x");
   act(*this, s, n, "skip_add s");
   act(*this, w, 1, "skip_add w");
-  FSDP_CHECK(x.data != s.data || n == 0, "skip_add: x and s are one buffer");
+  FSDP_CHECK(!overlap(x, s, n), "skip_add: x overlaps s");
   const OpScope scope(hook_, [&] {
     return OpCall{key("skip_add", {n}), 0, 3.0 * double(n) * esize(x)};
   });
@@ -376,7 +376,9 @@ void Ops::skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
   act(*this, dx, n, "skip_add dx");
   act(*this, s, n, "skip_add s");
   act(*this, w, 1, "skip_add w");
-  FSDP_CHECK(ds.data != dx.data || n == 0, "skip_add_backward: ds and dx are one buffer");
+  // dx passes on unchanged, and ds is written as dx and s are read.
+  FSDP_CHECK(!overlap(ds, dx, n), "skip_add_backward: ds overlaps dx");
+  FSDP_CHECK(!overlap(ds, s, n), "skip_add_backward: ds overlaps s");
   const OpScope scope(hook_, [&] {
     return OpCall{key("skip_add_backward", {n}), 0, 3.0 * double(n) * esize(dx)};
   });

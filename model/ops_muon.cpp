@@ -18,14 +18,6 @@ void check_spans(const std::vector<MuonSpan>& spans, int64_t n, const char* op) 
     done = sp.begin + sp.count;
   }
 }
-// Whether the first na f32 elements of a and the first nb of b share memory.
-bool overlap(Tensor a, int64_t na, Tensor b, int64_t nb) {
-  const float *pa = a.f32(), *pb = b.f32();
-  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
-}
-bool overlap(Tensor a, Tensor b, int64_t n) {
-  return overlap(a, n, b, n);
-}
 int64_t span_elems(const std::vector<MuonSpan>& spans) {
   int64_t n = 0;
   for (const MuonSpan& sp : spans) n += sp.count;

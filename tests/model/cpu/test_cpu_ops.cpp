@@ -545,6 +545,40 @@ TEST_F(CpuOpsTest, Add) {
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(a[i], y[i]);
 }
 
+// --unet-skips' scaled add and its backward, written out: x += w s; ds = w dx,
+// dw += sum(dx s), dx left as it was. Buffers that overlap are refused (a
+// slice of one buffer for both, one element apart).
+TEST_F(CpuOpsTest, SkipAdd) {
+  const int64_t n = 33;
+  Buf x(ops_, DType::f32, n), s(ops_, DType::f32, n), w(ops_, DType::f32, 1);
+  Buf dx(ops_, DType::f32, n), ds(ops_, DType::f32, n), dw(ops_, DType::f32, 1);
+  fill(x);
+  fill(s);
+  fill(dx);
+  poison(ds);
+  w[0] = -0.7f;
+  dw[0] = 0.25f;
+  const std::vector<float> x0(x.f(), x.f() + n), dx0(dx.f(), dx.f() + n);
+  ops_.skip_add(x, s, w, n);
+  std::vector<double> want(n), want_ds(n);
+  double dot = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    want[i] = x0[size_t(i)] + -0.7 * s[i];
+    want_ds[i] = -0.7 * dx[i];
+    dot += double(dx[i]) * s[i];
+  }
+  expect_close("skip_add x", x.f(), want);
+  ops_.skip_add_backward(ds, dw, dx, s, w, n);
+  expect_close("skip_add ds", ds.f(), want_ds);
+  EXPECT_NEAR(dw[0], 0.25 + dot, 1e-6 * (1 + std::abs(dot)));
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(dx[i], dx0[size_t(i)]) << i;
+  Buf both(ops_, DType::f32, n + 1);
+  const Tensor lo = both.t().slice(0, n), hi = both.t().slice(1, n);
+  EXPECT_THROW(ops_.skip_add(lo, hi, w, n), Error);
+  EXPECT_THROW(ops_.skip_add_backward(lo, dw, hi, s, w, n), Error);
+  EXPECT_THROW(ops_.skip_add_backward(hi, dw, dx, lo, w, n), Error);
+}
+
 // ---- cross-entropy -----------------------------------------------------------------
 
 TEST_F(CpuOpsTest, CrossEntropy) {
