@@ -68,7 +68,8 @@ struct ModelConfig {
   // that all blocks keep one layout; the earlier half's is never read, its
   // gradient stays zero and AdamW leaves it at 1. Needs 2 or more layers.
   bool unet_skips = false;
-  // U-net skips: does block `layer` take a skip, and whose input is it?
+  // U-net skips: does block `layer` take one (block n_layer-1-layer's input),
+  // or send its own input as one (to block n_layer-1-layer)?
   bool takes_skip(int layer) const { return unet_skips && n_layer - 1 - layer < layer; }
   bool sends_skip(int layer) const { return unet_skips && layer < n_layer - 1 - layer; }
   // The number of skips: each from block i's input to block n_layer-1-i's.
