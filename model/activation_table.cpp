@@ -85,6 +85,15 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       one(&T::dv0_, ct, N * kvd, vres * back),
       // --unet-skips: the gradient each skip sends back to its first block
       ActivationBuffer{ct, N * d, c.num_skips() * back, nullptr, &T::dskip_},
+      // --value-embeds: each table looked up by the tokens, its gradient
+      // from its two blocks, and the values each such block had before the
+      // mix (for the pair's gradient; one buffer that the blocks share under
+      // --recompute block, which makes them again, and forward-only, whose
+      // blocks write them for no backward)
+      ActivationBuffer{ct, N * kvd, c.value_embeds, nullptr, &T::ve_},
+      ActivationBuffer{ct, N * kvd, c.value_embeds * back, nullptr, &T::dve_},
+      ActivationBuffer{ct, N * kvd, attn == 1 ? std::min(c.value_embeds, 1) : 2 * c.value_embeds,
+                       nullptr, &T::ve_in_},
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward

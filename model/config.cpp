@@ -113,6 +113,12 @@ const std::vector<ModelField>& model_fields() {
      "the later half of the blocks each add their mirror block's input, scaled by a learned "
      "scalar (modded-nanogpt's U-net skips; a token-saving lever; docs/LEVERS.md)",
      "true", "unet_skips", [](const M& c) { return c.unet_skips; }, R::must_match, 0, 1},
+    // Stored only when set: older files have none.
+    {"value-embeds", &M::value_embeds,
+     "this many value-embedding tables, mixed into the values of the first and of the last that "
+     "many blocks by a learned pair each (modded-nanogpt's value embeddings; 0: none; a "
+     "token-saving lever; docs/LEVERS.md)",
+     "1", "value_embeds", [](const M& c) { return c.value_embeds != 0; }, R::must_match, 0},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };
@@ -184,6 +190,9 @@ void ModelConfig::validate_fields() const {
         "--value-residual: needs --n-layer 2 or more (the first block's values are mixed "
         "into the later blocks'); --n-layer is ",
         n_layer);
+  need(value_embeds >= 0 && int64_t(value_embeds) * 2 <= n_layer, "--value-embeds", value_embeds,
+       "must be between 0 (none) and half of --n-layer (the first and the last that many blocks "
+       "each take one table)");
   if (unet_skips && n_layer < 2)
     throw_error(
         "--unet-skips: needs --n-layer 2 or more (the later half of the blocks take the "

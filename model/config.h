@@ -74,6 +74,21 @@ struct ModelConfig {
   bool sends_skip(int layer) const { return unet_skips && layer < n_layer - 1 - layer; }
   // The number of skips: each from block i's input to block n_layer-1-i's.
   int num_skips() const { return unet_skips ? n_layer / 2 : 0; }
+  // Value embeddings (modded-nanogpt): value_embeds tables of vocab_size x
+  // kv_dim in the embedding's unit; table j is looked up by the tokens and
+  // mixed into the values of block j and of block n_layer-value_embeds+j,
+  // v = w0 v + w1 ve, (w0, w1) a learned pair of that block (its unit's
+  // `value_mix`, starting at (1, 1)). The tables start at zero, so training
+  // starts from the model without them. Every block has the pair so that
+  // all keep one layout; the middle blocks' is never read. 0: none; at most
+  // n_layer / 2. After --value-residual's mix where both are on.
+  int value_embeds = 0;
+  // The table block `layer` mixes in, or -1.
+  int value_embed_of(int layer) const {
+    if (layer < value_embeds) return layer;
+    if (layer >= n_layer - value_embeds) return layer - (n_layer - value_embeds);
+    return -1;
+  }
 
   Rope rope() const {
     return {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "model/op_checks.h"
 
@@ -383,6 +384,50 @@ void Ops::skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
     return OpCall{key("skip_add_backward", {n}), 0, 3.0 * double(n) * esize(dx)};
   });
   do_skip_add_backward(ds, dw, dx, s, w, n);
+}
+
+void Ops::value_embed_mix(Tensor v, Tensor v_in, Tensor e, Tensor w, int rows, int cols,
+                          int64_t v_ld) {
+  FSDP_CHECK(rows >= 0 && cols >= 0 && v_ld >= cols, "value_embed_mix: rows ", rows, ", cols ",
+             cols, ", v_ld ", v_ld);
+  const int64_t n = int64_t(rows) * cols, nv = rows_need(rows, cols, v_ld);
+  act(*this, v, nv, "value_embed_mix v");
+  act(*this, v_in, n, "value_embed_mix v_in");
+  act(*this, e, n, "value_embed_mix e");
+  act(*this, w, 2, "value_embed_mix w");
+  // v_in is written as v and e are read.
+  FSDP_CHECK(!overlap(v_in, n, v, nv), "value_embed_mix: v_in overlaps v");
+  FSDP_CHECK(!overlap(v_in, e, n), "value_embed_mix: v_in overlaps e");
+  FSDP_CHECK(!overlap(v, nv, e, n), "value_embed_mix: v overlaps e");
+  const OpScope scope(hook_, [&] {
+    return OpCall{key("value_embed_mix", {rows, cols}), 0, 4.0 * double(n) * esize(v)};
+  });
+  do_value_embed_mix(v, v_in, e, w, rows, cols, v_ld);
+}
+
+void Ops::value_embed_mix_backward(Tensor dv, Tensor de, Tensor dw, Tensor v_in, Tensor e, Tensor w,
+                                   int rows, int cols, int64_t v_ld, bool accumulate) {
+  FSDP_CHECK(rows >= 0 && cols >= 0 && v_ld >= cols, "value_embed_mix_backward: rows ", rows,
+             ", cols ", cols, ", v_ld ", v_ld);
+  const int64_t n = int64_t(rows) * cols, nv = rows_need(rows, cols, v_ld);
+  act(*this, dv, nv, "value_embed_mix dv");
+  act(*this, de, n, "value_embed_mix de");
+  grad(*this, dw, 2, "value_embed_mix dw");
+  act(*this, v_in, n, "value_embed_mix v_in");
+  act(*this, e, n, "value_embed_mix e");
+  act(*this, w, 2, "value_embed_mix w");
+  // dv and de are written as v_in and e are read.
+  for (auto [t, m, what] : {std::tuple{dv, nv, "dv"}, std::tuple{de, n, "de"}}) {
+    FSDP_CHECK(!overlap(t, m, v_in, n), "value_embed_mix_backward: ", what, " overlaps v_in");
+    FSDP_CHECK(!overlap(t, m, e, n), "value_embed_mix_backward: ", what, " overlaps e");
+  }
+  FSDP_CHECK(!overlap(dv, nv, de, n), "value_embed_mix_backward: dv overlaps de");
+  const OpScope scope(hook_, [&] {
+    return OpCall{
+        key(accumulate ? "value_embed_mix_backward+=" : "value_embed_mix_backward", {rows, cols}),
+        0, (accumulate ? 6.0 : 5.0) * double(n) * esize(dv)};
+  });
+  do_value_embed_mix_backward(dv, de, dw, v_in, e, w, rows, cols, v_ld, accumulate);
 }
 
 void Ops::add(Tensor y, Tensor a, Tensor b, int64_t n) {

@@ -295,6 +295,17 @@ class Ops {
   // dw[0] += sum(dx s); dx passes on unchanged.
   void skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n);
 
+  // A value embedding's mix (ModelConfig::value_embeds), in place on v
+  // [rows, cols] (rows v_ld apart: the v part of the q|k|v GEMM's output):
+  // v_in = v (packed, kept for the backward), then v = w[0] v + w[1] e, e the
+  // block's table looked up by the tokens (packed), w its pair (a weight).
+  void value_embed_mix(Tensor v, Tensor v_in, Tensor e, Tensor w, int rows, int cols, int64_t v_ld);
+  // Its transpose, from dv = dL/d(the mixed v), laid out as v: dv = w[0] dv
+  // in place, de = w[1] dv (or += with accumulate: a table's second block),
+  // dw[0] += sum(dv v_in), dw[1] += sum(dv e).
+  void value_embed_mix_backward(Tensor dv, Tensor de, Tensor dw, Tensor v_in, Tensor e, Tensor w,
+                                int rows, int cols, int64_t v_ld, bool accumulate);
+
   // y = a + b (y may alias a or b).
   void add(Tensor y, Tensor a, Tensor b, int64_t n);
 
@@ -467,6 +478,11 @@ class Ops {
   virtual void do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) = 0;
   virtual void do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
                                     int64_t n) = 0;
+  virtual void do_value_embed_mix(Tensor v, Tensor v_in, Tensor e, Tensor w, int rows, int cols,
+                                  int64_t v_ld) = 0;
+  virtual void do_value_embed_mix_backward(Tensor dv, Tensor de, Tensor dw, Tensor v_in, Tensor e,
+                                           Tensor w, int rows, int cols, int64_t v_ld,
+                                           bool accumulate) = 0;
   virtual void do_add(Tensor y, Tensor a, Tensor b, int64_t n) = 0;
   virtual void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,
                                 float grad_scale, HeadLoss extra) = 0;

@@ -77,6 +77,11 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
   ModelLayout m;
   m.n_layer = c.n_layer;
   m.embed = {"embed", {vocab_matrix("embed.weight")}};
+  // --value-embeds: the tables, zero at the start (ModelConfig::value_embeds).
+  // Looked up, never multiplied, so they need no padding rows.
+  for (int j = 0; j < c.value_embeds; ++j)
+    m.embed.params.push_back(
+        matrix("embed.value." + std::to_string(j), c.vocab_size, c.kv_dim(), 0));
   const std::string b = "blocks." + std::to_string(layer) + ".";
   m.block = {"blocks." + std::to_string(layer),
              {gain(b + "attn_norm", d), linear(b + "attn.wq", c.q_dim(), d, std),
@@ -92,6 +97,8 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
   // --unet-skips: the scalar a later-half block scales its skip by, last (in
   // every block, so that all keep one layout; ModelConfig::unet_skips).
   if (c.unet_skips) m.block.params.push_back(gain(b + "unet_skip", 1));
+  // --value-embeds: the pair a block mixes its values and its table by, last.
+  if (c.value_embeds > 0) m.block.params.push_back(gain(b + "value_mix", 2));
   m.head = {"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) m.head.params.push_back(vocab_matrix("head.weight"));
   return m;

@@ -15,7 +15,7 @@ namespace {
 constexpr Fp8 kFp8Grad = Fp8::e4m3;
 
 // Parameter indices inside a block unit, in model_units() order (kUnetSkip
-// only with --unet-skips).
+// only with --unet-skips, kValueMix with --value-embeds).
 enum BlockParam {
   kAttnNorm,
   kWq,
@@ -28,15 +28,20 @@ enum BlockParam {
   kW1,
   kW3,
   kW2,
-  kUnetSkip
+  kUnetSkip,
+  kValueMix
 };
 
 // A block parameter's index in this model's unit: without QK-norm its two
 // gains are absent and the later parameters move up by two; the ReLU² MLP
-// has no W3, and W2 moves up by one more.
+// has no W3, and W2 moves up by one more; without U-net skips the value
+// mix moves up by one.
 int at(const ModelConfig& c, BlockParam p) {
   FSDP_CHECK(!(c.relu2_mlp && p == kW3), "the ReLU² MLP has no W3");
-  return p - (!c.qk_norm && p > kKNorm ? 2 : 0) - (c.relu2_mlp && p > kW3 ? 1 : 0);
+  FSDP_CHECK(p != kUnetSkip || c.unet_skips, "no U-net skips");
+  FSDP_CHECK(p != kValueMix || c.value_embeds > 0, "no value embeddings");
+  return p - (!c.qk_norm && p > kKNorm ? 2 : 0) - (c.relu2_mlp && p > kW3 ? 1 : 0) -
+         (!c.unet_skips && p > kUnetSkip ? 1 : 0);
 }
 
 // The rest of a buffer from element `from`: a view of q, k or v inside the
@@ -130,6 +135,9 @@ void Transformer::forward(int unit, UnitAccess& w, bool training) {
   training_ = training;
   if (unit == 0) {
     ops_.embedding(res(0), tokens_, w.weight(0, 0), int(N_), cfg_.d_model);
+    // --value-embeds: the tables' rows for these tokens, kept for the blocks.
+    for (int j = 0; j < cfg_.value_embeds; ++j)
+      ops_.embedding(ve_[size_t(j)], tokens_, w.weight(0, 1 + j), int(N_), cfg_.kv_dim());
   } else if (unit <= cfg_.n_layer) {
     // --unet-skips: a later block's input gains its mirror block's, once per
     // forward, outside block_forward (which recomputation runs again).
@@ -148,6 +156,8 @@ void Transformer::backward(int unit, UnitAccess& w) {
   training_ = true;  // a recomputation's casts keep their transposed codes
   if (unit == 0) {
     ops_.embedding_backward(w.grad(0, 0), dres_, tokens_, int(N_), cfg_.d_model);
+    for (int j = 0; j < cfg_.value_embeds; ++j)
+      ops_.embedding_backward(w.grad(0, 1 + j), dve_[size_t(j)], tokens_, int(N_), cfg_.kv_dim());
   } else if (unit <= cfg_.n_layer) {
     block_backward(unit - 1, w);
   } else {
@@ -258,6 +268,11 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   // --value-residual: the first block keeps its values; every later one
   // attends over the mean of its own and those (v in place in qkv).
   if (cfg_.value_residual) ops_.value_residual(tail(a.qkv, qd + kvd), v0_, M, kvd, qkv, layer == 0);
+  // --value-embeds: the first and the last blocks mix a table into their
+  // values (after the value residual's mean where both are on).
+  if (const int j = cfg_.value_embed_of(layer); j >= 0)
+    ops_.value_embed_mix(tail(a.qkv, qd + kvd), ve_in(layer), ve_[size_t(j)],
+                         w.weight(u, at(cfg_, kValueMix)), M, kvd, qkv);
   // QK-norm (RMSNorm over each head's vector), then the rotation, in one op;
   // without QK-norm (no gain given) the rotation alone.
   const bool qkn = cfg_.qk_norm;
@@ -327,6 +342,12 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
                         false, grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, tail(dqkv_, qd + kvd), datt_, a.att, a.lse, a.q, a.k,
                           tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv);
+  // --value-embeds: the mix's transpose; a table's later block runs first
+  // and sets its gradient, the earlier one adds to it.
+  if (const int j = cfg_.value_embed_of(layer); j >= 0)
+    ops_.value_embed_mix_backward(
+        tail(dqkv_, qd + kvd), dve_[size_t(j)], w.grad(u, at(cfg_, kValueMix)), ve_in(layer),
+        ve_[size_t(j)], w.weight(u, at(cfg_, kValueMix)), M, kvd, qkv, layer < cfg_.value_embeds);
   // --value-residual: a later block sends half its dv to the first block's
   // values (dv0_, summed from the last block down), which the first block
   // adds to its own.

@@ -230,6 +230,17 @@ class Transformer {
   // n_layer-1-i's sends back (the skip's scalar times that block's input
   // gradient), written by the later block's backward and added by block i's.
   std::vector<Tensor> dskip_;
+  // --value-embeds: ve_[j], table j looked up by the tokens [rows, kv_dim]
+  // (unit 0's forward), and dve_[j], its gradient from the two blocks that
+  // mix it in (written by the later block's backward, added to by the
+  // earlier's, read by unit 0's). ve_in(layer): the values such a block had
+  // before its mix, kept for the backward (one buffer that all share under
+  // --recompute block, which makes them again, and in a forward-only model).
+  std::vector<Tensor> ve_, dve_, ve_in_;
+  Tensor ve_in(int layer) const {
+    const int j = cfg_.value_embed_of(layer);
+    return ve_in_[size_t(j + (layer < cfg_.value_embeds ? 0 : cfg_.value_embeds)) % ve_in_.size()];
+  }
   // fp8_: the row-major codes of one linear's input (LinearInput::q), and
   // the codes of its weight and output gradient, each with its transpose for
   // backward; their inverse scales (scale8), then each layer's inputs'

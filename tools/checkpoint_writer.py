@@ -50,7 +50,8 @@ def units(model):
     d, ff, v = model["d_model"], model["d_ff"], model["vocab_size"]
     hd = head_dim(model)
     q, kv = model["n_head"] * hd, model["n_kv_head"] * hd
-    out = [[("embed.weight", (v, d))]]
+    K = model.get("value_embeds", 0)  # --value-embeds: the tables, in the embedding's unit
+    out = [[("embed.weight", (v, d)), *[(f"embed.value.{j}", (v, kv)) for j in range(K)]]]
     for i in range(model["n_layer"]):
         b = f"blocks.{i}."
         qk_norm = [(b + "attn.q_norm", (hd,)), (b + "attn.k_norm", (hd,))] if has_qk_norm(model) else []
@@ -58,7 +59,8 @@ def units(model):
         out.append([(b + "attn_norm", (d,)), (b + "attn.wq", (q, d)), (b + "attn.wk", (kv, d)),
                     (b + "attn.wv", (kv, d)), *qk_norm, (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
                     (b + "mlp.w1", (ff, d)), *w3, (b + "mlp.w2", (d, ff)),
-                    *([(b + "unet_skip", (1,))] if model.get("unet_skips", 0) else [])])
+                    *([(b + "unet_skip", (1,))] if model.get("unet_skips", 0) else []),
+                    *([(b + "value_mix", (2,))] if K else [])])
     head = [("final_norm", (d,))]
     if not model["tie_embeddings"]:
         head.append(("head.weight", (v, d)))

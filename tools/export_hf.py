@@ -28,9 +28,10 @@ config.json fields: vocab_size, hidden_size (d_model), intermediate_size
 head_dim, max_position_embeddings (max_seq_len), rms_norm_eps, rope_theta,
 tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
 "float32". A model trained with --logit-softcap, --relu2-mlp,
---value-residual or --unet-skips is refused: these layouts have no cap on
-the logits, a SwiGLU MLP only, attention over each layer's own values, and
-layers that read only the layer below.
+--value-residual, --unet-skips or --value-embeds is refused: these layouts
+have no cap on the logits, a SwiGLU MLP only, attention over each layer's
+own values (from its input alone), and layers that read only the layer
+below.
 """
 
 import argparse
@@ -135,6 +136,11 @@ def export(checkpoint, outdir, tokenizer=None):
     if model.get("unet_skips", 0):
         fail(f"checkpoint '{checkpoint}' was trained with --unet-skips, which Qwen3 and Llama "
              "cannot express (each of their layers reads only the one below); nothing was written")
+    # Their attention's values come from the layer's input alone.
+    if model.get("value_embeds", 0):
+        fail(f"checkpoint '{checkpoint}' was trained with --value-embeds {model['value_embeds']}, "
+             "which Qwen3 and Llama cannot express (their values come from each layer's input "
+             "alone); nothing was written")
     tensors = {}
     for name, t in raw.items():
         target = hf_name(name)

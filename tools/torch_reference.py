@@ -30,7 +30,8 @@ What it mirrors, and where (keep in step with the C++):
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
   (or --relu2-mlp's relu(x W1^T)^2), --value-residual's mean of each later
   block's values with the first block's, --unet-skips' scaled mirror-block
-  inputs, final RMSNorm, tied or untied head,
+  inputs, --value-embeds' tables mixed into the first and last blocks'
+  values, final RMSNorm, tied or untied head,
   --logit-softcap, mean cross-entropy, and in training --z-loss's term);
 - validation: data/batch_loader.cpp ValBatches (batch i row b reads window
   (i*world + rank)*batch_size + b modulo the windows; --eval-batches 0: every
@@ -177,6 +178,8 @@ class Model(torch.nn.Module):
         x = F.embedding(tokens, self.w("embed.weight"))
         v0 = None  # --value-residual: the first block's values
         L, inputs = c["n_layer"], []  # --unet-skips: each block's input
+        K = c.get("value_embeds", 0)  # --value-embeds: table j's rows for these tokens
+        ve = [F.embedding(tokens, self.w(f"embed.value.{j}")).view(B, T, Hkv, hd) for j in range(K)]
         for l in range(L):
             b = f"blocks.{l}."
             if c.get("unet_skips", 0) and L - 1 - l < l:  # + s x_(L-1-l), s a learned scalar
@@ -188,6 +191,10 @@ class Model(torch.nn.Module):
             v = (h @ self.w(b + "attn.wv").t()).view(B, T, Hkv, hd)
             if c.get("value_residual", 0):  # later blocks attend over (v + v0) / 2
                 v, v0 = (v, v) if v0 is None else ((v + v0) / 2, v0)
+            j = l if l < K else l - (L - K) if l >= L - K else -1
+            if j >= 0:  # the first and last K blocks: w0 v + w1 ve_j, (w0, w1) learned
+                mix = self.w(b + "value_mix")
+                v = mix[0] * v + mix[1] * ve[j]
             q = rope(rmsnorm(q, self.w(b + "attn.q_norm"), eps), theta)
             k = rope(rmsnorm(k, self.w(b + "attn.k_norm"), eps), theta)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),

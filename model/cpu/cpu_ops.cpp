@@ -427,60 +427,6 @@ void CpuOps::do_relu2_backward(Tensor da, Tensor ds, Tensor a, int64_t n, Tensor
   if (amax.numel > 0) amax.f32()[0] = m;
 }
 
-namespace {
-// f(v[r, c], v0[r, c]) over [rows, cols]: v's rows v_ld apart (the v part of
-// the q|k|v GEMM's output), v0 packed.
-template <typename F>
-void over_values(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, F f) {
-  float* vo = v.f32();
-  float* v0o = v0.f32();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) f(vo[r * v_ld + c], v0o[r * cols + c]);
-}
-}  // namespace
-
-void CpuOps::do_value_residual(Tensor v, Tensor v0, int rows, int cols, int64_t v_ld, bool first) {
-  over_values(v, v0, rows, cols, v_ld, [&](float& x, float& x0) {
-    if (first)
-      x0 = x;
-    else
-      x = float((double(x) + x0) / 2);
-  });
-}
-
-void CpuOps::do_value_residual_backward(Tensor dv, Tensor dv0, int rows, int cols, int64_t v_ld,
-                                        bool first, bool accumulate) {
-  over_values(dv, dv0, rows, cols, v_ld, [&](float& g, float& g0) {
-    if (first) {
-      g += g0;
-      return;
-    }
-    const float half = g / 2;  // exact
-    g0 = accumulate ? g0 + half : half;
-    g = half;
-  });
-}
-
-void CpuOps::do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) {
-  float* xo = x.f32();
-  const float* si = s.f32();
-  const double wv = w.f32()[0];
-  for (int64_t i = 0; i < n; ++i) xo[i] = float(xo[i] + wv * si[i]);
-}
-
-void CpuOps::do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w, int64_t n) {
-  float* dso = ds.f32();
-  const float* dxi = dx.f32();
-  const float* si = s.f32();
-  const double wv = w.f32()[0];
-  double dot = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    dot += double(dxi[i]) * si[i];
-    dso[i] = float(wv * dxi[i]);
-  }
-  dw.f32()[0] += float(dot);
-}
-
 void CpuOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {
   float* yo = y.f32();
   const float* ai = a.f32();

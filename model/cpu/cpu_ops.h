@@ -76,6 +76,10 @@ class CpuOps : public Ops {
   void do_skip_add(Tensor x, Tensor s, Tensor w, int64_t n) override;
   void do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Tensor w,
                             int64_t n) override;
+  void do_value_embed_mix(Tensor v, Tensor v_in, Tensor e, Tensor w, int rows, int cols,
+                          int64_t v_ld) override;
+  void do_value_embed_mix_backward(Tensor dv, Tensor de, Tensor dw, Tensor v_in, Tensor e, Tensor w,
+                                   int rows, int cols, int64_t v_ld, bool accumulate) override;
   void do_add(Tensor y, Tensor a, Tensor b, int64_t n) override;
 
   void do_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int n, int V, int Vp,

@@ -1,8 +1,9 @@
 // Elementwise kernels over bf16: SwiGLU forward and backward (reading the
 // halves of the W1|W3 GEMM's output in place), ReLU²'s, the value residual's
-// mix (on the v part of the q|k|v GEMM's output in place), the U-net skip's
-// scaled add, and the residual add, all through one vectorised map kernel
-// (the skip's backward, which also sums, has its own). fp32 arithmetic.
+// and a value embedding's mixes (on the v part of the q|k|v GEMM's output in
+// place), the U-net skip's scaled add, and the residual add, all through one
+// vectorised map kernel (the backwards of the skip and of the value
+// embedding, which also sum, have their own). fp32 arithmetic.
 #include <algorithm>
 #include <type_traits>
 
@@ -344,6 +345,65 @@ void skip_add_backward(bf16* ds, void* dw, bool dw_bf16, const bf16* dx, const b
   rmsnorm_dg_reduce(dw, dw_bf16, partial, blocks, 1, stream);
 }
 
+// A value embedding's mix, v_in = v, v = w0 v + w1 e: the pair read on the
+// device (a gathered weight), v's rows v_ld apart, v_in and e packed.
+struct ValueEmbedMix {
+  const bf16* w;
+  __device__ void operator()(const float (&i)[2], float (&o)[2]) const {
+    o[0] = __bfloat162float(w[0]) * i[0] + __bfloat162float(w[1]) * i[1];
+    o[1] = i[0];
+  }
+};
+
+void value_embed_mix(bf16* v, bf16* v_in, const bf16* e, const bf16* w, int rows, int cols,
+                     int64_t v_ld, cudaStream_t stream) {
+  launch_map(value_args(MapArgs<2, 2>{{v, e}, {v, v_in}}, cols, v_ld, {true, false, true, false}),
+             int64_t(rows) * cols, ValueEmbedMix{w}, stream, "value_embed_mix");
+}
+
+// Its backward: a block of threads across a row's columns, blocks striding
+// down the rows; dv = w0 dv, de = (de +) w1 dv, and each block's share of
+// sum(dv v_in) and sum(dv e) into partial[block, 2], which
+// rmsnorm_dg_reduce adds in block order into dw: a fixed grid, so the sums
+// are reproducible. A small op (rows x kv_dim), so no vectors.
+constexpr int kValueMixBlocks = 1024;
+
+__global__ void value_embed_mix_backward_kernel(bf16* dv, bf16* de, float* partial,
+                                                const bf16* v_in, const bf16* e, const bf16* w,
+                                                int rows, int cols, int64_t v_ld, bool accumulate) {
+  __shared__ float warp_sums[32];
+  const float w0 = __bfloat162float(w[0]), w1 = __bfloat162float(w[1]);
+  float dot_v = 0.0f, dot_e = 0.0f;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      const int64_t i = r * cols + c, iv = r * v_ld + c;
+      const float g = __bfloat162float(dv[iv]), ei = __bfloat162float(e[i]);
+      dot_v += g * __bfloat162float(v_in[i]);
+      dot_e += g * ei;
+      de[i] = __float2bfloat16_rn((accumulate ? __bfloat162float(de[i]) : 0.0f) + w1 * g);
+      dv[iv] = __float2bfloat16_rn(w0 * g);
+    }
+  dot_v = block_sum(dot_v, warp_sums);
+  dot_e = block_sum(dot_e, warp_sums);
+  if (threadIdx.x == 0) {
+    partial[2 * int64_t(blockIdx.x)] = dot_v;
+    partial[2 * int64_t(blockIdx.x) + 1] = dot_e;
+  }
+}
+
+void value_embed_mix_backward(bf16* dv, bf16* de, void* dw, bool dw_bf16, const bf16* v_in,
+                              const bf16* e, const bf16* w, int rows, int cols, int64_t v_ld,
+                              bool accumulate, Scratch& scratch, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const int blocks = int(std::min<int64_t>(rows, kValueMixBlocks));
+  const int threads = int(std::min<int64_t>(kThreads, (int64_t(cols) + 31) / 32 * 32));
+  auto* partial = static_cast<float*>(scratch.get(size_t(blocks) * 2 * sizeof(float)));
+  value_embed_mix_backward_kernel<<<blocks, threads, 0, stream>>>(dv, de, partial, v_in, e, w, rows,
+                                                                  cols, v_ld, accumulate);
+  FSDP_LAUNCH_CHECK("value_embed_mix_backward_kernel");
+  rmsnorm_dg_reduce(dw, dw_bf16, partial, blocks, 2, stream);
+}
+
 }  // namespace
 }  // namespace fsdp::cuda
 
@@ -399,6 +459,22 @@ void CudaOps::do_skip_add_backward(Tensor ds, Tensor dw, Tensor dx, Tensor s, Te
   void* dwp = grad(dw, dw_bf16);
   cuda::skip_add_backward(bf(ds), dwp, dw_bf16, bf(dx), bf(s), bf(w), n, *impl_, impl_->stream);
   after("skip_add_backward");
+}
+
+void CudaOps::do_value_embed_mix(Tensor v, Tensor v_in, Tensor e, Tensor w, int rows, int cols,
+                                 int64_t v_ld) {
+  cuda::value_embed_mix(bf(v), bf(v_in), bf(e), bf(w), rows, cols, v_ld, impl_->stream);
+  after("value_embed_mix");
+}
+
+void CudaOps::do_value_embed_mix_backward(Tensor dv, Tensor de, Tensor dw, Tensor v_in, Tensor e,
+                                          Tensor w, int rows, int cols, int64_t v_ld,
+                                          bool accumulate) {
+  bool dw_bf16 = false;
+  void* dwp = grad(dw, dw_bf16);
+  cuda::value_embed_mix_backward(bf(dv), bf(de), dwp, dw_bf16, bf(v_in), bf(e), bf(w), rows, cols,
+                                 v_ld, accumulate, *impl_, impl_->stream);
+  after("value_embed_mix_backward");
 }
 
 void CudaOps::do_add(Tensor y, Tensor a, Tensor b, int64_t n) {

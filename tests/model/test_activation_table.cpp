@@ -24,7 +24,9 @@ namespace {
 // but for h2 under --recompute mlp, which the recomputation reads.
 // --value-residual adds the first block's values (kv_dim) and their
 // gradient, once each; --unet-skips the gradient of each skip (d, n_layer / 2
-// of them).
+// of them); --value-embeds K each table's rows and their gradient (kv_dim, K
+// each) and the values before the mix of each of its 2K blocks (kv_dim; one
+// buffer under --recompute block).
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -53,7 +55,11 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   const int64_t vres = c.value_residual ? es * N * kvd * 2 : 0;
   const int64_t unet = c.unet_skips ? es * N * d * (L / 2) : 0;
-  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres + unet;
+  const int64_t K = c.value_embeds;
+  const int64_t ve =
+      es * N * kvd * (2 * K + (r == Recompute::block ? std::min<int64_t>(K, 1) : 2 * K));
+  return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres + unet +
+         ve;
 }
 
 // A forward-only model (--eval-only): one block's set of activations that
@@ -63,7 +69,8 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 // amaxes, none of the kept transposed codes or gradient codes; with
 // --value-residual the first block's values (no gradient); with
 // --unet-skips every block's input, as training keeps (the later blocks read
-// the earlier ones').
+// the earlier ones'); with --value-embeds each table's rows (no gradient)
+// and one buffer for the values before a mix, which every block overwrites.
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
@@ -75,7 +82,8 @@ int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_
   const int64_t codes = N * std::max({d, qd, ff}) + std::max({qkv, up, ff}) * d +
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   const int64_t vres = c.value_residual ? es * N * kvd : 0;
-  return tokens + stream + block + head + (fp8 ? codes : 0) + vres;
+  const int64_t ve = es * N * kvd * (c.value_embeds + std::min(c.value_embeds, 1));
+  return tokens + stream + block + head + (fp8 ? codes : 0) + vres + ve;
 }
 
 TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
@@ -93,16 +101,17 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8));
     }
-  ModelConfig relu2 = model_preset("tiny"), vres = relu2, unet = relu2;
+  ModelConfig relu2 = model_preset("tiny"), vres = relu2, unet = relu2, ve = relu2;
   relu2.relu2_mlp = true;  // W1's output alone, no W3
   vres.value_residual = true;
   unet.unet_skips = true;
-  for (const ModelConfig& c : {relu2, vres, unet})
+  ve.value_embeds = 1;
+  for (const ModelConfig& c : {relu2, vres, unet, ve})
     for (bool fp8 : {false, true}) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8))
           << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual
-          << " unet " << c.unet_skips;
+          << " unet " << c.unet_skips << " value embeds " << c.value_embeds;
     }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
@@ -116,13 +125,16 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
   ModelConfig relu2 = model_preset("gpt-350m");  // at SwiGLU's parameters: 1.5 d_ff
   relu2.relu2_mlp = true;
   relu2.d_ff = relu2.d_ff * 3 / 2;
-  ModelConfig vres = model_preset("gpt-350m"), unet = vres;
+  ModelConfig vres = model_preset("gpt-350m"), unet = vres, ve = vres;
   vres.value_residual = true;
   unet.unet_skips = true;
-  for (const ModelConfig& c : {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet}) {
+  ve.value_embeds = 3;
+  for (const ModelConfig& c :
+       {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet, ve}) {
     const char* name = c.relu2_mlp        ? "gpt-350m relu2"
                        : c.value_residual ? "gpt-350m value residual"
                        : c.unet_skips     ? "gpt-350m unet skips"
+                       : c.value_embeds   ? "gpt-350m value embeds"
                                           : c.name.c_str();
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
@@ -140,10 +152,12 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
 TEST(ActivationTable, TheModelAllocatesItsRows) {
   ModelConfig c = model_preset("tiny");
   CpuOps ops;
-  for (int variant : {0, 1, 2, 3}) {  // SwiGLU, ReLU², value residual, U-net skips
+  // SwiGLU, ReLU², value residual, U-net skips, value embeddings
+  for (int variant : {0, 1, 2, 3, 4}) {
     c.relu2_mlp = variant == 1;
     c.value_residual = variant == 2;
     c.unet_skips = variant == 3;
+    c.value_embeds = variant == 4 ? 1 : 0;
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true}) {
         Transformer m(c, ops, 2, 16, r, fp8);

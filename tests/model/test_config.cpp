@@ -64,6 +64,36 @@ TEST(ModelConfig, CountsMatchTheClosedForm) {
   }
 }
 
+// --value-embeds K: K tables of vocab x kv_dim and a pair per block, none
+// of them a matmul; at most n_layer / 2 tables, and never negative.
+TEST(ModelConfig, ValueEmbedsCountAndRange) {
+  for (int K : {1, 3}) {
+    ModelConfig c = model_preset("gpt-350m");
+    const int64_t plain = num_params(c), matmul = num_matmul_params(c);
+    c.value_embeds = K;
+    validate_model(c);
+    EXPECT_EQ(num_params(c), plain + K * int64_t(c.vocab_size) * c.kv_dim() + 2 * c.n_layer);
+    EXPECT_EQ(num_matmul_params(c), matmul);
+    EXPECT_EQ(c.value_embed_of(0), 0);
+    EXPECT_EQ(c.value_embed_of(K - 1), K - 1);
+    EXPECT_EQ(c.value_embed_of(K), -1);
+    EXPECT_EQ(c.value_embed_of(c.n_layer - K), 0);
+    EXPECT_EQ(c.value_embed_of(c.n_layer - 1), K - 1);
+  }
+  ModelConfig c = model_preset("tiny");  // 2 layers: one table at most
+  c.value_embeds = 1;
+  EXPECT_NO_THROW(validate_model(c));
+  for (int bad : {2, -1}) {
+    c.value_embeds = bad;
+    try {
+      validate_model(c);
+      ADD_FAILURE() << "--value-embeds " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--value-embeds"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ModelConfig, UnknownPresetNamesTheChoices) {
   try {
     model_preset("gpt-7b");

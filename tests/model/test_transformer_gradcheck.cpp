@@ -56,9 +56,34 @@ void set_unet_skips(ModelRun& r) {
   if (!r.cfg.unet_skips) return;
   for (int l = 0; l < r.cfg.n_layer; ++l) {
     const UnitSpec& spec = r.model.units()[size_t(l) + 1];
-    const int p = int(spec.params.size()) - 1;
+    const int p = int(spec.params.size()) - (r.cfg.value_embeds > 0 ? 2 : 1);
     EXPECT_EQ(spec.params[size_t(p)].name, "blocks." + std::to_string(l) + ".unet_skip");
     r.w.unit_weights(l + 1)[size_t(spec.offset_of(p))] = 0.6f + 0.1f * float(l);
+  }
+}
+
+// --value-embeds: the tables filled (they start at zero, where a path left
+// out has a zero derivative too) and every block's pair set apart from its
+// initial (1, 1), so that a factor left out shows.
+void set_value_embeds(ModelRun& r) {
+  const int K = r.cfg.value_embeds;
+  if (K == 0) return;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const UnitSpec& embed = r.model.units()[0];
+  for (int j = 0; j < K; ++j) {
+    const ParamSpec& t = embed.params[size_t(j) + 1];
+    EXPECT_EQ(t.name, "embed.value." + std::to_string(j));
+    float* w = r.w.unit_weights(0).data() + embed.offset_of(j + 1);
+    for (int64_t i = 0; i < t.numel(); ++i) w[i] = 0.5f * normal(rng);
+  }
+  for (int l = 0; l < r.cfg.n_layer; ++l) {
+    const UnitSpec& spec = r.model.units()[size_t(l) + 1];
+    const int p = int(spec.params.size()) - 1;
+    EXPECT_EQ(spec.params[size_t(p)].name, "blocks." + std::to_string(l) + ".value_mix");
+    float* mix = r.w.unit_weights(l + 1).data() + spec.offset_of(p);
+    mix[0] = 0.8f - 0.1f * float(l);
+    mix[1] = 0.6f + 0.15f * float(l);
   }
 }
 
@@ -66,6 +91,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
   const bool tied = cfg.tie_embeddings;
   ModelRun r(cfg, B, T);
   set_unet_skips(r);
+  set_value_embeds(r);
   r.w.zero_grads();
   r.loss(true);
   // Kept apart: with --z-loss the differences below run training forwards,
@@ -109,8 +135,9 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
       ++checked;
     }
   }
-  const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0) + (cfg.unet_skips ? 1 : 0);
-  EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3));
+  const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0) +
+                        (cfg.unet_skips ? 1 : 0) + (cfg.value_embeds > 0 ? 1 : 0);
+  EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3) + cfg.value_embeds);
 }
 
 TEST(TransformerGradcheck, TiedEmbeddings) {
@@ -206,6 +233,51 @@ TEST(Transformer, UnetSkipsChangeTheLoss) {
   set_unet_skips(u);
   EXPECT_GT(std::abs(u.loss(false) - at_one), 1e-3);
 }
+// --value-embeds: 2 tables over 4 blocks, untied (each table in two blocks,
+// the later one's backward setting its gradient and the earlier one's
+// adding), then over 5 tied (the middle block mixes none: its pair's
+// gradient and difference both zero), then 1 table over 3 blocks with the
+// value residual, the U-net skips, ReLU² and no QK-norm (the pair's index
+// moves with each; the value residual's mean comes first).
+TEST(TransformerGradcheck, ValueEmbeds) {
+  ModelConfig c = small_config(false);
+  c.value_embeds = 2;
+  c.n_layer = 4;
+  // At h = 1e-2 the curvature term reaches 2.6% on blocks.0.attn.wo (24% at
+  // 3e-2, 9x: it grows as h^2); at 3e-3 every tensor is inside 2e-2. (Tied
+  // at 4 blocks, blocks.0.mlp.w3's derivative along the direction is 6e-3,
+  // below the float32 noise of the difference at any h: 2.4% at 1e-2, 11% at
+  // 1e-3.)
+  check_all_params(c, 2, 6, 3e-3);
+  c.tie_embeddings = true;
+  c.n_layer = 5;
+  check_all_params(c, 2, 6);
+  c.value_embeds = 1;
+  c.n_layer = 3;
+  c.value_residual = true;
+  c.unet_skips = true;
+  c.relu2_mlp = true;
+  c.d_ff = 40;
+  c.qk_norm = false;
+  check_all_params(c, 2, 6, 3e-3);
+}
+// At their start (zero tables, pairs at 1) the model is the one without them,
+// bit for bit; with tables and pairs set, another, whose forward-only model
+// (--eval-only's) gives the same loss bit for bit.
+TEST(Transformer, ValueEmbedsStartAsTheModelWithout) {
+  ModelConfig plain = small_config(true), ve = plain;
+  ve.value_embeds = 1;
+  ModelRun p(plain, 2, 6), v(ve, 2, 6);
+  const double at_start = v.loss(false);
+  EXPECT_EQ(at_start, p.loss(false));
+  set_value_embeds(v);
+  const double set = v.loss(false);
+  EXPECT_GT(std::abs(set - at_start), 1e-3);
+  Transformer eval(ve, v.ops, 2, 6, Recompute::none, false, 0, ModelUse::forward_only);
+  eval.set_batch(v.in.data(), v.tgt.data(), 1.0f);
+  for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, v.w, false);
+  EXPECT_EQ(eval.loss_sum(), set);
+}
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {
   check_all_params(model_preset("tiny"), 2, 16);
@@ -252,18 +324,23 @@ namespace {
 // (per layer, or cast again by the recomputation).
 // --value-residual's first-block values are kept apart from the buffers
 // the recomputation shares, so its gradient is unchanged by it too; so are
-// --unet-skips' (the skip is added outside what a block recomputes).
+// --unet-skips' (the skip is added outside what a block recomputes);
+// --value-embeds' tables are looked up once, and the values before each mix,
+// shared by the blocks under --recompute block, are made again.
 TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
-  ModelConfig vres = small_config(true), unet = small_config(true);
+  ModelConfig vres = small_config(true), unet = small_config(true), ve = small_config(true);
   vres.value_residual = true;
   vres.n_layer = 3;
   unet.unet_skips = true;  // the skips' sources outlive the shared buffers
   unet.n_layer = 4;
+  ve.value_embeds = 2;
+  ve.n_layer = 4;
   CpuOps ops;
-  for (const ModelConfig& c : {small_config(true), vres, unet})
+  for (const ModelConfig& c : {small_config(true), vres, unet, ve})
     for (bool fp8 : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "fp8 " << fp8 << " value residual " << c.value_residual
-                                        << " unet " << c.unet_skips);
+      SCOPED_TRACE(::testing::Message()
+                   << "fp8 " << fp8 << " value residual " << c.value_residual << " unet "
+                   << c.unet_skips << " value embeds " << c.value_embeds);
       std::vector<std::vector<float>> grads;
       std::vector<double> losses;
       std::vector<int64_t> bytes;
@@ -273,6 +350,11 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
                   Transformer::activation_bytes_for(c, 2, 6, DType::f32, r, fp8));
         bytes.push_back(m.activation_bytes());
         testing::FullWeights w(m.units(), 7);
+        // value tables away from their zero start, so that their rows count
+        const UnitSpec& embed = m.units()[0];
+        for (int p = 1; p < int(embed.params.size()); ++p)
+          for (int64_t i = 0; i < embed.params[size_t(p)].numel(); ++i)
+            w.unit_weights(0)[size_t(embed.offset_of(p) + i)] = 0.3f * std::sin(float(i + p));
         std::vector<int32_t> in(12), tgt(12);
         for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
           for (int i = 0; i < 12; ++i)

@@ -121,7 +121,7 @@ def damaged_inputs(good, tools):
     """Issue 65: a truncated checkpoint was a traceback, a changed tensor
     exported silently (the trainer refuses both). Also a sound checkpoint of
     a model the Hugging Face layouts cannot express (--logit-softcap,
-    --relu2-mlp, --value-residual, --unet-skips)."""
+    --relu2-mlp, --value-residual, --unet-skips, --value-embeds)."""
     with tempfile.TemporaryDirectory() as d:
         cut = os.path.join(d, "cut.h5")
         with open(good, "rb") as f, open(cut, "wb") as g:
@@ -178,29 +178,42 @@ def damaged_inputs(good, tools):
         with h5py.File(vres, "r+") as f:
             f["model"].attrs["value_residual"] = np.int64(1)
         refused(tools, vres, "--value-residual", "a value-residual model")
-        # U-net skips: the file as the trainer writes it, each block's scalar
-        # (1) and its checksums in their places, so the refusal is not a
-        # damage report either.
-        from checkpoint_writer import checksum
+        # U-net skips and value embeddings: the files as the trainer writes
+        # them, the tensors they add and their checksums in their places, so
+        # the refusal is not a damage report either.
         unet = os.path.join(d, "unet.h5")
-        shutil.copyfile(good, unet)
-        with h5py.File(unet, "r+") as f:
-            model = read_meta(f)["model"]
-            old = dict(zip([(g, n) for u in units(model) for g in GROUPS for n, _ in u],
-                           f.attrs["tensor_checksums"]))
-            f["model"].attrs["unet_skips"] = np.int64(1)
-            sums = []
-            for u in units(read_meta(f)["model"]):
-                for g in GROUPS:
-                    for n, shape in u:
-                        if (g, n) not in old:
-                            value = np.full(shape, 1.0 if g == "model" else 0.0, np.float32)
-                            f[g].create_dataset(n, data=value)
-                            old[(g, n)] = checksum(value)
-                        sums.append(old[(g, n)])
-            check(len(sums) > len(f.attrs["tensor_checksums"]), "the U-net file has its scalars")
-            f.attrs["tensor_checksums"] = np.array(sums, dtype=f.attrs["tensor_checksums"].dtype)
+        grown(good, unet, {"unet_skips": 1})
         refused(tools, unet, "--unet-skips", "a U-net model")
+        ve = os.path.join(d, "ve.h5")
+        grown(good, ve, {"value_embeds": 2})
+        refused(tools, ve, "--value-embeds 2", "a model with value embeddings")
+
+
+def grown(good, path, attrs):
+    """A copy of the checkpoint `good` with `attrs` set in /model and the
+    tensors they add (in every group: weights as the trainer starts them, 1
+    for vectors and 0 for matrices; optimizer state 0), with the checksums of
+    all in checkpoint_writer.units' order."""
+    from checkpoint_writer import GROUPS, checksum, units
+    from inspect_checkpoint import read_meta
+    shutil.copyfile(good, path)
+    with h5py.File(path, "r+") as f:
+        old = dict(zip([(g, n) for u in units(read_meta(f)["model"]) for g in GROUPS for n, _ in u],
+                       f.attrs["tensor_checksums"]))
+        for k, v in attrs.items():
+            f["model"].attrs[k] = np.int64(v)
+        sums = []
+        for u in units(read_meta(f)["model"]):
+            for g in GROUPS:
+                for n, shape in u:
+                    if (g, n) not in old:
+                        one = g == "model" and len(shape) == 1
+                        value = np.full(shape, 1.0 if one else 0.0, np.float32)
+                        f[g].create_dataset(n, data=value)
+                        old[(g, n)] = checksum(value)
+                    sums.append(old[(g, n)])
+        check(len(sums) > len(f.attrs["tensor_checksums"]), f"{path} has the tensors {attrs} add")
+        f.attrs["tensor_checksums"] = np.array(sums, dtype=f.attrs["tensor_checksums"].dtype)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ with hybrid sharding, an untied head, block recomputation and a vocabulary of
 decaying over the compared steps) and, with its other settings and the linear
 schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
 under Muon on 2 ranks; --value-residual with block recomputation on 2;
+--unet-skips under Muon on 3; --value-embeds with the value residual on 2;
 Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
 NorMuon (--muon-normuon) on 3.
 
@@ -64,6 +65,15 @@ runs = {
                  ["--batch-size", "2", "--grad-accum", "2", "--unet-skips", "true", "--n-layer", "5",
                   "--recompute", "block", "--optimizer", "muon", "--val-data",
                   os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
+    # --value-embeds 2 over 5 blocks (tables in blocks 0 and 3, 1 and 4; the
+    # middle block none) after --value-residual's mean, with whole blocks
+    # recomputed, under Muon (tables and pairs AdamW's), on 2 ranks;
+    # validation (steps 25 and 50) too. The checkpoint at step 10 has
+    # trained the tables away from their zero start.
+    "ve_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+               ["--batch-size", "2", "--grad-accum", "2", "--value-embeds", "2", "--value-residual",
+                "true", "--n-layer", "5", "--recompute", "block", "--optimizer", "muon", "--val-data",
+                os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
     # --muon-ns-coefficients polar_express, one step past its table, on 2 ranks.
     "polar_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -58,11 +59,15 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
 // built (rows, columns), when given: the GPU model is built for that shape,
 // trains a pass in it (so its buffers hold another shape's values), and is
 // then set to B x T (Transformer::set_shape, --eval-seq-len's path).
+// adjust, when given, changes the initial weights first (parameters that
+// start where their path is the identity).
 void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0,
-                 Recompute recompute = Recompute::none, std::pair<int, int> built = {0, 0}) {
+                 Recompute recompute = Recompute::none, std::pair<int, int> built = {0, 0},
+                 const std::function<void(testing::FullWeights&)>& adjust = {}) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
+  if (adjust) adjust(host);
   const std::vector<std::vector<float>> weights = round_to_bf16(host, units);
   std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> pick(0, cfg.vocab_size - 1);
@@ -199,6 +204,34 @@ TEST(CudaModel, Gpt350mShapedUnetSkipsMatchCpu) {
   cfg.unet_skips = true;
   check_model(cfg, 1, 256);
   check_model(cfg, 1, 256, true, 0, Recompute::block);
+}
+
+// --value-embeds 2 over 5 blocks (tables in blocks 0 and 3, 1 and 4, the
+// middle block none; the later block's backward sets a table's gradient, the
+// earlier one adds), mixed in place inside the q|k|v GEMM's output, the pair
+// read on the device; tables filled and pairs moved from their (0; 1, 1)
+// start, where the mix is the identity. In bf16, then under FP8 with whole
+// blocks recomputed (the values before each mix made again).
+TEST(CudaModel, Gpt350mShapedValueEmbedsMatchCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 5;
+  cfg.value_embeds = 2;
+  const auto units = model_units(cfg);
+  auto adjust = [&](testing::FullWeights& w) {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    for (int p = 1; p <= cfg.value_embeds; ++p)
+      for (int64_t i = 0; i < units[0].params[size_t(p)].numel(); ++i)
+        w.unit_weights(0)[size_t(units[0].offset_of(p) + i)] = normal(rng);
+    for (int l = 0; l < cfg.n_layer; ++l) {
+      const UnitSpec& b = units[size_t(l) + 1];
+      float* mix = w.unit_weights(l + 1).data() + b.offset_of(int(b.params.size()) - 1);
+      mix[0] = 0.8f - 0.1f * float(l);
+      mix[1] = 0.6f + 0.15f * float(l);
+    }
+  };
+  check_model(cfg, 1, 256, false, 0, Recompute::none, {0, 0}, adjust);
+  check_model(cfg, 1, 256, true, 0, Recompute::block, {0, 0}, adjust);
 }
 
 // Llama 3.1's RoPE scaling (the model's rope table built once per shape):

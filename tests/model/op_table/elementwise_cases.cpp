@@ -1,12 +1,12 @@
 // The op table's cases for the elementwise ops (see op_table.h): SwiGLU,
-// ReLU², the value residual's mix, the U-net skip's scaled add and the
-// residual add, vectorised and not.
+// ReLU², the value residual's and a value embedding's mixes, the U-net
+// skip's scaled add and the residual add, vectorised and not.
 #include "tests/model/op_table/case_util.h"
 
 namespace fsdp::test {
 namespace {
 
-// ---- swiglu, relu2, value_residual and add --------------------------------------
+// ---- swiglu, relu2, value mixes, skip_add and add -----------------------------------
 // halves: a and b side by side in rows of 2 * cols (the W1|W3 GEMM's output),
 // da and db likewise; otherwise each packed.
 OpCase swiglu_case(int rows, int cols, bool halves) {
@@ -151,6 +151,43 @@ OpCase skip_add_case(int64_t n, bool misaligned) {
   return c;
 }
 
+// --value-embeds' mix in place on v [rows, cols] inside rows of ld (the q|k|v
+// GEMM's output): v_in = v, v = w0 v + w1 e; and its backward, from a copy of
+// dy as value_residual_case's: dv = w0 dv, de = (or += with accumulate, a
+// table's earlier block) w1 dv, dw += (sum(dv v_in), sum(dv e)). vec: v's
+// columns and rows allow 16-byte vectors, dw f32; otherwise dw bf16 (the
+// engine's gathered gradients).
+OpCase value_embed_mix_case(int rows, int cols, int64_t ld, bool accumulate, bool vec) {
+  const int64_t n = int64_t(rows) * cols, nv = int64_t(rows) * ld;
+  OpCase c;
+  c.op = "value_embed_mix";
+  c.shape = fmt("%dx%d ld=%lld", rows, cols, (long long)ld);
+  c.variant = std::string(accumulate ? "de added to" : "de set") + (vec ? ", dw f32" : ", dw bf16");
+  c.dtypes = vec ? "v,e,w,dv,de bf16; dw f32" : "v,e,w,dv,de,dw bf16";
+  c.fwd_bytes = 4.0 * n * 2;
+  c.bwd_bytes = (accumulate ? 6.0 : 5.0) * n * 2 + 2.0 * nv * 2;  // and the copy of dy
+  c.bind = [=](Env& e) {
+    const auto v = e.rnd(nv, -2.0f, 2.0f), ev = e.rnd(n), dy = e.rnd(nv), de0 = e.rnd(n);
+    Tensor vt = e.in(BF, v), et = e.in(BF, ev), dyt = e.in(BF, dy), dv = e.out(BF, nv);
+    Tensor v_in = e.out(BF, n), de = accumulate ? e.in(BF, de0) : e.out(BF, n);
+    Tensor wt = e.in(BF, {0.75f, -1.25f}), dw = e.in(vec ? F32 : BF, {0.5f, -0.25f});
+    Ops& o = e.ops;
+    Bound b;
+    b.fwd = [=, &o] { o.value_embed_mix(vt, v_in, et, wt, rows, cols, ld); };
+    b.fwd_checks = {vs_ref("w0 v + w1 e", vt, kRound), vs_ref("v_in", v_in, kRound)};
+    b.bwd = [=, &o] {
+      o.copy(dv, dyt);
+      o.value_embed_mix_backward(dv, de, dw, v_in, et, wt, rows, cols, ld, accumulate);
+    };
+    b.bwd_checks = {vs_ref("dv", dv, kRound), vs_ref(accumulate ? "de (+=)" : "de", de, kRound),
+                    vs_ref(vec ? "dw (f32, +=)" : "dw (bf16, +=)", dw, vec ? kF32Sum : kRound)};
+    b.loss = {{vt, dyt}};
+    b.grads = {{"dv", vt, dv}, {"de", et, de, accumulate}, {"dw", wt, dw, /*added=*/true}};
+    return b;
+  };
+  return c;
+}
+
 // misaligned: operands at an odd element offset take the unvectorised path;
 // otherwise in place (y aliases a), as the model's residual adds call it.
 OpCase add_case(int64_t n, bool misaligned) {
@@ -200,6 +237,9 @@ FSDP_OP_FAMILY(
       for (bool first : {true, false}) t.push_back(value_residual_case(50, 64, 128, first, false));
       t.push_back(value_residual_case(50, 64, 128, false, true));
       t.push_back(value_residual_case(50, 37, 93, false, true));
+      for (bool accumulate : {false, true})
+        t.push_back(value_embed_mix_case(50, 64, 128, accumulate, true));
+      t.push_back(value_embed_mix_case(50, 37, 93, true, false));
     },
     [](std::vector<OpCase>& t, const ModelShape& m) {
       t.push_back(swiglu_case(m.M(), m.c.d_ff, true));
@@ -209,6 +249,7 @@ FSDP_OP_FAMILY(
       t.push_back(skip_add_case(int64_t(m.M()) * m.c.d_model, false));
       t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, false));
       t.push_back(value_residual_case(m.M(), m.c.kv_dim(), m.qkv(), false, true));
+      t.push_back(value_embed_mix_case(m.M(), m.c.kv_dim(), m.qkv(), true, true));
     });
 
 }  // namespace fsdp::test
