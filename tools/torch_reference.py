@@ -40,7 +40,9 @@ What it mirrors, and where (keep in step with the C++):
   tokens for (src/options/options.h EvalOptions::micro_batch);
 - batches: data/permutation.cpp and data/sampler.cpp (Feistel permutation
   per epoch keyed by seed and epoch; step s uses global positions
-  s*G .. s*G+G-1, G = global batch); single-file datasets only;
+  s*G .. s*G+G-1, G = global batch); single-file datasets only; under
+  --seq-warmup-steps each sequence cut into sequences of the step's context
+  (src/policy/seq_warmup.h, src/trainer/trainer.cpp's train_step);
 - optimizer: shard/engine.cpp (clip to --grad-clip with norm+1e-6, AdamW with
   decay on matrices only) and src/policy/lr_schedule.h (cosine, linear, wsd); with --optimizer muon in the
   checkpoint's configuration, torch.optim.Muon (PyTorch >= 2.9) for the block
@@ -121,6 +123,18 @@ class Permutation:
 def window_of(position, windows, seed):
     epoch = position // windows
     return Permutation(windows, seed ^ mix64(epoch ^ 0x5EED))(position % windows)
+
+
+def seq_warmup_context(step, T, steps, start):
+    """src/policy/seq_warmup.h: the largest divisor of T not above the linear ramp
+    from start (0: T // 8) to T over `steps` steps; T once the warm-up is over."""
+    if steps <= 0 or step >= steps:
+        return T
+    start = start or T // 8
+    c = start + (T - start) * step // steps
+    while T % c:
+        c -= 1
+    return c
 
 
 def lr_at(step, total, warmup, lr, min_lr, shape="cosine", decay_fraction=0.2):
@@ -338,6 +352,8 @@ def main():
     # the validation context and its rows per micro-batch (EvalOptions)
     val_T = int(opts.get("eval-seq-len", "0")) or T
     val_B = B * T // val_T
+    # --seq-warmup-steps: each sequence cut into pieces of the step's context
+    warm_steps, warm_start = int(opts.get("seq-warmup-steps", "0")), int(opts.get("seq-warmup-start", "0"))
     seed = sampler["seed"] & M64
 
     dev = torch.device(a.device)
@@ -404,7 +420,8 @@ def main():
         rows = [tokens[w * T: w * T + T + 1] for w in (window_of(s * G + j, windows, seed) for j in range(G))]
         batch = torch.from_numpy(np.stack(rows)).to(dev)
         with autocast():
-            loss = model(batch[:, :-1], batch[:, 1:], objective=True)
+            c = seq_warmup_context(s, T, warm_steps, warm_start)
+            loss = model(batch[:, :-1].reshape(-1, c), batch[:, 1:].reshape(-1, c), objective=True)
         for o in opts_all:
             o.zero_grad(set_to_none=True)
         loss.backward()

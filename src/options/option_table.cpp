@@ -85,6 +85,8 @@ auto& part_of(O& o) {
     return o.data;
   else if constexpr (std::is_same_v<Part, LrSchedule>)
     return o.schedule;
+  else if constexpr (std::is_same_v<Part, SeqWarmup>)
+    return o.seq_warmup;
   else if constexpr (std::is_same_v<Part, OptimizerConfig>)
     return o.optimizer;
   else if constexpr (std::is_same_v<Part, AdamWConfig>)
@@ -243,6 +245,23 @@ std::vector<OptionRow> make_table() {
     row("decay-fraction", &LrSchedule::decay_fraction,
         "with --lr-schedule wsd: the share of --steps that decays", "0.1",
         {[](const float& v, const O&) { return v > 0 && v <= 1; }, "must be in (0, 1]"}),
+    row("seq-warmup-steps", &SeqWarmup::steps,
+        "short-to-long sequence warm-up over the first N steps (0: off): each sequence is cut "
+        "into pieces of the step's context, which grows linearly from --seq-warmup-start to "
+        "--seq-len (rounded down to a divisor of it); the same tokens a step, each piece "
+        "attending only within itself",
+        "200", at_least(0)),
+    defaults_to(
+        row("seq-warmup-start", &SeqWarmup::start,
+            "the context of the sequence warm-up's first steps; must divide --seq-len",
+            "8",
+            {[](const int& v, const O& o) {
+               const int T = o.data.seq_len > 0 ? o.data.seq_len : o.model.max_seq_len;
+               return v >= 0 && seq_warmup_rule(o.seq_warmup, T).empty();
+             },
+             "must be 0 or divide --seq-len and be below it (with --seq-warmup-steps; 0: "
+             "--seq-len / 8, which must then divide it)"}),
+        "0: --seq-len / 8"),
     row("optimizer", &OptimizerConfig::kind,
         "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
         "W1, W3, W2, each whole, orthogonalised on one rank of the shard group), AdamW for "

@@ -17,6 +17,7 @@
 #include "src/options/option_values.h"
 #include "src/policy/divergence.h"
 #include "src/policy/lr_schedule.h"
+#include "src/policy/seq_warmup.h"
 
 namespace fsdp {
 
@@ -97,6 +98,7 @@ struct Options {
   ModelConfig model;          // model/config.h
   DataOptions data;           // data/data_options.h
   LrSchedule schedule;        // src/policy/lr_schedule.h
+  SeqWarmup seq_warmup;       // src/policy/seq_warmup.h: short contexts first
   OptimizerConfig optimizer;  // shard/optimizer_config.h: the kind, AdamW's and Muon's settings
   ComputeOptions compute;
   EngineOptions engine;  // shard/engine_options.h; check_finite and seed come from run

@@ -17,13 +17,18 @@ BudgetPlan plan_budget_steps(const BudgetInputs& in) {
     const int64_t periodic = e > 0 ? n / e - std::max<int64_t>(done - 1, 0) / e : 0;
     return periodic + (e == 0 || n % e != 0 ? 1 : 0);
   };
+  // saved[i]: what steps done .. done+i-1 take less than full ones.
+  std::vector<double> saved{0.0};
+  for (int64_t t = done; t < int64_t(in.step_saving_s.size()); ++t)
+    saved.push_back(saved.back() + in.step_saving_s[size_t(t)]);
   auto end_of = [&](int64_t n) {
-    return in.used_s + double(n - done) * step + double(evals(n)) * in.eval_s;
+    const double less = saved[size_t(std::min<int64_t>(n - done, int64_t(saved.size()) - 1))];
+    return in.used_s + double(n - done) * step - less + double(evals(n)) * in.eval_s;
   };
   // The step count is an int in the schedule; far beyond any real run.
   const int64_t most = in.max_steps > 0 ? in.max_steps : int64_t(1) << 30;
   const double per_step = step + (in.eval_every > 0 ? in.eval_s / in.eval_every : 0);
-  const double room = (limit - in.used_s - in.eval_s) / per_step;
+  const double room = (limit - in.used_s - in.eval_s + saved.back()) / per_step;
   int64_t n = done + 1 + int64_t(std::clamp(room, 0.0, double(most)));
   n = std::clamp(n, done + 1, std::max(most, done + 1));
   // The estimate above spreads the validations evenly; step to the exact count.

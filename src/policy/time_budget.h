@@ -21,7 +21,11 @@
 // the first step) for each that --eval-every asks for plus the final one. It
 // keeps kBudgetReserve of the budget free for noise in the step time and for
 // checkpoint saves, which it does not time. The budget ends with the final
-// validation; the final samples and the final save come after it.
+// validation; the final samples and the final save come after it. Under
+// --seq-warmup-steps the warm-up's steps are cheaper than the rest: the plan
+// counts each at a full step's time less what the warm-up measured its
+// context to save (BudgetInputs::step_saving_s), and the steps it times are
+// counted as full ones.
 #pragma once
 
 #include <algorithm>
@@ -102,6 +106,10 @@ struct BudgetInputs {
   double eval_s = 0;       // one validation, measured (0: the run validates nothing)
   int eval_every = 0;      // --eval-every (0: the final validation only)
   int64_t max_steps = 0;   // --steps, a cap (0: none)
+  // By step, the seconds step s takes less than step_s, which is a step at
+  // --seq-len's context (--seq-warmup-steps: src/policy/seq_warmup.h); none
+  // past the end.
+  std::vector<double> step_saving_s = {};
 };
 
 struct BudgetPlan {

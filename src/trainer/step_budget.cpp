@@ -48,9 +48,10 @@ void StepBudget::record(RunPosition& pos) const {
   if (active()) pos.budget_steps = steps_;
 }
 
-void StepBudget::time_step(double host_s, bool after_first) {
-  last_step_s_ = host_s;
-  if (after_first) run_step_s_ += host_s, ++run_steps_;
+void StepBudget::time_step(int step, double host_s, bool after_first) {
+  const double full_s = host_s + (size_t(step) < saved_s_.size() ? saved_s_[size_t(step)] : 0.0);
+  last_step_s_ = full_s;
+  if (after_first) run_step_s_ += full_s, ++run_steps_;
 }
 
 void StepBudget::forget_steps_after(size_t kept) {
@@ -66,7 +67,8 @@ BudgetInputs StepBudget::inputs(int done, double step_s) {
           .step_s = v[1],
           .eval_s = v[2],  // 0 where the run validates nothing
           .eval_every = o_.eval.every,
-          .max_steps = o_.run.steps};
+          .max_steps = o_.run.steps,
+          .step_saving_s = saved_s_};
 }
 
 // The run's count from now on, saved with the next checkpoint, and its

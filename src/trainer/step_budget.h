@@ -40,10 +40,16 @@ class StepBudget {
   // Whether a validation is timed before the first step, for the plan.
   bool times_validation_first() const { return active() && steps_ == 0; }
 
-  // A step's host seconds, every step this process ran (a diverged one
+  // --seq-warmup-steps under a budget: by step, the seconds a step of the
+  // warm-up takes less than one at --seq-len's context (Trainer's warm-up
+  // measures them). The steps timed are counted as full ones (their time
+  // plus their saving), and a plan counts each step still to come at its
+  // own cost.
+  void set_step_savings(std::vector<double> saved_s) { saved_s_ = std::move(saved_s); }
+  // Step `step`'s host seconds, every step this process ran (a diverged one
   // included: it took the time all the same); `after_first` is false for the
   // process's first, which builds plans and caches.
-  void time_step(double host_s, bool after_first);
+  void time_step(int step, double host_s, bool after_first);
   void time_validation(double seconds) { eval_s_ = seconds; }
   // After applied step `done`: until the count is fixed, the step just timed
   // is a plan's, and the plan is made once there are enough of them; then
@@ -85,6 +91,7 @@ class StepBudget {
   double run_step_s_ = 0;
   int64_t run_steps_ = 0;
   double eval_s_ = 0;
+  std::vector<double> saved_s_;  // set_step_savings
 };
 
 }  // namespace fsdp

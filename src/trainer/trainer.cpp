@@ -14,6 +14,7 @@
 #include "model/params.h"
 #include "src/policy/cadence.h"
 #include "src/policy/lr_schedule.h"
+#include "src/policy/seq_warmup.h"
 #include "src/policy/stop_signal.h"
 
 namespace fsdp {
@@ -44,6 +45,12 @@ StepLoss Trainer::train_step(int step) {
   const test_hooks::StepFault fault =
       test_faults_.begin_step(step + 1, loader_->state().consumed, loader_->sequences_per_step());
   const float grad_scale = float(1.0 / global_tokens) * fault.grad_scale;
+  // --seq-warmup-steps (src/policy/seq_warmup.h): the same B x T tokens as
+  // B*T/c sequences of the step's context c; the model is back in its own
+  // shape after the step, for validation and samples.
+  const int B = o_.data.batch_size, T = o_.data.seq_len;
+  const int context = seq_warmup_context(o_.seq_warmup, step, T);
+  model_->set_shape(int(int64_t(B) * T / context), context);
   double loss_sum = 0, count = 0;
   for (int m = 0; m < accum; ++m) {
     loader_->next_micro_batch(m, inputs_.data(), targets_.data());
@@ -52,6 +59,7 @@ StepLoss Trainer::train_step(int step) {
     loss_sum += model_->loss_sum();
     count += double(model_->loss_count());
   }
+  model_->set_shape(B, T);
   loader_->end_step();
   loss_sum *= fault.local_loss_scale;
   auto [s, c] = global_sum(loss_sum, count);
@@ -62,10 +70,10 @@ StepLoss Trainer::train_step(int step) {
 // Model FLOPs utilisation (docs/ARCHITECTURE.md, "FLOPs and MFU"): useful FLOPs
 // per token (recomputation excluded) times tokens/s over the dense peak of all
 // GPUs; none on the CPU.
-double Trainer::mfu(double tokens_per_s) const {
+double Trainer::mfu(double tokens_per_s, int seq_len) const {
   const double peak = ops_->capabilities().peak_flops;
   if (peak <= 0) return std::nan("");
-  return tokens_per_s * flops_per_token(o_.model, o_.data.seq_len) / (peak * world_.size);
+  return tokens_per_s * flops_per_token(o_.model, seq_len) / (peak * world_.size);
 }
 
 // Each training process's first metrics line, written once set-up and
@@ -103,19 +111,25 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
   groups_.world->all_reduce(peak, 2, DType::f32, ReduceOp::max)->wait();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  metrics_.write({{"step", std::to_string(step + 1)},
-                  {"loss", json_number(loss)},
-                  {"lr", json_number(lr)},
-                  {"grad_norm", json_number(norm)},
-                  {"tokens_seen", std::to_string(pos_.tokens_seen)},
-                  {"tokens_per_s", json_number(tok_s)},
-                  {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
-                  {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},
-                  {"mfu", json_number(mfu(tok_s))},
-                  {"peak_rss_bytes_max_rank", json_number(peak[0])},
-                  {"peak_device_bytes_max_rank", json_number(peak[1])},
-                  {"elapsed_s", json_number(elapsed)},
-                  {"train_s", json_number(train_seconds_)}});
+  // The step's context: --seq-len's but in a sequence warm-up, whose steps'
+  // records say theirs (attention's FLOPs count at it).
+  const int context = seq_warmup_context(o_.seq_warmup, step, o_.data.seq_len);
+  std::vector<std::pair<std::string, std::string>> record{
+      {"step", std::to_string(step + 1)},
+      {"loss", json_number(loss)},
+      {"lr", json_number(lr)},
+      {"grad_norm", json_number(norm)},
+      {"tokens_seen", std::to_string(pos_.tokens_seen)},
+      {"tokens_per_s", json_number(tok_s)},
+      {"data_wait_s", json_number(loader_->last_step_wait_seconds())},
+      {"comm_wait_s", json_number(engine_->take_comm_wait_seconds())},
+      {"mfu", json_number(mfu(tok_s, context))},
+      {"peak_rss_bytes_max_rank", json_number(peak[0])},
+      {"peak_device_bytes_max_rank", json_number(peak[1])},
+      {"elapsed_s", json_number(elapsed)},
+      {"train_s", json_number(train_seconds_)}};
+  if (o_.seq_warmup.on()) record.emplace_back("seq_len", std::to_string(context));
+  metrics_.write(record);
   const int steps = budget_->steps();
   if (lead_ && (every(o_.run.log_every, step + 1) || step + 1 == steps)) {
     std::printf("step %5d/%s | loss %.4f | lr %.2e | norm %.3f | %s tok/s | ETA %s\n", step + 1,
@@ -200,6 +214,7 @@ void Trainer::warm_up() {
     groups_.world->all_reduce(&short_s, 1, DType::f32, ReduceOp::max)->wait();
     if (short_s <= 0) break;
   }
+  if (!o_.eval.only) warm_up_seq_contexts();
   if (validator_) validator_->warm_up();  // validation's shape may need graphs of its own
   const double seconds = seconds_since(t0);
   if (!lead_) return;
@@ -213,6 +228,54 @@ void Trainer::warm_up() {
                 o_.eval.only ? "forward" : "forward+backward", seconds);
   for (const std::string& line : ops_->runtime_report())
     std::printf("fsdptrain: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// --seq-warmup-steps: one discarded pass at each shorter context the run's
+// steps will still use, so its plans (cuDNN builds a graph per shape) are
+// built before step 1 too. A --time-budget run also times each against a
+// pass at --seq-len's context (the lesser of two passes each, device time):
+// what a step at that context saves, so the plan counts the warm-up's steps
+// at their cost and converts the steps it times to full ones
+// (StepBudget::set_step_savings). Every rank keeps the least any measured.
+void Trainer::warm_up_seq_contexts() {
+  const int B = o_.data.batch_size, T = o_.data.seq_len;
+  const std::vector<int> contexts = seq_warmup_contexts(o_.seq_warmup, pos_.step, T);
+  if (contexts.empty()) return;
+  const bool timed = budget_->active();
+  auto pass_s = [&](int c) {
+    model_->set_shape(int(int64_t(B) * T / c), c);
+    model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
+    double least = 0;
+    for (int i = 0; i < (timed ? 2 : 1); ++i) {
+      const int m = ops_->mark();
+      engine_->forward_backward(/*last_of_step=*/true);
+      engine_->discard_gradients();
+      const double s = ops_->seconds(m, ops_->mark());
+      least = i == 0 ? s : std::min(least, s);
+    }
+    return least;
+  };
+  const double full_s = timed ? pass_s(T) : 0;
+  std::vector<float> minus_saved;  // negated: the all-reduce's max is then the least
+  for (int c : contexts) minus_saved.push_back(-float(std::max(0.0, full_s - pass_s(c))));
+  model_->set_shape(B, T);
+  model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
+  if (!timed) return;
+  groups_.world->all_reduce(minus_saved.data(), minus_saved.size(), DType::f32, ReduceOp::max)
+      ->wait();
+  std::vector<double> by_step(size_t(o_.seq_warmup.steps), 0.0);
+  for (size_t s = size_t(pos_.step); s < by_step.size(); ++s) {
+    const int c = seq_warmup_context(o_.seq_warmup, int64_t(s), T);
+    const auto i = std::find(contexts.begin(), contexts.end(), c) - contexts.begin();
+    if (c < T) by_step[s] = -double(minus_saved[size_t(i)]);
+  }
+  budget_->set_step_savings(std::move(by_step));
+  if (!lead_) return;
+  std::printf("fsdptrain: --seq-warmup-steps %d: a step at context", o_.seq_warmup.steps);
+  for (size_t i = 0; i < contexts.size(); ++i)
+    std::printf("%s %d saves %.4f s", i ? "," : "", contexts[i], -double(minus_saved[i]));
+  std::printf(" against one at %d (%.4f s a pass), in --time-budget's plan\n", T, full_s);
   std::fflush(stdout);
 }
 
@@ -279,7 +342,7 @@ Trainer::StepTimes Trainer::stop_step_clock(const StepClock& c, int step, int fi
   t.host_s = test_hooks::slow_step(
       step + 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - c.host).count());
   train_seconds_ += t.host_s;  // a step undone by a rollback took time all the same
-  budget_->time_step(t.host_s, step > first_step);
+  budget_->time_step(step, t.host_s, step > first_step);
   if (profiler_) profiler_->set_enabled(false);  // evaluation and saves are not steps
   return t;
 }

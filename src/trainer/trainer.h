@@ -96,6 +96,7 @@ class Trainer {
                    TrainSummary& summary);
   bool after_step(int done, TrainSummary& summary);
   void warm_up();
+  void warm_up_seq_contexts();
   StepLoss train_step(int step);
   // One validation (none without --val-data), in the summary and timed for
   // the budget; --eval-only's run; samples. The forwards they run with.
@@ -105,7 +106,7 @@ class Trainer {
   ForwardPass forward_pass() { return {*model_, *engine_, inputs_, targets_}; }
   void log_run_start();
   void log_step(int step, double loss, float lr, double norm, double seconds);
-  double mfu(double tokens_per_s) const;
+  double mfu(double tokens_per_s, int seq_len) const;
   void build(ProcessGroups& engine_groups);
   // The memory plan of this run with micro-batches of `batch` sequences, and
   // what the memory check may advise changing.

@@ -10,6 +10,7 @@ decaying over the compared steps) and, with its other settings and the linear
 schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
 under Muon on 2 ranks; --value-residual with block recomputation on 2;
 --unet-skips under Muon on 3; --value-embeds with the value residual on 2;
+--seq-warmup-steps' short contexts under Muon on 2;
 Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
 NorMuon (--muon-normuon) on 3.
 
@@ -74,6 +75,13 @@ runs = {
                ["--batch-size", "2", "--grad-accum", "2", "--value-embeds", "2", "--value-residual",
                 "true", "--n-layer", "5", "--recompute", "block", "--optimizer", "muon", "--val-data",
                 os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
+    # --seq-warmup-steps from context 6 over 40 steps: the compared steps
+    # 11-50 run at contexts 16, 24 and 48 (each sequence of 48 cut into
+    # 3 and 2 pieces, then whole), under Muon on 2 ranks; validation at 48.
+    "seqwarm_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                    ["--batch-size", "2", "--grad-accum", "2", "--seq-warmup-steps", "40",
+                     "--seq-warmup-start", "6", "--optimizer", "muon", "--val-data",
+                     os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
     # --muon-ns-coefficients polar_express, one step past its table, on 2 ranks.
     "polar_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",

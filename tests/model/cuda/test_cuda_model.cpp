@@ -282,6 +282,16 @@ TEST(CudaModel, Gpt350mShapedReshapedMatchesCpu) {
   check_model(cfg, 1, 256, false, 0, Recompute::none, {2, 128});
 }
 
+// --seq-warmup-steps' steps: the training micro-batch's rows as many short
+// sequences (B*T/c of the step's context c), after passes at the full shape;
+// in bf16 and, with whole blocks recomputed, in FP8 (the recipe's).
+TEST(CudaModel, Gpt350mShapedSeqWarmupPiecesMatchCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  check_model(cfg, 16, 32, false, 0, Recompute::none, {2, 256});
+  check_model(cfg, 4, 128, true, 0, Recompute::block, {2, 256});
+}
+
 // --eval-only's model (ModelUse::forward_only): one set of block activations
 // that every layer overwrites, two residual buffers taking turns, no
 // backward buffers. Its loss equals a training model's forward on the same

@@ -252,6 +252,27 @@ TEST(Options, BadValuesNameTheFlag) {
             std::string::npos);
   EXPECT_EQ(with_val({"--seq-len", "16", "--batch-size", "4", "--eval-seq-len", "64"}), "");
   EXPECT_EQ(with_val({"--seq-len", "16", "--batch-size", "0", "--eval-seq-len", "64"}), "");
+  // --seq-warmup-steps: its first context divides --seq-len (given, or the
+  // model's context) and is below it; 0 is an eighth of it.
+  const std::vector<std::string> warm = {"--train-data", "x", "--seq-warmup-steps", "50"};
+  auto warming = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), warm.begin(), warm.end());
+    return error_of(more);
+  };
+  EXPECT_EQ(warming({}), "");  // tiny's 64: 8
+  EXPECT_EQ(warming({"--seq-len", "24", "--seq-warmup-start", "6"}), "");
+  EXPECT_EQ(warming({"--seq-len", "24"}), "");  // 3
+  EXPECT_NE(warming({"--seq-len", "28"}).find("--seq-warmup-start: '0' is invalid"),
+            std::string::npos);  // 3 does not divide 28
+  EXPECT_NE(warming({"--seq-len", "4"}).find("--seq-warmup-start: '0' is invalid"),
+            std::string::npos);  // 0
+  EXPECT_NE(warming({"--seq-warmup-start", "5"}).find("--seq-warmup-start: '5' is invalid"),
+            std::string::npos);
+  EXPECT_NE(warming({"--seq-warmup-start", "64"}).find("--seq-warmup-start: '64' is invalid"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--seq-warmup-steps", "-1"}).find("must be >= 0"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-data", "x", "--seq-warmup-start", "5"}), "");  // no warm-up
 }
 
 TEST(Options, ValidationMicroBatchKeepsTheTrainingTokens) {

@@ -22,7 +22,9 @@ int64_t simulated_steps(const BudgetInputs& in) {
   double t = in.used_s + (e > 0 && in.steps_done > 0 && in.steps_done % e == 0 ? in.eval_s : 0);
   int64_t best = in.steps_done + 1;  // one step is always taken
   for (int64_t n = in.steps_done + 1; n <= cap; ++n) {
-    t += in.step_s;
+    // step n-1 (from 0), less what a sequence warm-up saves in it
+    const size_t at = size_t(n - 1);
+    t += in.step_s - (at < in.step_saving_s.size() ? in.step_saving_s[at] : 0);
     const bool periodic = in.eval_every > 0 && n % in.eval_every == 0;
     if (periodic) t += in.eval_s;
     const double end = t + (periodic ? 0 : in.eval_s);  // the final validation
@@ -93,12 +95,30 @@ TEST(TimeBudgetPlan, EqualsARunWalkedStepByStep) {
     in.eval_s = i % 4 == 0 ? 0 : 5 * u(rng);
     in.eval_every = i % 3 == 0 ? 0 : 1 + int(40 * u(rng));
     in.max_steps = i % 5 == 0 ? in.steps_done + 1 + int64_t(300 * u(rng)) : 0;
+    // --seq-warmup-steps: the first steps cheaper, by up to 90% of a step
+    if (i % 2 == 0)
+      for (int64_t k = int64_t(400 * u(rng)); k > 0; --k)
+        in.step_saving_s.push_back(0.9 * in.step_s * u(rng));
     const BudgetPlan p = plan_budget_steps(in);
     ASSERT_EQ(p.steps, simulated_steps(in))
         << "budget " << in.budget_s << " used " << in.used_s << " done " << in.steps_done
         << " step " << in.step_s << " eval " << in.eval_s << " every " << in.eval_every << " cap "
-        << in.max_steps;
+        << in.max_steps << " warm-up steps " << in.step_saving_s.size();
   }
+}
+
+// --seq-warmup-steps: the steps still to come count at their own cost; the
+// ones already taken save nothing more.
+TEST(TimeBudgetPlan, CountsASequenceWarmupsStepsAtTheirCost) {
+  // 99 s usable, 9 used, steps of 1 s; steps 0-29 take 0.5 s less.
+  BudgetInputs in{.budget_s = 100, .used_s = 9, .steps_done = 10, .step_s = 1};
+  in.step_saving_s.assign(30, 0.5);
+  BudgetPlan p = plan_budget_steps(in);
+  EXPECT_EQ(p.steps, 110);  // 90 s: 90 full steps, and 10 more in the 20 x 0.5 s saved
+  EXPECT_DOUBLE_EQ(p.end_s, 9 + 100 - 10);
+  in.steps_done = 30;  // the warm-up is over: every step left is a full one
+  in.used_s = 29;
+  EXPECT_EQ(plan_budget_steps(in).steps, 30 + 70);
 }
 
 TEST(TimeBudgetPlan, StartsFromTheSavedCountOrACapWithinTheTimedSteps) {

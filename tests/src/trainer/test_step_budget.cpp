@@ -1,7 +1,8 @@
 // StepBudget (src/trainer/step_budget.h) on 1 and 2 ranks: the count is
 // --steps without a budget; with one it is fixed after the timed warmup
 // steps from the slowest rank's times, steps a rollback undid are not timed,
-// a resumed run keeps its checkpoint's count, and a save records both.
+// a resumed run keeps its checkpoint's count, and a save records both; a
+// sequence warm-up's steps count at their cost.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -72,7 +73,7 @@ TEST(StepBudget, WithoutABudgetTheCountIsSteps) {
   EXPECT_EQ(b.steps_text(), "50");
   EXPECT_EQ(b.settle_seconds(), 0);
   EXPECT_FALSE(b.times_validation_first());
-  b.time_step(1.0, true);
+  b.time_step(9, 1.0, true);
   b.after_step(10);
   b.report_end();
   EXPECT_EQ(b.steps(), 50);
@@ -94,7 +95,7 @@ TEST(StepBudget, FixesTheCountAfterTheTimedStepsFromTheSlowestRank) {
   EXPECT_EQ(b.settle_seconds(), budget_settle_seconds(100));
   for (int done = 1; done <= 10; ++done) {
     EXPECT_EQ(b.steps(), 0) << "fixed before the 10 timed steps ended, at " << done;
-    b.time_step(f.step_s(), done > 1);
+    b.time_step(done - 1, f.step_s(), done > 1);
     b.after_step(done);
   }
   // About 10 s used; 99 s (1% kept) leave room for 89 s of steps.
@@ -122,15 +123,35 @@ TEST(StepBudget, StepsUndoneByARollbackAreNotTimed) {
   StepBudget b = f.budget(10);
   b.start(RunPosition{}, false);
   for (int done = 1; done <= 5; ++done) {
-    b.time_step(done <= 2 ? f.step_s() : 5.0, done > 1);  // steps 3-5 slow, then undone
+    b.time_step(done - 1, done <= 2 ? f.step_s() : 5.0, done > 1);  // steps 3-5 slow, then undone
     b.after_step(done);
   }
   b.forget_steps_after(2);
   for (int done = 3; done <= 10; ++done) {
-    b.time_step(f.step_s(), true);
+    b.time_step(done - 1, f.step_s(), true);
     b.after_step(done);
   }
   EXPECT_EQ(b.steps(), 10 + int(89 / f.slowest_step_s()));
+}
+
+// --seq-warmup-steps: the timed steps, cheaper in the warm-up, count as full
+// ones, and the plan counts the warm-up's later steps at their cost.
+TEST(StepBudget, ASequenceWarmupsStepsCountAtTheirCost) {
+  Fixture f;
+  f.o.run.time_budget.seconds = 100;
+  StepBudget b = f.budget(10);
+  b.start(RunPosition{}, false);
+  const std::vector<double> saved(30, 0.3);  // steps 0-29 take 0.3 s less
+  b.set_step_savings(saved);
+  for (int done = 1; done <= 10; ++done) {
+    b.time_step(done - 1, f.step_s() - 0.3, done > 1);
+    b.after_step(done);
+  }
+  BudgetInputs in{.budget_s = 100, .used_s = 10, .steps_done = 10, .step_s = f.slowest_step_s()};
+  in.step_saving_s = saved;
+  EXPECT_EQ(b.steps(), plan_budget_steps(in).steps);
+  // 89 s of full steps and the 20 x 0.3 s steps 10-29 save.
+  EXPECT_EQ(b.steps(), 10 + int((89 + 20 * 0.3) / f.slowest_step_s()));
 }
 
 TEST(StepBudget, AResumedRunKeepsItsCheckpointsCountAndClock) {
