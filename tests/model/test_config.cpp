@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "common/error.h"
 #include "model/config.h"
@@ -8,6 +9,16 @@
 
 namespace fsdp {
 namespace {
+
+// validate_model must refuse c with a message that names `flag`.
+void expect_refused(const ModelConfig& c, const std::string& flag) {
+  try {
+    validate_model(c);
+    ADD_FAILURE() << flag << " accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+  }
+}
 
 TEST(ModelConfig, Gpt350mMatchesTheDesign) {
   ModelConfig c = model_preset("gpt-350m");
@@ -84,13 +95,9 @@ TEST(ModelConfig, ValueEmbedsCountAndRange) {
   c.value_embeds = 1;
   EXPECT_NO_THROW(validate_model(c));
   for (int bad : {2, -1}) {
+    SCOPED_TRACE(bad);
     c.value_embeds = bad;
-    try {
-      validate_model(c);
-      ADD_FAILURE() << "--value-embeds " << bad << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--value-embeds"), std::string::npos) << e.what();
-    }
+    expect_refused(c, "--value-embeds");
   }
 }
 
@@ -154,13 +161,9 @@ TEST(ModelConfig, HeadDimApartFromWidth) {
   c.n_kv_head = 4;
   validate_model(c);
   for (int bad : {7, 514, -2}) {
+    SCOPED_TRACE(bad);
     c.head_size = bad;
-    try {
-      validate_model(c);
-      ADD_FAILURE() << "--head-dim " << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--head-dim"), std::string::npos) << e.what();
-    }
+    expect_refused(c, "--head-dim");
   }
 }
 
