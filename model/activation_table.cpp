@@ -94,6 +94,10 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
       ActivationBuffer{ct, N * kvd, c.value_embeds * back, nullptr, &T::dve_},
       ActivationBuffer{ct, N * kvd, attn == 1 ? std::min(c.value_embeds, 1) : 2 * c.value_embeds,
                        nullptr, &T::ve_in_},
+      // --value-residual-learned: the values each later block had before its
+      // mix (shared as ve_in_ is)
+      ActivationBuffer{ct, N * kvd, c.value_residual_learned ? (attn == 1 ? 1 : L - 1) : 0, nullptr,
+                       &T::vr_in_},
   };
   if (fp8) {
     // FP8 codes, one byte each: a linear's input, row-major for the forward

@@ -109,6 +109,12 @@ const std::vector<ModelField>& model_fields() {
      "block's (ResFormer's value residual; a token-saving lever; docs/LEVERS.md)",
      "true", "value_residual", [](const M& c) { return c.value_residual; }, R::must_match, 0, 1},
     // Stored only when set: older files have none.
+    {"value-residual-learned", &M::value_residual_learned,
+     "with --value-residual, every block after the first mixes its own values and the first "
+     "block's by a learned pair, starting at the mean (a token-saving lever; docs/LEVERS.md)",
+     "true", "value_residual_learned", [](const M& c) { return c.value_residual_learned; },
+     R::must_match, 0, 1},
+    // Stored only when set: older files have none.
     {"unet-skips", &M::unet_skips,
      "the later half of the blocks each add their mirror block's input, scaled by a learned "
      "scalar (modded-nanogpt's U-net skips; a token-saving lever; docs/LEVERS.md)",
@@ -190,6 +196,10 @@ void ModelConfig::validate_fields() const {
         "--value-residual: needs --n-layer 2 or more (the first block's values are mixed "
         "into the later blocks'); --n-layer is ",
         n_layer);
+  if (value_residual_learned && !value_residual)
+    throw_error(
+        "--value-residual-learned: learns the value residual's mix, so needs --value-residual "
+        "true");
   need(value_embeds >= 0 && int64_t(value_embeds) * 2 <= n_layer, "--value-embeds", value_embeds,
        "must be between 0 (none) and half of --n-layer (the first and the last that many blocks "
        "each take one table)");

@@ -60,6 +60,14 @@ struct ModelConfig {
   // token information reaches every layer's attention output directly. A
   // fixed mix: no parameter, the layout unchanged. Needs 2 or more layers.
   bool value_residual = false;
+  // The value residual's learned mix (ResFormer's learnable variant, as
+  // modded-nanogpt ran it): every block after the first takes
+  // v = w0 v + w1 v_first, (w0, w1) a learned pair of the block (its unit's
+  // `value_residual_mix`, starting at (0.5, 0.5): exactly the fixed mean, so
+  // training starts from the model with the fixed mix). Every block has the
+  // pair so that all keep one layout; the first block's is never read. Needs
+  // value_residual.
+  bool value_residual_learned = false;
   // U-net skips (modded-nanogpt): the later half of the blocks each add the
   // stream that entered their mirror block of the earlier half, scaled by a
   // learned scalar: block l > (n_layer - 1) / 2 takes x_l + s_l x_{n-1-l}

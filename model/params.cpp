@@ -99,6 +99,14 @@ ModelLayout layout_of(const ModelConfig& c, int layer) {
   if (c.unet_skips) m.block.params.push_back(gain(b + "unet_skip", 1));
   // --value-embeds: the pair a block mixes its values and its table by, last.
   if (c.value_embeds > 0) m.block.params.push_back(gain(b + "value_mix", 2));
+  // --value-residual-learned: the pair a block mixes its values and the first
+  // block's by, last, starting at the fixed mix's (0.5, 0.5).
+  if (c.value_residual_learned) {
+    ParamSpec mix = gain(b + "value_residual_mix", 2);
+    mix.init = Init::constant;
+    mix.fill = 0.5f;
+    m.block.params.push_back(mix);
+  }
   m.head = {"head", {gain("final_norm", d)}};
   if (!c.tie_embeddings) m.head.params.push_back(vocab_matrix("head.weight"));
   return m;
@@ -196,7 +204,10 @@ double uniform(uint64_t bits) {
 
 void init_param_slice(const ParamSpec& p, uint64_t seed, int64_t begin, int64_t count, float* out) {
   if (p.init != Init::normal) {
-    std::fill(out, out + count, p.init == Init::ones ? 1.0f : 0.0f);
+    std::fill(out, out + count,
+              p.init == Init::ones       ? 1.0f
+              : p.init == Init::constant ? p.fill
+                                         : 0.0f);
     return;
   }
   // Counter-based normal samples: a hash of (seed, name, element) feeds one

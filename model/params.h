@@ -11,7 +11,8 @@
 
 namespace fsdp {
 
-enum class Init { normal, ones, zeros };
+// normal: N(0, std) samples; constant: every element `fill`.
+enum class Init { normal, ones, zeros, constant };
 
 // Each parameter starts at a multiple of this many elements of its flat unit
 // (128 bytes in bf16), so every weight handed to a GEMM is 16-byte aligned
@@ -24,6 +25,7 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   Init init = Init::normal;
   float std = 0.0f;
+  float fill = 0.0f;  // Init::constant's value
   // Zero rows stored after the logical ones (the padded vocabulary of the
   // embedding and untied head); never initialised, updated or saved.
   int64_t pad_rows = 0;

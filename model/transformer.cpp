@@ -29,19 +29,22 @@ enum BlockParam {
   kW3,
   kW2,
   kUnetSkip,
-  kValueMix
+  kValueMix,
+  kValueResidualMix
 };
 
 // A block parameter's index in this model's unit: without QK-norm its two
 // gains are absent and the later parameters move up by two; the ReLU² MLP
 // has no W3, and W2 moves up by one more; without U-net skips the value
-// mix moves up by one.
+// mixes move up by one, and without value embeddings the value residual's
+// by one more.
 int at(const ModelConfig& c, BlockParam p) {
   FSDP_CHECK(!(c.relu2_mlp && p == kW3), "the ReLU² MLP has no W3");
   FSDP_CHECK(p != kUnetSkip || c.unet_skips, "no U-net skips");
   FSDP_CHECK(p != kValueMix || c.value_embeds > 0, "no value embeddings");
+  FSDP_CHECK(p != kValueResidualMix || c.value_residual_learned, "no learned value residual");
   return p - (!c.qk_norm && p > kKNorm ? 2 : 0) - (c.relu2_mlp && p > kW3 ? 1 : 0) -
-         (!c.unet_skips && p > kUnetSkip ? 1 : 0);
+         (!c.unet_skips && p > kUnetSkip ? 1 : 0) - (c.value_embeds == 0 && p > kValueMix ? 1 : 0);
 }
 
 // The rest of a buffer from element `from`: a view of q, k or v inside the
@@ -266,8 +269,14 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
   // q, k and v side by side (views with row stride qkv).
   block_linear(a.qkv, h1, w, u, {kWq, 3}, M, qkv, d);
   // --value-residual: the first block keeps its values; every later one
-  // attends over the mean of its own and those (v in place in qkv).
-  if (cfg_.value_residual) ops_.value_residual(tail(a.qkv, qd + kvd), v0_, M, kvd, qkv, layer == 0);
+  // attends over the mean of its own and those (v in place in qkv), or
+  // under --value-residual-learned over its pair's mix of them (keeping its
+  // own for the pair's gradient).
+  if (cfg_.value_residual_learned && layer > 0)
+    ops_.value_embed_mix(tail(a.qkv, qd + kvd), vr_in(layer), v0_,
+                         w.weight(u, at(cfg_, kValueResidualMix)), M, kvd, qkv);
+  else if (cfg_.value_residual)
+    ops_.value_residual(tail(a.qkv, qd + kvd), v0_, M, kvd, qkv, layer == 0);
   // --value-embeds: the first and the last blocks mix a table into their
   // values (after the value residual's mean where both are on).
   if (const int j = cfg_.value_embed_of(layer); j >= 0)
@@ -348,12 +357,17 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
     ops_.value_embed_mix_backward(
         tail(dqkv_, qd + kvd), dve_[size_t(j)], w.grad(u, at(cfg_, kValueMix)), ve_in(layer),
         ve_[size_t(j)], w.weight(u, at(cfg_, kValueMix)), M, kvd, qkv, layer < cfg_.value_embeds);
-  // --value-residual: a later block sends half its dv to the first block's
-  // values (dv0_, summed from the last block down), which the first block
-  // adds to its own.
-  if (cfg_.value_residual)
+  // --value-residual: a later block sends half its dv (learned: w1 dv) to
+  // the first block's values (dv0_, set by the last block and added to on
+  // the way down), which the first block adds to its own.
+  const bool last = layer == cfg_.n_layer - 1;
+  if (cfg_.value_residual_learned && layer > 0)
+    ops_.value_embed_mix_backward(tail(dqkv_, qd + kvd), dv0_,
+                                  w.grad(u, at(cfg_, kValueResidualMix)), vr_in(layer), v0_,
+                                  w.weight(u, at(cfg_, kValueResidualMix)), M, kvd, qkv, !last);
+  else if (cfg_.value_residual)
     ops_.value_residual_backward(tail(dqkv_, qd + kvd), dv0_, M, kvd, qkv, layer == 0,
-                                 layer > 0 && layer < cfg_.n_layer - 1);
+                                 layer > 0 && !last);
   const bool qkn = cfg_.qk_norm;
   auto gain = [&](BlockParam p, bool grad) {
     return !qkn ? Tensor{} : grad ? w.grad(u, p) : w.weight(u, p);

@@ -226,6 +226,12 @@ class Transformer {
   // every later block mixes into its own (forward and recomputation), and
   // the gradient the later blocks send back to them (backward).
   Tensor v0_, dv0_;
+  // --value-residual-learned: vr_in(layer), the values block layer > 0 had
+  // before its mix, kept for its pair's gradient (one buffer that all share
+  // under --recompute block, which makes them again, and in a forward-only
+  // model).
+  std::vector<Tensor> vr_in_;
+  Tensor vr_in(int layer) const { return vr_in_[size_t(layer - 1) % vr_in_.size()]; }
   // --unet-skips: dskip_[i], what the skip from block i's input to block
   // n_layer-1-i's sends back (the skip's scalar times that block's input
   // gradient), written by the later block's backward and added by block i's.

@@ -60,7 +60,9 @@ def units(model):
                     (b + "attn.wv", (kv, d)), *qk_norm, (b + "attn.wo", (d, q)), (b + "mlp_norm", (d,)),
                     (b + "mlp.w1", (ff, d)), *w3, (b + "mlp.w2", (d, ff)),
                     *([(b + "unet_skip", (1,))] if model.get("unet_skips", 0) else []),
-                    *([(b + "value_mix", (2,))] if K else [])])
+                    *([(b + "value_mix", (2,))] if K else []),
+                    *([(b + "value_residual_mix", (2,))] if model.get("value_residual_learned", 0)
+                      else [])])
     head = [("final_norm", (d,))]
     if not model["tie_embeddings"]:
         head.append(("head.weight", (v, d)))

@@ -29,7 +29,8 @@ What it mirrors, and where (keep in step with the C++):
 - model: model/transformer.cpp (pre-norm blocks, QK-norm over head_dim before
   RoPE, rotate_half RoPE with angle t*theta^(-2i/hd), causal GQA, SwiGLU
   (or --relu2-mlp's relu(x W1^T)^2), --value-residual's mean of each later
-  block's values with the first block's, --unet-skips' scaled mirror-block
+  block's values with the first block's (--value-residual-learned: the
+  block's learned pair's mix of them), --unet-skips' scaled mirror-block
   inputs, --value-embeds' tables mixed into the first and last blocks'
   values, final RMSNorm, tied or untied head,
   --logit-softcap, mean cross-entropy, and in training --z-loss's term);
@@ -204,7 +205,13 @@ class Model(torch.nn.Module):
             k = (h @ self.w(b + "attn.wk").t()).view(B, T, Hkv, hd)
             v = (h @ self.w(b + "attn.wv").t()).view(B, T, Hkv, hd)
             if c.get("value_residual", 0):  # later blocks attend over (v + v0) / 2
-                v, v0 = (v, v) if v0 is None else ((v + v0) / 2, v0)
+                if v0 is None:
+                    v0 = v
+                elif c.get("value_residual_learned", 0):  # or w0 v + w1 v0, (w0, w1) learned
+                    pair = self.w(b + "value_residual_mix")
+                    v = pair[0] * v + pair[1] * v0
+                else:
+                    v = (v + v0) / 2
             j = l if l < K else l - (L - K) if l >= L - K else -1
             if j >= 0:  # the first and last K blocks: w0 v + w1 ve_j, (w0, w1) learned
                 mix = self.w(b + "value_mix")

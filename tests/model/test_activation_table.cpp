@@ -58,8 +58,11 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
   const int64_t K = c.value_embeds;
   const int64_t ve =
       es * N * kvd * (2 * K + (r == Recompute::block ? std::min<int64_t>(K, 1) : 2 * K));
+  // --value-residual-learned: each later block's values before its mix
+  const int64_t vrl =
+      c.value_residual_learned ? es * N * kvd * (r == Recompute::block ? 1 : L - 1) : 0;
   return tokens + stream + blocks + fp8_once + head + scratch + (fp8 ? codes : 0) + vres + unet +
-         ve;
+         ve + vrl;
 }
 
 // A forward-only model (--eval-only): one block's set of activations that
@@ -70,7 +73,8 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 // --value-residual the first block's values (no gradient); with
 // --unet-skips every block's input, as training keeps (the later blocks read
 // the earlier ones'); with --value-embeds each table's rows (no gradient)
-// and one buffer for the values before a mix, which every block overwrites.
+// and one buffer for the values before a mix, which every block overwrites
+// (and one more for --value-residual-learned's).
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
@@ -83,7 +87,8 @@ int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_
                         4 * (2 + 4 * L) * kFp8ScaleSlot + 4 * (4 * L + 2);
   const int64_t vres = c.value_residual ? es * N * kvd : 0;
   const int64_t ve = es * N * kvd * (c.value_embeds + std::min(c.value_embeds, 1));
-  return tokens + stream + block + head + (fp8 ? codes : 0) + vres + ve;
+  const int64_t vrl = c.value_residual_learned ? es * N * kvd : 0;
+  return tokens + stream + block + head + (fp8 ? codes : 0) + vres + ve + vrl;
 }
 
 TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
@@ -106,12 +111,15 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
   vres.value_residual = true;
   unet.unet_skips = true;
   ve.value_embeds = 1;
-  for (const ModelConfig& c : {relu2, vres, unet, ve})
+  ModelConfig vrl = vres;
+  vrl.value_residual_learned = true;
+  for (const ModelConfig& c : {relu2, vres, unet, ve, vrl})
     for (bool fp8 : {false, true}) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8))
           << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual
-          << " unet " << c.unet_skips << " value embeds " << c.value_embeds;
+          << " learned " << c.value_residual_learned << " unet " << c.unet_skips << " value embeds "
+          << c.value_embeds;
     }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
@@ -129,13 +137,16 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
   vres.value_residual = true;
   unet.unet_skips = true;
   ve.value_embeds = 3;
+  ModelConfig vrl = vres;
+  vrl.value_residual_learned = true;
   for (const ModelConfig& c :
-       {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet, ve}) {
-    const char* name = c.relu2_mlp        ? "gpt-350m relu2"
-                       : c.value_residual ? "gpt-350m value residual"
-                       : c.unet_skips     ? "gpt-350m unet skips"
-                       : c.value_embeds   ? "gpt-350m value embeds"
-                                          : c.name.c_str();
+       {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet, ve, vrl}) {
+    const char* name = c.relu2_mlp                ? "gpt-350m relu2"
+                       : c.value_residual_learned ? "gpt-350m learned value residual"
+                       : c.value_residual         ? "gpt-350m value residual"
+                       : c.unet_skips             ? "gpt-350m unet skips"
+                       : c.value_embeds           ? "gpt-350m value embeds"
+                                                  : c.name.c_str();
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true})
         for (int B : {1, 8}) {
@@ -152,10 +163,12 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
 TEST(ActivationTable, TheModelAllocatesItsRows) {
   ModelConfig c = model_preset("tiny");
   CpuOps ops;
-  // SwiGLU, ReLU², value residual, U-net skips, value embeddings
-  for (int variant : {0, 1, 2, 3, 4}) {
+  // SwiGLU, ReLU², value residual, U-net skips, value embeddings, the
+  // learned value residual
+  for (int variant : {0, 1, 2, 3, 4, 5}) {
     c.relu2_mlp = variant == 1;
-    c.value_residual = variant == 2;
+    c.value_residual = variant == 2 || variant == 5;
+    c.value_residual_learned = variant == 5;
     c.unet_skips = variant == 3;
     c.value_embeds = variant == 4 ? 1 : 0;
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "model/config.h"
@@ -98,6 +99,36 @@ TEST(ModelConfig, ValueEmbedsCountAndRange) {
     SCOPED_TRACE(bad);
     c.value_embeds = bad;
     expect_refused(c, "--value-embeds");
+  }
+}
+
+// --value-residual-learned: a pair per block, last in its unit (after the
+// value embeddings' where both are on), starting at (0.5, 0.5); it learns
+// --value-residual's mix, so it is refused without it.
+TEST(ModelConfig, ValueResidualLearnedHasAPairPerBlock) {
+  ModelConfig c = model_preset("tiny");
+  const int64_t plain = num_params(c), matmul = num_matmul_params(c);
+  c.value_residual_learned = true;
+  expect_refused(c, "--value-residual-learned");
+  c.value_residual = true;
+  c.value_embeds = 1;
+  validate_model(c);
+  EXPECT_EQ(num_params(c),
+            plain + int64_t(c.vocab_size) * c.kv_dim() + 2 * c.n_layer + 2 * c.n_layer);
+  EXPECT_EQ(num_matmul_params(c), matmul);
+  const std::vector<UnitSpec> units = model_units(c);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::vector<ParamSpec>& p = units[size_t(l) + 1].params;
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    ASSERT_GE(p.size(), 2u);
+    EXPECT_EQ(p[p.size() - 2].name, b + "value_mix");
+    EXPECT_EQ(p.back().name, b + "value_residual_mix");
+    EXPECT_EQ(p.back().shape, std::vector<int64_t>{2});
+    EXPECT_FALSE(p.back().decay());
+    float pair[2] = {0, 0};
+    init_param_slice(p.back(), 7, 0, 2, pair);
+    EXPECT_EQ(pair[0], 0.5f);
+    EXPECT_EQ(pair[1], 0.5f);
   }
 }
 

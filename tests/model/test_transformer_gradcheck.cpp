@@ -5,10 +5,12 @@
 // are checked one by one in tests/model/cpu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "model/cpu/cpu_ops.h"
 #include "model/transformer.h"
@@ -50,15 +52,33 @@ struct ModelRun {
   }
 };
 
+// Block `layer`'s parameter `name` (e.g. "unet_skip") in the run's weights.
+float* block_param(ModelRun& r, int layer, const std::string& name) {
+  const UnitSpec& spec = r.model.units()[size_t(layer) + 1];
+  const std::string full = "blocks." + std::to_string(layer) + "." + name;
+  for (int p = 0; p < int(spec.params.size()); ++p)
+    if (spec.params[size_t(p)].name == full)
+      return r.w.unit_weights(layer + 1).data() + spec.offset_of(p);
+  ADD_FAILURE() << "no " << full;
+  static float none[2];
+  return none;
+}
+
 // --unet-skips: every block's scalar set apart from its initial 1 (0.6, 0.7,
 // ...), so that a skip's gradient missing its factor shows.
 void set_unet_skips(ModelRun& r) {
   if (!r.cfg.unet_skips) return;
+  for (int l = 0; l < r.cfg.n_layer; ++l) *block_param(r, l, "unet_skip") = 0.6f + 0.1f * float(l);
+}
+
+// --value-residual-learned: every block's pair set apart from its initial
+// (0.5, 0.5) and from each other, so that a factor left out or swapped shows.
+void set_value_residual_mix(ModelRun& r) {
+  if (!r.cfg.value_residual_learned) return;
   for (int l = 0; l < r.cfg.n_layer; ++l) {
-    const UnitSpec& spec = r.model.units()[size_t(l) + 1];
-    const int p = int(spec.params.size()) - (r.cfg.value_embeds > 0 ? 2 : 1);
-    EXPECT_EQ(spec.params[size_t(p)].name, "blocks." + std::to_string(l) + ".unet_skip");
-    r.w.unit_weights(l + 1)[size_t(spec.offset_of(p))] = 0.6f + 0.1f * float(l);
+    float* mix = block_param(r, l, "value_residual_mix");
+    mix[0] = 0.7f + 0.1f * float(l);
+    mix[1] = 0.3f + 0.2f * float(l);
   }
 }
 
@@ -78,10 +98,7 @@ void set_value_embeds(ModelRun& r) {
     for (int64_t i = 0; i < t.numel(); ++i) w[i] = 0.5f * normal(rng);
   }
   for (int l = 0; l < r.cfg.n_layer; ++l) {
-    const UnitSpec& spec = r.model.units()[size_t(l) + 1];
-    const int p = int(spec.params.size()) - 1;
-    EXPECT_EQ(spec.params[size_t(p)].name, "blocks." + std::to_string(l) + ".value_mix");
-    float* mix = r.w.unit_weights(l + 1).data() + spec.offset_of(p);
+    float* mix = block_param(r, l, "value_mix");
     mix[0] = 0.8f - 0.1f * float(l);
     mix[1] = 0.6f + 0.15f * float(l);
   }
@@ -92,6 +109,7 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
   ModelRun r(cfg, B, T);
   set_unet_skips(r);
   set_value_embeds(r);
+  set_value_residual_mix(r);
   r.w.zero_grads();
   r.loss(true);
   // Kept apart: with --z-loss the differences below run training forwards,
@@ -136,7 +154,8 @@ void check_all_params(const ModelConfig& cfg, int B, int T, double h = 1e-2) {
     }
   }
   const int per_block = (cfg.qk_norm ? 11 : 9) - (cfg.relu2_mlp ? 1 : 0) +
-                        (cfg.unet_skips ? 1 : 0) + (cfg.value_embeds > 0 ? 1 : 0);
+                        (cfg.unet_skips ? 1 : 0) + (cfg.value_embeds > 0 ? 1 : 0) +
+                        (cfg.value_residual_learned ? 1 : 0);
   EXPECT_EQ(checked, cfg.n_layer * per_block + (tied ? 2 : 3) + cfg.value_embeds);
 }
 
@@ -197,6 +216,59 @@ TEST(Transformer, ValueResidualChangesTheLoss) {
   vres.value_residual = true;
   ModelRun p(plain, 2, 6), v(vres, 2, 6);
   EXPECT_GT(std::abs(v.loss(false) - p.loss(false)), 1e-3);
+}
+// --value-residual-learned over 3 blocks (the second block adding to the
+// first's dv, the last setting it; the first's pair never read: gradient and
+// difference both zero), then over 4 with a value table (its mix after this
+// one's), then with the U-net skips and no QK-norm (the pair's index moves
+// with each). (Over 4 blocks with all three, each of h = 1e-2 and 3e-3 finds
+// one tensor whose derivative along the direction is below 1e-3, the float32
+// noise of the difference, off by 3-10%, and a different one at each h.)
+TEST(TransformerGradcheck, ValueResidualLearned) {
+  ModelConfig c = small_config(false);
+  c.value_residual = c.value_residual_learned = true;
+  c.n_layer = 3;
+  check_all_params(c, 2, 6);
+  c.n_layer = 4;
+  c.value_embeds = 1;
+  check_all_params(c, 2, 6);
+  c.value_embeds = 0;
+  c.unet_skips = true;
+  c.qk_norm = false;
+  check_all_params(c, 2, 6);
+}
+// At its start (every pair at (0.5, 0.5)) it is the fixed mean, bit for bit:
+// the loss and every gradient but the pairs'. With the pairs set, another
+// model, whose forward-only model (--eval-only's) gives the same loss bit for
+// bit.
+TEST(Transformer, ValueResidualLearnedStartsAsTheMean) {
+  ModelConfig mean = small_config(true), learned = mean;
+  mean.value_residual = learned.value_residual = learned.value_residual_learned = true;
+  mean.n_layer = learned.n_layer = 3;
+  ModelRun m(mean, 2, 6), l(learned, 2, 6);
+  m.w.zero_grads();
+  l.w.zero_grads();
+  const double at_start = l.loss(true);
+  EXPECT_EQ(at_start, m.loss(true));
+  int compared = 0;
+  for (int u = 0; u < m.model.num_units(); ++u) {
+    const UnitSpec &ms = m.model.units()[size_t(u)], &ls = l.model.units()[size_t(u)];
+    for (int p = 0; p < int(ms.params.size()); ++p, ++compared) {
+      ASSERT_EQ(ms.params[size_t(p)].name, ls.params[size_t(p)].name);
+      const auto mg = m.w.unit_grads(u).begin() + ms.offset_of(p);
+      const auto lg = l.w.unit_grads(u).begin() + ls.offset_of(p);
+      const int64_t n = ms.params[size_t(p)].numel();
+      EXPECT_TRUE(std::equal(mg, mg + n, lg)) << ms.params[size_t(p)].name;
+    }
+  }
+  EXPECT_GT(compared, 3 * 11);
+  set_value_residual_mix(l);
+  const double set = l.loss(false);
+  EXPECT_GT(std::abs(set - at_start), 1e-3);
+  Transformer eval(learned, l.ops, 2, 6, Recompute::none, false, 0, ModelUse::forward_only);
+  eval.set_batch(l.in.data(), l.tgt.data(), 1.0f);
+  for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, l.w, false);
+  EXPECT_EQ(eval.loss_sum(), set);
 }
 // --unet-skips over 4 blocks (blocks 3 and 2 take blocks 0's and 1's
 // inputs) and over 3 (the middle block takes none); then with ReLU² and
@@ -335,12 +407,16 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
   unet.n_layer = 4;
   ve.value_embeds = 2;
   ve.n_layer = 4;
+  ModelConfig vrl = vres;  // the values before each mix, shared as ve's are
+  vrl.value_residual_learned = true;
+  vrl.value_embeds = 1;
   CpuOps ops;
-  for (const ModelConfig& c : {small_config(true), vres, unet, ve})
+  for (const ModelConfig& c : {small_config(true), vres, unet, ve, vrl})
     for (bool fp8 : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "fp8 " << fp8 << " value residual " << c.value_residual << " unet "
-                   << c.unet_skips << " value embeds " << c.value_embeds);
+                   << c.unet_skips << " value embeds " << c.value_embeds << " learned "
+                   << c.value_residual_learned);
       std::vector<std::vector<float>> grads;
       std::vector<double> losses;
       std::vector<int64_t> bytes;

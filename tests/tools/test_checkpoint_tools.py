@@ -187,6 +187,9 @@ def damaged_inputs(good, tools):
         ve = os.path.join(d, "ve.h5")
         grown(good, ve, {"value_embeds": 2})
         refused(tools, ve, "--value-embeds 2", "a model with value embeddings")
+        vrl = os.path.join(d, "vrl.h5")  # and the learned value residual's pairs
+        grown(good, vrl, {"value_residual": 1, "value_residual_learned": 1})
+        refused(tools, vrl, "--value-residual", "a learned value-residual model")
 
 
 def grown(good, path, attrs):

@@ -9,7 +9,8 @@ with hybrid sharding, an untied head, block recomputation and a vocabulary of
 decaying over the compared steps) and, with its other settings and the linear
 schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
 under Muon on 2 ranks; --value-residual with block recomputation on 2;
---unet-skips under Muon on 3; --value-embeds with the value residual on 2;
+--unet-skips under Muon on 3; --value-embeds with the value residual on 2; the learned
+value residual (--value-residual-learned) before a value table on 2;
 --seq-warmup-steps' short contexts under Muon on 2;
 Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
 NorMuon (--muon-normuon) on 3.
@@ -75,6 +76,14 @@ runs = {
                ["--batch-size", "2", "--grad-accum", "2", "--value-embeds", "2", "--value-residual",
                 "true", "--n-layer", "5", "--recompute", "block", "--optimizer", "muon", "--val-data",
                 os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
+    # --value-residual-learned over 4 blocks before a value table's mix, under
+    # Muon (the pairs AdamW's), on 2 ranks; validation (steps 25 and 50)
+    # too. The checkpoint at step 10 has moved the pairs from (0.5, 0.5).
+    "vresl_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                  ["--batch-size", "2", "--grad-accum", "2", "--value-residual", "true",
+                   "--value-residual-learned", "true", "--value-embeds", "1", "--n-layer", "4",
+                   "--optimizer", "muon", "--val-data", os.path.join(example, "kjv_val.h5"),
+                   "--eval-every", "25", "--eval-batches", "2"]),
     # --seq-warmup-steps from context 6 over 40 steps: the compared steps
     # 11-50 run at contexts 16, 24 and 48 (each sequence of 48 cut into
     # 3 and 2 pieces, then whole), under Muon on 2 ranks; validation at 48.

@@ -194,6 +194,30 @@ TEST(CudaModel, Gpt350mShapedValueResidualMatchesCpu) {
   check_model(cfg, 1, 256, true, 0, Recompute::block);
 }
 
+// --value-residual-learned over 3 blocks: the pair's mix through
+// value_embed_mix with the first block's values as its table (the middle
+// block adds to their gradient, the last sets it), the pairs moved from
+// their (0.5, 0.5) start, where the mix is the fixed mean. In bf16, then
+// under FP8 with whole blocks recomputed (the values before each mix made
+// again).
+TEST(CudaModel, Gpt350mShapedValueResidualLearnedMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 3;
+  cfg.value_residual = cfg.value_residual_learned = true;
+  const auto units = model_units(cfg);
+  auto adjust = [&](testing::FullWeights& w) {
+    for (int l = 0; l < cfg.n_layer; ++l) {
+      const UnitSpec& b = units[size_t(l) + 1];
+      ASSERT_EQ(b.params.back().name, "blocks." + std::to_string(l) + ".value_residual_mix");
+      float* mix = w.unit_weights(l + 1).data() + b.offset_of(int(b.params.size()) - 1);
+      mix[0] = 0.7f + 0.1f * float(l);
+      mix[1] = 0.3f + 0.2f * float(l);
+    }
+  };
+  check_model(cfg, 1, 256, false, 0, Recompute::none, {0, 0}, adjust);
+  check_model(cfg, 1, 256, true, 0, Recompute::block, {0, 0}, adjust);
+}
+
 // --unet-skips over 5 blocks (blocks 4 and 3 take blocks 0's and 1's inputs;
 // the middle one none), the scalars read on the device; in bf16, then under
 // FP8 with whole blocks recomputed (the skip is added outside a block's
