@@ -64,6 +64,15 @@ float* block_param(ModelRun& r, int layer, const std::string& name) {
   return none;
 }
 
+// The loss of r's batch at r's weights through a forward-only model
+// (--eval-only's) of r's configuration.
+double forward_only_loss(ModelRun& r, int B, int T) {
+  Transformer eval(r.cfg, r.ops, B, T, Recompute::none, false, 0, ModelUse::forward_only);
+  eval.set_batch(r.in.data(), r.tgt.data(), 1.0f);
+  for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, r.w, false);
+  return eval.loss_sum();
+}
+
 // --unet-skips: every block's scalar set apart from its initial 1 (0.6, 0.7,
 // ...), so that a skip's gradient missing its factor shows.
 void set_unet_skips(ModelRun& r) {
@@ -265,10 +274,7 @@ TEST(Transformer, ValueResidualLearnedStartsAsTheMean) {
   set_value_residual_mix(l);
   const double set = l.loss(false);
   EXPECT_GT(std::abs(set - at_start), 1e-3);
-  Transformer eval(learned, l.ops, 2, 6, Recompute::none, false, 0, ModelUse::forward_only);
-  eval.set_batch(l.in.data(), l.tgt.data(), 1.0f);
-  for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, l.w, false);
-  EXPECT_EQ(eval.loss_sum(), set);
+  EXPECT_EQ(forward_only_loss(l, 2, 6), set);
 }
 // --unet-skips over 4 blocks (blocks 3 and 2 take blocks 0's and 1's
 // inputs) and over 3 (the middle block takes none); then with ReLU² and
@@ -345,10 +351,7 @@ TEST(Transformer, ValueEmbedsStartAsTheModelWithout) {
   set_value_embeds(v);
   const double set = v.loss(false);
   EXPECT_GT(std::abs(set - at_start), 1e-3);
-  Transformer eval(ve, v.ops, 2, 6, Recompute::none, false, 0, ModelUse::forward_only);
-  eval.set_batch(v.in.data(), v.tgt.data(), 1.0f);
-  for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, v.w, false);
-  EXPECT_EQ(eval.loss_sum(), set);
+  EXPECT_EQ(forward_only_loss(v, 2, 6), set);
 }
 // The `tiny` preset itself, with its own (small) initialisation.
 TEST(TransformerGradcheck, TinyPreset) {
