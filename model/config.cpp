@@ -125,6 +125,13 @@ const std::vector<ModelField>& model_fields() {
      "many blocks by a learned pair each (modded-nanogpt's value embeddings; 0: none; a "
      "token-saving lever; docs/LEVERS.md)",
      "1", "value_embeds", [](const M& c) { return c.value_embeds != 0; }, R::must_match, 0},
+    // Stored only when set: older files have none. A pattern of training,
+    // not of the weights: a single document means the same either way.
+    {"document-mask", &M::document_mask,
+     "attention stops where documents end: a token attends only to the earlier tokens of its own "
+     "document (after the data's last end-of-text token before it; a token-saving lever; "
+     "docs/LEVERS.md)",
+     "true", "document_mask", [](const M& c) { return c.document_mask; }, R::may_change, 0, 1},
     {"tie-embeddings", &M::tie_embeddings, "override the preset: share embedding and head",
      "false", "tie_embeddings", nullptr, R::must_match, 0, 1},
   };

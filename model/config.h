@@ -97,6 +97,14 @@ struct ModelConfig {
     if (layer >= n_layer - value_embeds) return layer - (n_layer - value_embeds);
     return -1;
   }
+  // Attention stopped at document ends (Megatron's --reset-attention-mask,
+  // torchtitan's block-causal mask, modded-nanogpt's document mask): a token
+  // attends to the earlier tokens of its own document only, a document
+  // running from the window's start or from the token after an end-of-text
+  // token to the next end-of-text token, which it includes. Positions (RoPE)
+  // run on across documents, as in those trainers. No parameter: a model
+  // trained with it reads one document as a model without it does.
+  bool document_mask = false;
 
   Rope rope() const {
     return {

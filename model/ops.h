@@ -249,12 +249,17 @@ class Ops {
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
   // log-sum-exp of each softmax row for backward. v's token rows (and dv's)
-  // are v_ld apart; every other tensor is packed.
+  // are v_ld apart; every other tensor is packed. doc_start (i32[B*T], or
+  // empty: causal alone; --document-mask): the position within its sequence
+  // where each token's document starts, so that row t attends to keys
+  // doc_start[t]..t only (at most t; keys of a sequence's earlier documents
+  // get no weight and, backward, no gradient). The CUDA backend has no path
+  // for it yet and refuses it.
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                 int n_kv_head, int head_dim, int64_t v_ld);
+                 int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start = {});
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                          int head_dim, int64_t v_ld);
+                          int head_dim, int64_t v_ld, Tensor doc_start = {});
 
   // s = silu(a) * b, elementwise over [rows, cols]: a's and b's rows ab_ld
   // apart (the halves of the W1|W3 GEMM's output), s packed. amax as in
@@ -461,10 +466,12 @@ class Ops {
                                      Tensor rstd, int B, int T, int heads, int head_dim,
                                      const Rope& rope, Tensor amax, int64_t x_ld) = 0;
   virtual void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                            int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
+                            int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                            Tensor doc_start) = 0;
   virtual void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                      Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld) = 0;
+                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                                     Tensor doc_start) = 0;
   virtual void do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
                          Tensor amax) = 0;
   virtual void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,

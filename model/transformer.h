@@ -87,7 +87,11 @@ class Transformer {
   // current shape (targets < 0 are ignored). loss_scale multiplies d(sum of
   // token losses), e.g. 1/(global token count) so gradients come out averaged
   // over the global batch.
+  // --document-mask: a document starts at a sequence's first token and after
+  // each `inputs` token equal to eos_id. Set before the first set_batch of a
+  // model with config().document_mask (the data's eos_id; -1: none).
   void set_batch(const int32_t* inputs, const int32_t* targets, float loss_scale);
+  void set_document_end(int eos_id) { eos_id_ = eos_id; }
   void forward(int unit, UnitAccess& w, bool training);
   void backward(int unit, UnitAccess& w);
   // What unit u's forward (or backward) just wrote: its output activations,
@@ -208,6 +212,12 @@ class Transformer {
   std::vector<Tensor> owned_;
 
   Tensor tokens_, targets_;
+  // --document-mask: each token's document's first position in its sequence
+  // (Ops::attention's doc_start), made from the tokens by set_batch.
+  Tensor doc_start_;
+  int eos_id_ = -1;
+  std::vector<int32_t> doc_start_host_;
+  Tensor doc_starts() const { return cfg_.document_mask ? doc_start_.slice(0, N_) : Tensor{}; }
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
   // res_[i], the stream entering block i (i = n_layer: after the last); a
   // forward-only model keeps two buffers, which alternate (all of them under

@@ -31,7 +31,7 @@ tie_word_embeddings, hidden_act "silu", attention_bias false, torch_dtype
 --value-residual, --unet-skips or --value-embeds is refused: these layouts
 have no cap on the logits, a SwiGLU MLP only, attention over each layer's
 own values (from its input alone), and layers that read only the layer
-below.
+below. --z-loss and --document-mask shaped only the training and export.
 """
 
 import argparse
@@ -120,7 +120,9 @@ def export(checkpoint, outdir, tokenizer=None):
              "export an earlier checkpoint")
     # A cap on the logits changes what the model predicts, and neither Qwen3's
     # nor Llama's config can say so (Gemma 2's can, in a model unlike ours).
-    # --z-loss only shaped training: such a model exports as any other.
+    # --z-loss only shaped training, and --document-mask only kept training's
+    # documents apart (one document attends the same either way): such a model
+    # exports as any other.
     if model.get("logit_softcap", 0) > 0:
         fail(f"checkpoint '{checkpoint}' was trained with --logit-softcap {model['logit_softcap']:g}, "
              "which Qwen3 and Llama cannot express (their logits are uncapped); nothing was written")

@@ -191,6 +191,14 @@ class Model(torch.nn.Module):
         H, Hkv, d = c["n_head"], c["n_kv_head"], c["d_model"]
         hd, eps, theta = d // H, c["norm_eps"], c["rope_theta"]
         x = F.embedding(tokens, self.w("embed.weight"))
+        mask = None  # --document-mask: causal within each document only
+        if c.get("document_mask", 0):
+            # a document starts at the window's start and after each end of text
+            starts = torch.ones_like(tokens, dtype=torch.bool)
+            starts[:, 1:] = tokens[:, :-1] == self.eos
+            doc = starts.cumsum(1)
+            causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
+            mask = ((doc[:, :, None] == doc[:, None, :]) & causal)[:, None]
         v0 = None  # --value-residual: the first block's values
         L, inputs = c["n_layer"], []  # --unet-skips: each block's input
         K = c.get("value_embeds", 0)  # --value-embeds: table j's rows for these tokens
@@ -219,7 +227,7 @@ class Model(torch.nn.Module):
             q = rope(rmsnorm(q, self.w(b + "attn.q_norm"), eps), theta)
             k = rope(rmsnorm(k, self.w(b + "attn.k_norm"), eps), theta)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               is_causal=True, enable_gqa=True)
+                                               attn_mask=mask, is_causal=mask is None, enable_gqa=True)
             x = x + o.transpose(1, 2).reshape(B, T, H * hd) @ self.w(b + "attn.wo").t()
             h = rmsnorm(x, self.w(b + "mlp_norm"), eps)
             if c.get("relu2_mlp", 0):  # --relu2-mlp: relu(h W1^T)^2, no W3
@@ -298,6 +306,14 @@ def read_tokens(spec, what):
         return f["/" + (dset or "tokens")][()].astype(np.int64)
 
 
+def eos_id(spec):
+    """The end-of-text id a token file states (--document-mask), or None."""
+    path, _, dset = spec.partition(":/")
+    with h5py.File(path, "r") as f:
+        eos = f["/" + (dset or "tokens")].attrs.get("eos_id")
+        return None if eos is None else int(eos)
+
+
 def val_loss(model, tokens, T, B, world, batches, dev, autocast):
     """fsdptrain's evaluate(): the mean loss over every token of the batches
     that all ranks together read (batches 0..batches-1 of every rank; 0: each
@@ -368,6 +384,7 @@ def main():
         g = np.random.default_rng(0)
         weights = {k: (v * (1 + a.perturb * g.standard_normal(v.shape))).astype(v.dtype) for k, v in weights.items()}
     model = Model(cfg, weights).to(dev)
+    model.eos = eos_id(a.train_data or opts["train-data"]) if cfg.get("document_mask", 0) else None
     muon = opts.get("optimizer", "adamw") == "muon"
     is_muon = lambda n: muon and BLOCK_MATRIX.match(n.replace("__", ".")) is not None
     decay = [p for n, p in model.p.items() if p.ndim >= 2 and not is_muon(n)]

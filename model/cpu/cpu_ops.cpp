@@ -272,8 +272,25 @@ void CpuOps::do_norm_rope_backward(Tensor dx, Tensor dg, Tensor dy, Tensor x, Te
   copy_rows(dx.f32(), x_ld, dxp.data(), width, tokens, width);
 }
 
+namespace {
+// --document-mask: the first key row t of sequence b may attend to (0: the
+// causal mask alone).
+struct KeyStart {
+  const int32_t* doc_start;  // null: none
+  int T;
+  int operator()(int b, int t) const {
+    if (!doc_start) return 0;
+    const int s = doc_start[int64_t(b) * T + t];
+    FSDP_CHECK(s >= 0 && s <= t, "attention doc_start ", s, " at position ", t, " of sequence ", b,
+               ": a document starts at or before its tokens");
+    return s;
+  }
+};
+}  // namespace
+
 void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                          int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
+                          int n_head, int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start) {
+  const KeyStart first{doc_start.numel > 0 ? doc_start.i32() : nullptr, T};
   float* o = out.f32();
   float* l = lse.f32();
   const float* qi = q.f32();
@@ -287,20 +304,21 @@ void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, 
       const int kvh = h / group;
       for (int t = 0; t < T; ++t) {
         const float* qt = qi + ((int64_t(b) * T + t) * n_head + h) * head_dim;
-        // Causal: row t sees keys 0..t only.
+        // Causal: row t sees keys j0..t only (j0 0, or its document's start).
+        const int j0 = first(b, t);
         double m = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           const float* kj = ki + ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
           s[j] = scale * dot(qt, kj, head_dim);
           m = std::max(m, s[j]);
         }
         double sum = 0.0;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           s[j] = std::exp(s[j] - m);
           sum += s[j];
         }
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j <= t; ++j) {
+        for (int j = j0; j <= t; ++j) {
           const double p = s[j] / sum;
           const float* vj = vi + (int64_t(b) * T + j) * v_ld + int64_t(kvh) * head_dim;
           for (int d = 0; d < head_dim; ++d) acc[d] += p * vj[d];
@@ -314,7 +332,9 @@ void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, 
 
 void CpuOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                    Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                   int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
+                                   int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                                   Tensor doc_start) {
+  const KeyStart first{doc_start.numel > 0 ? doc_start.i32() : nullptr, T};
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t kv_width = int64_t(n_kv_head) * head_dim;
   float* dqo = dq.f32();
@@ -343,7 +363,7 @@ void CpuOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout,
         // D_i = sum_j P_ij dP_ij = dout_i . out_i.
         const double D = dot(dor, oi + qoff, head_dim);
         std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first(b, i); j <= i; ++j) {
           const int64_t kvoff = ((int64_t(b) * T + j) * n_kv_head + kvh) * head_dim;
           const float* kj = ki + kvoff;
           const float* vj = vi + (int64_t(b) * T + j) * v_ld + int64_t(kvh) * head_dim;

@@ -282,8 +282,20 @@ void CudaOps::do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
   after("linear_backward_fp8");
 }
 
+// --document-mask: cuDNN's attention over documents packed in a sequence
+// (ragged offsets and per-document lengths) is not built yet; the options
+// refuse the flag on this backend before anything runs, and this is the
+// backstop.
+static void no_document_mask(Tensor doc_start) {
+  FSDP_CHECK(doc_start.numel == 0,
+             "attention with document starts (--document-mask) has no CUDA path yet; run it "
+             "with --device cpu");
+}
+
 void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                           int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
+                           int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                           Tensor doc_start) {
+  no_document_mask(doc_start);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_);
   after("attention");
@@ -291,7 +303,9 @@ void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
 
 void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                     Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                                    int n_head, int n_kv_head, int head_dim, int64_t v_ld) {
+                                    int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                                    Tensor doc_start) {
+  no_document_mask(doc_start);
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
                              bf(v), *impl_);

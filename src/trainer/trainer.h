@@ -144,6 +144,7 @@ class Trainer {
   DirLock checkpoint_lock_;  // --checkpoint-dir is this run's until the Trainer ends
   TokenStream train_data_;
   std::optional<TokenStream> val_data_;
+  int document_end_ = -1;  // --document-mask: the data's end-of-text id
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<OpProfiler> profiler_;        // --profile-ops: ops_'s hook
   ProcessGroups groups_;                        // MPI, host memory

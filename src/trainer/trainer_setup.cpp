@@ -46,6 +46,33 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
   return d;
 }
 
+// --document-mask reads where documents end from the data's eos_id (the
+// end-of-text id prepare_data.py stores where the tokenizer has one), every
+// file the model reads agreeing on it; its attention runs on the CPU
+// reference only so far. Returns the id.
+int document_end(const Options& o, Device device, const TokenStream& train,
+                 const std::optional<TokenStream>& val) {
+  if (device != Device::cpu)
+    throw_error(
+        "--document-mask true: its attention has no CUDA path yet (cuDNN's ragged attention is "
+        "not built; docs/LEVERS.md); use --device cpu, or leave --document-mask out");
+  std::optional<int> eos;
+  for (const TokenStream* d : {&train, val ? &*val : nullptr}) {
+    if (!d || (d == &train && o.data.train_data.empty())) continue;  // --eval-only's stand-in
+    if (!d->eos_id())
+      throw_error("--document-mask true: ", d->flag(), " ", d->describe(),
+                  " states no eos_id, so where its documents end is unknown; make it with "
+                  "prepare_data.py and a tokenizer that has an end-of-text token, or leave "
+                  "--document-mask out");
+    if (eos && *eos != *d->eos_id())
+      throw_error("--document-mask true: ", d->flag(), " ", d->describe(), " has eos_id ",
+                  *d->eos_id(), " but ", train.flag(), " has ", *eos,
+                  "; make both with one tokenizer");
+    eos = d->eos_id();
+  }
+  return eos.value_or(-1);
+}
+
 double mib(int64_t bytes) {
   return double(bytes) / (1 << 20);
 }
@@ -73,7 +100,8 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   Device device = Device::cpu;
   all_or_none(W, [&] {
     device = resolve_device(o_);  // a configuration error before any file is created
-    test_hooks::stall_spec();     // a malformed FSDP_TEST_STALL, as early
+    if (o_.model.document_mask) document_end_ = document_end(o_, device, train_data_, val_data_);
+    test_hooks::stall_spec();  // a malformed FSDP_TEST_STALL, as early
     if (lead_) metrics_.open(o_.run.metrics);
   });
   // Evaluation only reads a checkpoint (saves are renamed into place whole),
@@ -145,6 +173,7 @@ void Trainer::build(ProcessGroups& engine_groups) {
   const DataOptions& d = o_.data;
   model_ = std::make_unique<Transformer>(o_.model, *ops_, d.batch_size, d.seq_len,
                                          o_.compute.recompute, o_.compute.fp8(), 0, model_use());
+  model_->set_document_end(document_end_);
   EngineOptions eo = o_.engine;
   eo.seed = o_.run.seed;
   eo.check_finite = o_.run.debug;

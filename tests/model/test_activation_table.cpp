@@ -26,7 +26,8 @@ namespace {
 // gradient, once each; --unet-skips the gradient of each skip (d, n_layer / 2
 // of them); --value-embeds K each table's rows and their gradient (kv_dim, K
 // each) and the values before the mix of each of its 2K blocks (kv_dim; one
-// buffer under --recompute block).
+// buffer under --recompute block); --document-mask each token's document
+// start (an int32 a token).
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -40,7 +41,7 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
   const int64_t blocks = attn_copies * attn + mlp_copies * mlp;
   const int64_t fp8_once =
       fp8 ? es * N * (d + ff + (r == Recompute::mlp ? L : 1) * d) : 0;  // h1, s; h2
-  const int64_t tokens = 4 * 2 * N;                                     // inputs, targets
+  const int64_t tokens = 4 * (c.document_mask ? 3 : 2) * N;  // inputs, targets, document starts
   const int64_t stream = es * (L + 1) * N * d;  // entering each block, and after the last
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
@@ -74,13 +75,15 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 // --unet-skips every block's input, as training keeps (the later blocks read
 // the earlier ones'); with --value-embeds each table's rows (no gradient)
 // and one buffer for the values before a mix, which every block overwrites
-// (and one more for --value-residual-learned's).
+// (and one more for --value-residual-learned's); with --document-mask the
+// document starts, as training keeps them.
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
   const int64_t up = c.relu2_mlp ? ff : 2 * ff;
   const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + up + ff) + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t tokens = 4 * 2 * N, stream = es * (c.unet_skips ? L + 1 : 2) * N * d;
+  const int64_t tokens = 4 * (c.document_mask ? 3 : 2) * N;
+  const int64_t stream = es * (c.unet_skips ? L + 1 : 2) * N * d;
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
   const int64_t codes = N * std::max({d, qd, ff}) + std::max({qkv, up, ff}) * d +
@@ -111,15 +114,16 @@ TEST(ActivationTable, ForwardOnlyKeepsOneLayersSet) {
   vres.value_residual = true;
   unet.unet_skips = true;
   ve.value_embeds = 1;
-  ModelConfig vrl = vres;
+  ModelConfig vrl = vres, docs = unet;
   vrl.value_residual_learned = true;
-  for (const ModelConfig& c : {relu2, vres, unet, ve, vrl})
+  docs.document_mask = true;
+  for (const ModelConfig& c : {relu2, vres, unet, ve, vrl, docs})
     for (bool fp8 : {false, true}) {
       Transformer m(c, ops, 2, 16, Recompute::none, fp8, 0, ModelUse::forward_only);
       EXPECT_EQ(m.activation_bytes(), counted_forward_bytes(c, 2, 16, 4, fp8))
           << "fp8 " << fp8 << " relu2 " << c.relu2_mlp << " value residual " << c.value_residual
           << " learned " << c.value_residual_learned << " unet " << c.unet_skips << " value embeds "
-          << c.value_embeds;
+          << c.value_embeds << " document mask " << c.document_mask;
     }
   // gpt-350m at 8 x 1024 in bf16: 24 layers' saved activations and the
   // backward's scratch are most of training's
@@ -137,11 +141,13 @@ TEST(ActivationTable, MatchesTheArchitecturesCount) {
   vres.value_residual = true;
   unet.unet_skips = true;
   ve.value_embeds = 3;
-  ModelConfig vrl = vres;
+  ModelConfig vrl = vres, docs = model_preset("gpt-350m");
   vrl.value_residual_learned = true;
+  docs.document_mask = true;
   for (const ModelConfig& c :
-       {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet, ve, vrl}) {
+       {model_preset("tiny"), model_preset("gpt-350m"), relu2, vres, unet, ve, vrl, docs}) {
     const char* name = c.relu2_mlp                ? "gpt-350m relu2"
+                       : c.document_mask          ? "gpt-350m document mask"
                        : c.value_residual_learned ? "gpt-350m learned value residual"
                        : c.value_residual         ? "gpt-350m value residual"
                        : c.unet_skips             ? "gpt-350m unet skips"
@@ -164,13 +170,14 @@ TEST(ActivationTable, TheModelAllocatesItsRows) {
   ModelConfig c = model_preset("tiny");
   CpuOps ops;
   // SwiGLU, ReLU², value residual, U-net skips, value embeddings, the
-  // learned value residual
-  for (int variant : {0, 1, 2, 3, 4, 5}) {
+  // learned value residual, the document mask
+  for (int variant : {0, 1, 2, 3, 4, 5, 6}) {
     c.relu2_mlp = variant == 1;
     c.value_residual = variant == 2 || variant == 5;
     c.value_residual_learned = variant == 5;
     c.unet_skips = variant == 3;
     c.value_embeds = variant == 4 ? 1 : 0;
+    c.document_mask = variant == 6;
     for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block})
       for (bool fp8 : {false, true}) {
         Transformer m(c, ops, 2, 16, r, fp8);

@@ -26,6 +26,9 @@ ModelConfig small_config(bool tied) {
   return c;
 }
 
+// --document-mask's end-of-text token in these tests.
+constexpr int kDocEnd = 0;
+
 struct ModelRun {
   ModelConfig cfg;
   CpuOps ops;
@@ -38,6 +41,10 @@ struct ModelRun {
     for (auto& x : in) x = int32_t(rng() % c.vocab_size);
     for (auto& x : tgt) x = int32_t(rng() % c.vocab_size);
     tgt[1] = -1;  // an ignored position must not contribute
+    // --document-mask: every fourth token from the second ends a document.
+    model.set_document_end(kDocEnd);
+    if (c.document_mask)
+      for (size_t i = 1; i < in.size(); i += 4) in[i] = kDocEnd;
   }
   // Sum of token losses; with grads, their gradient (loss_scale 1). A
   // training forward without grads gives the training objective (--z-loss's
@@ -68,6 +75,7 @@ float* block_param(ModelRun& r, int layer, const std::string& name) {
 // (--eval-only's) of r's configuration.
 double forward_only_loss(ModelRun& r, int B, int T) {
   Transformer eval(r.cfg, r.ops, B, T, Recompute::none, false, 0, ModelUse::forward_only);
+  eval.set_document_end(kDocEnd);
   eval.set_batch(r.in.data(), r.tgt.data(), 1.0f);
   for (int u = 0; u < eval.num_units(); ++u) eval.forward(u, r.w, false);
   return eval.loss_sum();
@@ -354,6 +362,49 @@ TEST(Transformer, ValueEmbedsStartAsTheModelWithout) {
   EXPECT_EQ(forward_only_loss(v, 2, 6), set);
 }
 // The `tiny` preset itself, with its own (small) initialisation.
+// --document-mask: documents of 1 to 4 tokens (ends at positions 1, 5, 9
+// of rows of 7), untied; then over 4 blocks with U-net skips and a value
+// table (whose paths cross blocks, not positions) at h 3e-3: at 1e-2 the
+// curvature puts one tensor (blocks.0.mlp.w3) 7% off, at 3e-3 inside the
+// bar, and without the mask it passes at either.
+TEST(TransformerGradcheck, DocumentMask) {
+  ModelConfig c = small_config(false);
+  c.document_mask = true;
+  check_all_params(c, 2, 7);
+  c.n_layer = 4;
+  c.unet_skips = true;
+  c.value_embeds = 1;
+  check_all_params(c, 2, 7, 3e-3);
+}
+// A document's losses do not depend on the tokens of the documents before it
+// in its sequence (bit for bit), as they do without the mask; a forward-only
+// model gives the training model's loss.
+TEST(Transformer, DocumentMaskKeepsDocumentsApart) {
+  ModelConfig plain = small_config(true), masked = plain;
+  masked.document_mask = true;
+  const int B = 2, T = 8, end = 3;  // each row: a document to position 3, another after it
+  for (const ModelConfig& c : {plain, masked}) {
+    ModelRun r(c, B, T);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        const int i = b * T + t;
+        r.in[size_t(i)] = t == end ? kDocEnd : 1 + (i * 7) % (c.vocab_size - 1);
+        r.tgt[size_t(i)] = t <= end ? -1 : (i * 5) % c.vocab_size;  // the second document's alone
+      }
+    const double before = r.loss(false);
+    EXPECT_EQ(r.model.loss_count(), B * (T - end - 1));
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < end; ++t) r.in[size_t(b * T + t)] = 1 + (b + t * 3) % (c.vocab_size - 1);
+    const double after = r.loss(false);
+    if (c.document_mask) {
+      EXPECT_EQ(after, before);
+      EXPECT_EQ(forward_only_loss(r, B, T), after);
+    } else {
+      EXPECT_GT(std::abs(after - before), 1e-4);
+    }
+  }
+}
+
 TEST(TransformerGradcheck, TinyPreset) {
   check_all_params(model_preset("tiny"), 2, 16);
 }
@@ -413,18 +464,21 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
   ModelConfig vrl = vres;  // the values before each mix, shared as ve's are
   vrl.value_residual_learned = true;
   vrl.value_embeds = 1;
+  ModelConfig docs = small_config(true);  // the document starts, shared by every layer
+  docs.document_mask = true;
   CpuOps ops;
-  for (const ModelConfig& c : {small_config(true), vres, unet, ve, vrl})
+  for (const ModelConfig& c : {small_config(true), vres, unet, ve, vrl, docs})
     for (bool fp8 : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "fp8 " << fp8 << " value residual " << c.value_residual << " unet "
                    << c.unet_skips << " value embeds " << c.value_embeds << " learned "
-                   << c.value_residual_learned);
+                   << c.value_residual_learned << " document mask " << c.document_mask);
       std::vector<std::vector<float>> grads;
       std::vector<double> losses;
       std::vector<int64_t> bytes;
       for (Recompute r : {Recompute::none, Recompute::mlp, Recompute::block}) {
         Transformer m(c, ops, 2, 6, r, fp8);
+        m.set_document_end(kDocEnd);
         EXPECT_EQ(m.activation_bytes(),
                   Transformer::activation_bytes_for(c, 2, 6, DType::f32, r, fp8));
         bytes.push_back(m.activation_bytes());
@@ -438,6 +492,7 @@ TEST(Transformer, RecomputeIsBitwiseIdenticalAndSmaller) {
         for (int rep = 0; rep < 2; ++rep) {  // twice: shared buffers must not leak between batches
           for (int i = 0; i < 12; ++i)
             in[i] = (i * 7 + rep) % c.vocab_size, tgt[i] = (i * 5 + 3) % c.vocab_size;
+          in[2 + rep] = in[9] = kDocEnd;  // documents' ends (--document-mask)
           m.set_batch(in.data(), tgt.data(), 1.0f);
           for (int u = 0; u < m.num_units(); ++u) m.forward(u, w, true);
           for (int u = m.num_units() - 1; u >= 0; --u) m.backward(u, w);

@@ -13,12 +13,14 @@ exe, work = sys.argv[1:3]
 os.makedirs(work, exist_ok=True)
 
 
-def h5(name, data, vocab=256, dataset="tokens"):
+def h5(name, data, vocab=256, dataset="tokens", eos=None):
     path = os.path.join(work, name)
     with h5py.File(path, "w") as f:
         d = f.create_dataset(dataset, data=data)
         if vocab is not None:
             d.attrs["vocab_size"] = vocab
+        if eos is not None:
+            d.attrs["eos_id"] = eos
     return path
 
 
@@ -42,6 +44,8 @@ step_ini = os.path.join(work, "step.ini")  # a prefix of `steps`: no guessing, h
 open(step_ini, "w").write("step = 1\n")
 good2 = h5("good2.h5", np.arange(4096, dtype=np.uint16) % 256)
 ini_dir = os.path.join(work, "config_dir.ini")
+eos10 = h5("eos10.h5", np.arange(4096, dtype=np.uint16) % 256, eos=10)
+eos11 = h5("eos11.h5", np.arange(4096, dtype=np.uint16) % 256, eos=11)
 os.makedirs(ini_dir, exist_ok=True)
 
 base = ["--train-data", good, "--steps", "1"]
@@ -85,6 +89,10 @@ cases = [  # (arguments, substrings the one error line must contain)
     (base + ["--val-data", good, good2], [good2, "--val-data", "quote it"]),
     (base + ["--device", "tpu"], ["--device", "tpu"]),
     (base + ["--device", "cuda"], ["--device cuda"]),
+    # --document-mask reads where documents end from the data's eos_id.
+    (base + ["--document-mask", "true"], ["--document-mask", good, "eos_id"]),
+    (["--train-data", eos10, "--val-data", eos11, "--steps", "1", "--document-mask", "true"],
+     ["--document-mask", "--val-data", eos11, "eos_id 11", "10"]),
     (base + ["--precision", "bf16"], ["--precision", "bf16"]),
     (base + ["--resume", "/no/such/ckpt.h5", "--checkpoint-dir", work], ["/no/such/ckpt.h5"]),
     (base + ["--stop-at-step", "1"], ["--checkpoint-dir"]),

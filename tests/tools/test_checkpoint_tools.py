@@ -149,12 +149,14 @@ def damaged_inputs(good, tools):
         with h5py.File(capped, "r+") as f:
             f["model"].attrs["logit_softcap"] = np.float32(30)
         refused(tools, capped, "--logit-softcap 30", "a model whose logits are capped")
-        with h5py.File(capped, "r+") as f:  # z-loss shaped only the training
+        with h5py.File(capped, "r+") as f:  # z-loss and the document mask shaped only the training
             del f["model"].attrs["logit_softcap"]
             f["model"].attrs["z_loss"] = np.float32(1e-4)
+            f["model"].attrs["document_mask"] = np.int64(1)
         with tempfile.TemporaryDirectory() as out:
             run(tools, "export_hf.py", capped, out)
-            check(os.path.exists(os.path.join(out, "model.safetensors")), "a z-loss model is not exported")
+            check(os.path.exists(os.path.join(out, "model.safetensors")),
+                  "a z-loss, document-masked model is not exported")
         # A ReLU² MLP: the file as the trainer writes it (no W3 in any group,
         # nor its checksums), so the refusal is not a damage report.
         sys.path.insert(0, tools)

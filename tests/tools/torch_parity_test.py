@@ -11,7 +11,8 @@ schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
 under Muon on 2 ranks; --value-residual with block recomputation on 2;
 --unet-skips under Muon on 3; --value-embeds with the value residual on 2; the learned
 value residual (--value-residual-learned) before a value table on 2;
---seq-warmup-steps' short contexts under Muon on 2;
+--seq-warmup-steps' short contexts under Muon on 2; --document-mask over
+the Bible's verses (each line a document) with block recomputation on 2;
 Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
 NorMuon (--muon-normuon) on 3.
 
@@ -28,6 +29,23 @@ if subprocess.run([py, "-c", "import torch, h5py"], capture_output=True).returnc
     sys.exit(77)
 mpiexec = os.environ.get("MPIEXEC", "mpirun")
 data = os.path.join(example, "kjv_train.h5")
+
+
+def with_eos(name, eos):
+    """A copy of an example file that says `eos` ends its documents."""
+    import h5py
+    import shutil
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, name)
+    shutil.copyfile(os.path.join(example, name), path)
+    with h5py.File(path, "r+") as f:
+        f["tokens"].attrs["eos_id"] = eos
+    return path
+
+
+# The example's bytes with the newline (10) as the end of text: each verse a
+# document of ~120 tokens, so most windows of 48 hold a document's end.
+lines_train, lines_val = with_eos("kjv_train.h5", 10), with_eos("kjv_val.h5", 10)
 runs = {
     # validating at context 64 in 3 rows (the micro-batch's 4 x 48 tokens):
     # PyTorch's validation losses at steps 25 and 50 are compared too
@@ -91,6 +109,12 @@ runs = {
                     ["--batch-size", "2", "--grad-accum", "2", "--seq-warmup-steps", "40",
                      "--seq-warmup-start", "6", "--optimizer", "muon", "--val-data",
                      os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
+    # --document-mask over verses, whole blocks recomputed, on 2 ranks;
+    # validation (steps 25 and 50) under the mask too.
+    "docmask_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                    ["--batch-size", "2", "--grad-accum", "2", "--document-mask", "true",
+                     "--train-data", lines_train, "--recompute", "block", "--val-data", lines_val,
+                     "--eval-every", "25", "--eval-batches", "2"]),
     # --muon-ns-coefficients polar_express, one step past its table, on 2 ranks.
     "polar_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
                   ["--batch-size", "2", "--grad-accum", "2", "--optimizer", "muon",
@@ -109,7 +133,8 @@ for name, (launcher, extra) in runs.items():
     d = os.path.join(work, name)
     subprocess.run(["rm", "-rf", d])
     os.makedirs(d)
-    cmd = launcher + [exe, "--device", "cpu", "--train-data", data, "--seq-len", "48", "--steps", "50",
+    train = [] if "--train-data" in extra else ["--train-data", data]  # a case's own, or the example
+    cmd = launcher + [exe, "--device", "cpu", *train, "--seq-len", "48", "--steps", "50",
                       "--lr", "3e-3", "--min-lr", "3e-4", "--warmup-steps", "5", "--log-every", "50",
                       "--checkpoint-dir", os.path.join(d, "ck"), "--checkpoint-every", "10",
                       "--metrics", os.path.join(d, "m.jsonl"), *extra]
