@@ -46,8 +46,8 @@ BatchLoader::BatchLoader(const TokenStream& data, int seq_len, int batch_size, i
       accum_(grad_accum),
       rank_(rank),
       world_(world),
-      per_step_(int64_t{world} * batch_size * grad_accum),
       prefetch_(std::max(0, options.prefetch_steps)),
+      micro_batches_(std::move(options.micro_batches)),
       state_{seed, 0, 0} {
   start_reader();
 }
@@ -56,9 +56,17 @@ BatchLoader::~BatchLoader() {
   stop_reader();
 }
 
+int BatchLoader::micro_batches_at(int64_t step) const {
+  if (!micro_batches_) return accum_;
+  const int m = micro_batches_(step);
+  FSDP_CHECK(m >= 1 && m <= accum_, "step ", step, " of ", m, " micro-batches (at most ", accum_,
+             ")");
+  return m;
+}
+
 int64_t BatchLoader::position(int micro, int row) const {
-  FSDP_CHECK(micro >= 0 && micro < accum_ && row >= 0 && row < batch_, "micro-batch ", micro,
-             " row ", row);
+  FSDP_CHECK(micro >= 0 && micro < micro_batches() && row >= 0 && row < batch_, "micro-batch ",
+             micro, " row ", row);
   return state_.consumed + (int64_t{micro} * world_ + rank_) * batch_ + row;
 }
 
@@ -73,21 +81,23 @@ int64_t BatchLoader::buffer_bytes() const {
 
 // Runs on the reader thread too: touches only members that stay fixed while
 // the thread lives (restore() stops it before changing them).
-void BatchLoader::fill(StepData& step, int64_t consumed) const {
+void BatchLoader::fill(StepData& data, int64_t step, int64_t consumed) const {
   const int64_t row = sampler_.seq_len() + 1;
-  step.consumed = -1;
-  step.tokens.resize(static_cast<size_t>(int64_t{accum_} * batch_ * row));
+  const int micro = micro_batches_at(step);
+  data.consumed = -1;
+  data.tokens.resize(static_cast<size_t>(int64_t{micro} * batch_ * row));
   std::vector<TokenRange> ranges;
-  ranges.reserve(static_cast<size_t>(accum_) * batch_);
-  for (int m = 0; m < accum_; ++m) {
+  ranges.reserve(static_cast<size_t>(micro) * batch_);
+  for (int m = 0; m < micro; ++m) {
     for (int b = 0; b < batch_; ++b) {
       const int64_t p = consumed + (int64_t{m} * world_ + rank_) * batch_ + b;
       ranges.push_back(
-          TokenRange{window_start(p), row, step.tokens.data() + (int64_t{m} * batch_ + b) * row});
+          TokenRange{window_start(p), row, data.tokens.data() + (int64_t{m} * batch_ + b) * row});
     }
   }
   data_->read(std::move(ranges));
-  step.consumed = consumed;
+  data.step = step;
+  data.consumed = consumed;
 }
 
 void BatchLoader::drop_stale() {
@@ -104,9 +114,9 @@ const BatchLoader::StepData& BatchLoader::current() {
   const auto t0 = std::chrono::steady_clock::now();
   if (prefetch_ == 0) {
     if (!sync_step_) sync_step_ = std::make_unique<StepData>();
-    if (sync_step_->consumed != state_.consumed) {
+    if (sync_step_->consumed != state_.consumed || sync_step_->step != state_.step) {
       try {
-        fill(*sync_step_, state_.consumed);
+        fill(*sync_step_, state_.step, state_.consumed);
       } catch (...) {
         wait_step_ += seconds_since(t0);
         throw;
@@ -125,11 +135,13 @@ const BatchLoader::StepData& BatchLoader::current() {
   // Steps read before the failure are still served; the error comes at the
   // step that could not be read.
   if (!have()) throw Error(*error_);
+  FSDP_CHECK(ready_.front()->step == state_.step, "data read for step ", ready_.front()->step,
+             " at step ", state_.step);
   return *ready_.front();
 }
 
 void BatchLoader::next_micro_batch(int micro, int32_t* inputs, int32_t* targets) {
-  FSDP_CHECK(micro >= 0 && micro < accum_, "micro-batch ", micro, " of ", accum_);
+  FSDP_CHECK(micro >= 0 && micro < micro_batches(), "micro-batch ", micro, " of ", micro_batches());
   const StepData& step = current();
   const int t = sampler_.seq_len();
   split_rows(step.tokens.data() + int64_t{micro} * batch_ * (t + 1), batch_, t, inputs, targets);
@@ -138,8 +150,8 @@ void BatchLoader::next_micro_batch(int micro, int32_t* inputs, int32_t* targets)
 void BatchLoader::end_step() {
   {
     std::lock_guard lock(mu_);
+    state_.consumed += sequences_at(state_.step);
     ++state_.step;
-    state_.consumed += per_step_;
     drop_stale();
   }
   cv_.notify_all();
@@ -167,6 +179,7 @@ void BatchLoader::start_reader() {
   error_.reset();
   stop_ = false;
   next_fill_ = state_.consumed;
+  next_fill_step_ = state_.step;
   reader_ = std::thread([this] { reader_loop(); });
 }
 
@@ -186,9 +199,9 @@ void BatchLoader::reader_loop() {
     cv_.wait(lock, [&] { return stop_ || static_cast<int>(ready_.size()) < prefetch_; });
     if (stop_) return;
     // Steps the caller closed without reading are skipped, not read.
-    next_fill_ = std::max(next_fill_, state_.consumed);
-    const int64_t consumed = next_fill_;
-    next_fill_ += per_step_;
+    if (state_.consumed > next_fill_) next_fill_ = state_.consumed, next_fill_step_ = state_.step;
+    const int64_t consumed = next_fill_, step_index = next_fill_step_++;
+    next_fill_ += sequences_at(step_index);
     std::unique_ptr<StepData> step;
     if (free_.empty()) {
       step = std::make_unique<StepData>();
@@ -199,7 +212,7 @@ void BatchLoader::reader_loop() {
     lock.unlock();
     std::optional<std::string> failure;
     try {
-      fill(*step, consumed);
+      fill(*step, step_index, consumed);
     } catch (const std::exception& e) {
       failure = e.what();
     }

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,11 +30,16 @@ struct LoaderOptions {
   // Steps held read (or being read) ahead of the caller, on a background
   // thread. 0 reads each step in the caller's thread when first asked for.
   int prefetch_steps = 2;
+  // Micro-batches of step s (from 0), each in [1, grad_accum]: a step reads
+  // that many micro-batches' positions and the next step goes on from there
+  // (--batch-warmup-steps: src/policy/batch_warmup.h). Called on the reader
+  // thread too, so it must be a pure function of s. Empty: grad_accum.
+  std::function<int(int64_t)> micro_batches = {};
 };
 
 // Keeps a reference to `data`, which must outlive it. Per step:
-// next_micro_batch(m, ...) for each m in [0, grad_accum), in any order, then
-// end_step(). Used from one thread (its own reader thread aside).
+// next_micro_batch(m, ...) for each m in [0, micro_batches()), in any order,
+// then end_step(). Used from one thread (its own reader thread aside).
 class BatchLoader {
  public:
   BatchLoader(const TokenStream& data, int seq_len, int batch_size, int grad_accum, int rank,
@@ -52,7 +58,10 @@ class BatchLoader {
   int64_t position(int micro, int row) const;
   // Global token offset of the window at `position`.
   int64_t window_start(int64_t position) const;
-  int64_t sequences_per_step() const { return per_step_; }
+  // This step's micro-batches (grad_accum but in a batch warm-up) and the
+  // sequences all ranks read in them.
+  int micro_batches() const { return micro_batches_at(state_.step); }
+  int64_t sequences_per_step() const { return sequences_at(state_.step); }
   int64_t step() const { return state_.step; }
   const Sampler& sampler() const { return sampler_; }
 
@@ -75,10 +84,15 @@ class BatchLoader {
   // major; `consumed` names the step.
   struct StepData {
     int64_t consumed = -1;
+    int64_t step = -1;
     std::vector<int32_t> tokens;
   };
 
-  void fill(StepData& step, int64_t consumed) const;
+  int micro_batches_at(int64_t step) const;
+  int64_t sequences_at(int64_t step) const {
+    return int64_t{world_} * batch_ * micro_batches_at(step);
+  }
+  void fill(StepData& data, int64_t step, int64_t consumed) const;
   const StepData& current();  // the current step's data, read or waited for
   void start_reader();
   void stop_reader();
@@ -89,8 +103,8 @@ class BatchLoader {
   WindowIndex windows_;
   Sampler sampler_;
   int batch_, accum_, rank_, world_;
-  int64_t per_step_;
   int prefetch_;
+  std::function<int(int64_t)> micro_batches_;  // LoaderOptions::micro_batches
   SamplerState state_;
   double wait_total_ = 0, wait_step_ = 0, wait_last_step_ = 0;
 
@@ -101,6 +115,7 @@ class BatchLoader {
   std::deque<std::unique_ptr<StepData>> ready_;  // increasing `consumed`
   std::vector<std::unique_ptr<StepData>> free_;  // recycled buffers
   int64_t next_fill_ = 0;                        // `consumed` of the next step to read
+  int64_t next_fill_step_ = 0;                   // and its step
   std::optional<std::string> error_;             // the reader's failure
   bool stop_ = false;
   std::thread reader_;

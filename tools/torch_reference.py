@@ -138,6 +138,15 @@ def seq_warmup_context(step, T, steps, start):
     return c
 
 
+def batch_warmup_micro_batches(step, accum, steps, start):
+    """src/policy/batch_warmup.h: the step's micro-batches, growing linearly from
+    start (0: 1) to accum over `steps` steps; accum once the warm-up is over."""
+    if steps <= 0 or step >= steps:
+        return accum
+    start = start or 1
+    return start + (accum - start) * step // steps
+
+
 def lr_at(step, total, warmup, lr, min_lr, shape="cosine", decay_fraction=0.2):
     """src/policy/lr_schedule.h: warmup, then cosine, linear or wsd (stable, then linear
     over the last decay_fraction of the steps) to min_lr at the last step."""
@@ -359,7 +368,7 @@ def main():
     cfg, weights, avg, avg_sq, root, sampler, opts = read_checkpoint(a.checkpoint)
     start = int(root["step"])
     B, T = int(opts["batch-size"]), int(opts["seq-len"])
-    G = B * int(opts["grad-accum"]) * int(root["world_size"])
+    accum, world = int(opts["grad-accum"]), int(root["world_size"])
     total, warmup = int(opts["steps"]), int(opts["warmup-steps"])
     lr, min_lr = float(opts["lr"]), float(opts["min-lr"])
     wd, clip = float(opts["weight-decay"]), float(opts["grad-clip"])
@@ -377,7 +386,11 @@ def main():
     val_B = B * T // val_T
     # --seq-warmup-steps: each sequence cut into pieces of the step's context
     warm_steps, warm_start = int(opts.get("seq-warmup-steps", "0")), int(opts.get("seq-warmup-start", "0"))
+    # --batch-warmup-steps: the step's global batch, B x world x its micro-batches
+    ramp_steps, ramp_start = int(opts.get("batch-warmup-steps", "0")), int(opts.get("batch-warmup-start", "0"))
+    G_at = lambda s: B * world * batch_warmup_micro_batches(s, accum, ramp_steps, ramp_start)
     seed = sampler["seed"] & M64
+    consumed, tokens_seen = sampler["consumed"], int(root["tokens_seen"])
 
     dev = torch.device(a.device)
     if a.perturb:
@@ -441,7 +454,9 @@ def main():
     t_start = time.perf_counter()
     for s in range(start, end):
         t0 = time.perf_counter()
-        rows = [tokens[w * T: w * T + T + 1] for w in (window_of(s * G + j, windows, seed) for j in range(G))]
+        G = G_at(s)  # positions consumed .. consumed + G - 1, in the data loader's order
+        rows = [tokens[w * T: w * T + T + 1] for w in (window_of(consumed + j, windows, seed) for j in range(G))]
+        consumed, tokens_seen = consumed + G, tokens_seen + G * T
         batch = torch.from_numpy(np.stack(rows)).to(dev)
         with autocast():
             c = seq_warmup_context(s, T, warm_steps, warm_start)
@@ -460,11 +475,11 @@ def main():
         dt, elapsed = time.perf_counter() - t0, time.perf_counter() - t_start  # validation left out
         v = None
         if val_tokens is not None and (s + 1 == total or (eval_every > 0 and (s + 1) % eval_every == 0)):
-            v = val_loss(model, val_tokens, val_T, val_B, int(root["world_size"]), int(opts["eval-batches"]),
+            v = val_loss(model, val_tokens, val_T, val_B, world, int(opts["eval-batches"]),
                          dev, autocast)
         if out:
             out.write(json.dumps({"step": s + 1, "loss": ours, "lr": step_lr, "grad_norm": norm.item(),
-                                  "tokens_seen": (s + 1) * G * T, "tokens_per_s": G * T / dt,
+                                  "tokens_seen": tokens_seen, "tokens_per_s": G * T / dt,
                                   "elapsed_s": elapsed}) + "\n")
             if v is not None:
                 out.write(json.dumps({"step": s + 1, "val_loss": v}) + "\n")

@@ -151,7 +151,7 @@ void sequential(const fsdp::TokenStream& s, const std::string& label) {
 void training(const fsdp::TokenStream& s, const Args& a, int prefetch, int compute_ms,
               const std::string& label) {
   fsdp::BatchLoader loader(s, a.seq_len, a.batch, a.accum, rank_, world_, 1234,
-                           fsdp::LoaderOptions{prefetch});
+                           fsdp::LoaderOptions{.prefetch_steps = prefetch});
   std::vector<int32_t> in(size_t(a.batch) * a.seq_len), tg(in.size());
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = now();

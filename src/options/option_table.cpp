@@ -87,6 +87,8 @@ auto& part_of(O& o) {
     return o.schedule;
   else if constexpr (std::is_same_v<Part, SeqWarmup>)
     return o.seq_warmup;
+  else if constexpr (std::is_same_v<Part, BatchWarmup>)
+    return o.batch_warmup;
   else if constexpr (std::is_same_v<Part, OptimizerConfig>)
     return o.optimizer;
   else if constexpr (std::is_same_v<Part, AdamWConfig>)
@@ -262,6 +264,20 @@ std::vector<OptionRow> make_table() {
              "must be 0 or divide --seq-len and be below it (with --seq-warmup-steps; 0: "
              "--seq-len / 8, which must then divide it)"}),
         "0: --seq-len / 8"),
+    row("batch-warmup-steps", &BatchWarmup::steps,
+        "small-to-large batch warm-up over the first N steps (0: off): a step runs fewer of its "
+        "--grad-accum micro-batches, their number growing linearly from --batch-warmup-start to "
+        "--grad-accum; the data order is kept, the learning-rate schedule stays by step",
+        "200", at_least(0)),
+    defaults_to(
+        row("batch-warmup-start", &BatchWarmup::start,
+            "the micro-batches of the batch warm-up's first steps; below --grad-accum", "1",
+            {[](const int& v, const O& o) {
+               return v >= 0 && batch_warmup_rule(o.batch_warmup, o.data.grad_accum).empty();
+             },
+             "must be 0 or at least 1 and below --grad-accum (with --batch-warmup-steps; 0: 1, "
+             "so --grad-accum must then be at least 2)"}),
+        "0: 1"),
     row("optimizer", &OptimizerConfig::kind,
         "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
         "W1, W3, W2, each whole, orthogonalised on one rank of the shard group), AdamW for "

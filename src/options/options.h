@@ -15,6 +15,7 @@
 #include "shard/optimizer_config.h"
 #include "src/options/option_enums.h"
 #include "src/options/option_values.h"
+#include "src/policy/batch_warmup.h"
 #include "src/policy/divergence.h"
 #include "src/policy/lr_schedule.h"
 #include "src/policy/seq_warmup.h"
@@ -99,6 +100,7 @@ struct Options {
   DataOptions data;           // data/data_options.h
   LrSchedule schedule;        // src/policy/lr_schedule.h
   SeqWarmup seq_warmup;       // src/policy/seq_warmup.h: short contexts first
+  BatchWarmup batch_warmup;   // src/policy/batch_warmup.h: small batches first
   OptimizerConfig optimizer;  // shard/optimizer_config.h: the kind, AdamW's and Muon's settings
   ComputeOptions compute;
   EngineOptions engine;  // shard/engine_options.h; check_finite and seed come from run

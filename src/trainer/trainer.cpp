@@ -12,6 +12,7 @@
 #include "comm/agree.h"
 #include "common/test_hooks.h"
 #include "model/params.h"
+#include "src/policy/batch_warmup.h"
 #include "src/policy/cadence.h"
 #include "src/policy/lr_schedule.h"
 #include "src/policy/seq_warmup.h"
@@ -35,11 +36,22 @@ std::pair<double, double> Trainer::global_sum(double a, double b) {
   return {v[0], v[1]};
 }
 
+int Trainer::micro_batches(int step) const {
+  return batch_warmup_micro_batches(o_.batch_warmup, step, o_.data.grad_accum);
+}
+
+int64_t Trainer::step_tokens(int step) const {
+  return o_.data.tokens_per_step(world_.size) / o_.data.grad_accum * micro_batches(step);
+}
+
 StepLoss Trainer::train_step(int step) {
   // Gradients are averaged over the global batch exactly once, here: every
-  // token's loss is scaled by 1 / (tokens in the global batch).
-  const double global_tokens = double(o_.data.tokens_per_step(world_.size));
-  const int accum = o_.data.grad_accum;
+  // token's loss is scaled by 1 / (tokens in the global batch), which is
+  // smaller in a batch warm-up (src/policy/batch_warmup.h).
+  const double global_tokens = double(step_tokens(step));
+  const int accum = micro_batches(step);
+  FSDP_CHECK(accum == loader_->micro_batches(), "step ", step, " of ", accum,
+             " micro-batches, the data loader's ", loader_->micro_batches());
   // Tests only (common/test_hooks.h): all 1 unless an FSDP_TEST_* fault is
   // asked for at this step.
   const test_hooks::StepFault fault =
@@ -100,7 +112,7 @@ void Trainer::log_run_start() {
 }
 
 void Trainer::log_step(int step, double loss, float lr, double norm, double seconds) {
-  const double tok_s = double(o_.data.tokens_per_step(world_.size)) / seconds;
+  const double tok_s = double(step_tokens(step)) / seconds;
   if (step > 0) {  // the first step pays one-time costs; leave it out of the ETA
     step_seconds_total_ += seconds;
     ++steps_timed_;
@@ -129,6 +141,9 @@ void Trainer::log_step(int step, double loss, float lr, double norm, double seco
       {"elapsed_s", json_number(elapsed)},
       {"train_s", json_number(train_seconds_)}};
   if (o_.seq_warmup.on()) record.emplace_back("seq_len", std::to_string(context));
+  // A batch warm-up's steps say their global batch (sequences).
+  if (o_.batch_warmup.on())
+    record.emplace_back("global_batch", std::to_string(step_tokens(step) / o_.data.seq_len));
   metrics_.write(record);
   const int steps = budget_->steps();
   if (lead_ && (every(o_.run.log_every, step + 1) || step + 1 == steps)) {
@@ -214,7 +229,7 @@ void Trainer::warm_up() {
     groups_.world->all_reduce(&short_s, 1, DType::f32, ReduceOp::max)->wait();
     if (short_s <= 0) break;
   }
-  if (!o_.eval.only) warm_up_seq_contexts();
+  if (!o_.eval.only) warm_up_schedules();
   if (validator_) validator_->warm_up();  // validation's shape may need graphs of its own
   const double seconds = seconds_since(t0);
   if (!lead_) return;
@@ -231,51 +246,74 @@ void Trainer::warm_up() {
   std::fflush(stdout);
 }
 
-// --seq-warmup-steps: one discarded pass at each shorter context the run's
-// steps will still use, so its plans (cuDNN builds a graph per shape) are
-// built before step 1 too. A --time-budget run also times each against a
-// pass at --seq-len's context (the lesser of two passes each, device time):
-// what a step at that context saves, so the plan counts the warm-up's steps
-// at their cost and converts the steps it times to full ones
-// (StepBudget::set_step_savings). Every rank keeps the least any measured.
-void Trainer::warm_up_seq_contexts() {
-  const int B = o_.data.batch_size, T = o_.data.seq_len;
+// The warm-ups' steps still to come. --seq-warmup-steps: one discarded pass
+// at each shorter context they will use, so its plans (cuDNN builds a graph
+// per shape) are built before step 1 too. Under --time-budget, what each of
+// those steps saves against a full one, so the plan counts them at their
+// cost and converts the steps it times to full ones
+// (StepBudget::set_step_savings): a micro-batch at context c saves what a
+// pass at c takes less than one at --seq-len, and each micro-batch a
+// --batch-warmup-steps step leaves out saves a --grad-accum step's time less
+// a one-micro-batch step's, over --grad-accum - 1 (device time, the
+// gradients' reduction included: a pass alone ends before its reduce-scatter
+// does). Each is the lesser of two tries, the --grad-accum step the greater.
+// Every rank keeps the least any measured.
+void Trainer::warm_up_schedules() {
+  const int B = o_.data.batch_size, T = o_.data.seq_len, accum = o_.data.grad_accum;
   const std::vector<int> contexts = seq_warmup_contexts(o_.seq_warmup, pos_.step, T);
-  if (contexts.empty()) return;
   const bool timed = budget_->active();
-  auto pass_s = [&](int c) {
+  const bool fewer = timed && micro_batches(int(pos_.step)) < accum;  // monotone: none later
+  if (contexts.empty() && !fewer) return;
+  // The lesser (or the greater: `most`) of two tries of a step's `passes`
+  // micro-batches at context c, to its gradients' reduction (discarded).
+  auto steps_s = [&](int c, int passes, bool most = false) {
     model_->set_shape(int(int64_t(B) * T / c), c);
     model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
     double least = 0;
     for (int i = 0; i < (timed ? 2 : 1); ++i) {
       const int m = ops_->mark();
-      engine_->forward_backward(/*last_of_step=*/true);
+      for (int p = 0; p < passes; ++p) engine_->forward_backward(p + 1 == passes);
       engine_->discard_gradients();
       const double s = ops_->seconds(m, ops_->mark());
-      least = i == 0 ? s : std::min(least, s);
+      least = i == 0 ? s : most ? std::max(least, s) : std::min(least, s);
     }
     return least;
   };
-  const double full_s = timed ? pass_s(T) : 0;
-  std::vector<float> minus_saved;  // negated: the all-reduce's max is then the least
-  for (int c : contexts) minus_saved.push_back(-float(std::max(0.0, full_s - pass_s(c))));
+  const double full_s = timed && !contexts.empty() ? steps_s(T, 1) : 0;
+  // Negated: the all-reduce's max is then the least; the last a micro-batch's.
+  std::vector<float> minus_saved;
+  for (int c : contexts) minus_saved.push_back(-float(std::max(0.0, full_s - steps_s(c, 1))));
+  // What one more micro-batch adds to a step, taken at its most: the plan
+  // turns the timed (short) steps into full ones by adding it, so too little
+  // would plan too many steps; too much only ends the run early.
+  const double micro_s =
+      fewer ? std::max(0.0, steps_s(T, accum, true) - steps_s(T, 1)) / double(accum - 1) : 0;
+  minus_saved.push_back(-float(micro_s));
   model_->set_shape(B, T);
   model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
   if (!timed) return;
   groups_.world->all_reduce(minus_saved.data(), minus_saved.size(), DType::f32, ReduceOp::max)
       ->wait();
-  std::vector<double> by_step(size_t(o_.seq_warmup.steps), 0.0);
+  const double per_micro_batch = -double(minus_saved.back());
+  std::vector<double> by_step(size_t(std::max(o_.seq_warmup.steps, o_.batch_warmup.steps)), 0.0);
   for (size_t s = size_t(pos_.step); s < by_step.size(); ++s) {
-    const int c = seq_warmup_context(o_.seq_warmup, int64_t(s), T);
+    const int c = seq_warmup_context(o_.seq_warmup, int64_t(s), T), a = micro_batches(int(s));
     const auto i = std::find(contexts.begin(), contexts.end(), c) - contexts.begin();
-    if (c < T) by_step[s] = -double(minus_saved[size_t(i)]);
+    by_step[s] = (accum - a) * per_micro_batch + (c < T ? -a * double(minus_saved[size_t(i)]) : 0);
   }
   budget_->set_step_savings(std::move(by_step));
   if (!lead_) return;
-  std::printf("fsdptrain: --seq-warmup-steps %d: a step at context", o_.seq_warmup.steps);
-  for (size_t i = 0; i < contexts.size(); ++i)
-    std::printf("%s %d saves %.4f s", i ? "," : "", contexts[i], -double(minus_saved[i]));
-  std::printf(" against one at %d (%.4f s a pass), in --time-budget's plan\n", T, full_s);
+  if (!contexts.empty()) {
+    std::printf("fsdptrain: --seq-warmup-steps %d: a micro-batch at context", o_.seq_warmup.steps);
+    for (size_t i = 0; i < contexts.size(); ++i)
+      std::printf("%s %d saves %.4f s", i ? "," : "", contexts[i], -double(minus_saved[i]));
+    std::printf(" against one at %d (%.4f s a pass), in --time-budget's plan\n", T, full_s);
+  }
+  if (fewer)
+    std::printf(
+        "fsdptrain: --batch-warmup-steps %d: each micro-batch a step leaves out saves %.4f s, in "
+        "--time-budget's plan\n",
+        o_.batch_warmup.steps, per_micro_batch);
   std::fflush(stdout);
 }
 
@@ -353,7 +391,7 @@ void Trainer::accept_step(int step, double loss, float lr, double norm, double d
                           TrainSummary& summary) {
   spikes_.accept(loss);
   pos_.step = step + 1;
-  pos_.tokens_seen += o_.data.tokens_per_step(world_.size);
+  pos_.tokens_seen += step_tokens(step);
   summary.train_loss.push_back(loss);
   log_step(step, loss, lr, norm, device_s);
 }

@@ -96,8 +96,12 @@ class Trainer {
                    TrainSummary& summary);
   bool after_step(int done, TrainSummary& summary);
   void warm_up();
-  void warm_up_seq_contexts();
+  void warm_up_schedules();
   StepLoss train_step(int step);
+  // Step `step`'s micro-batches and the tokens all ranks train on in them:
+  // --grad-accum's and --batch-size's but in a batch warm-up.
+  int micro_batches(int step) const;
+  int64_t step_tokens(int step) const;
   // One validation (none without --val-data), in the summary and timed for
   // the budget; --eval-only's run; samples. The forwards they run with.
   void validate(int steps_done, TrainSummary& summary);

@@ -9,6 +9,7 @@
 #include "common/test_hooks.h"
 #include "model/params.h"
 #include "shard/memory_plan.h"
+#include "src/policy/batch_warmup.h"
 #include "src/policy/memory_check.h"
 #include "src/policy/time_budget.h"
 #include "src/trainer/backend.h"
@@ -180,9 +181,15 @@ void Trainer::build(ProcessGroups& engine_groups) {
   engine_ = std::make_unique<FsdpEngine>(*model_, *ops_, *engine_groups.shard,
                                          engine_groups.replicate.get(), eo, groups_.shard.get());
   // Every rank is a data-parallel rank: shard and replicate groups both split data.
+  // A batch warm-up's steps read fewer micro-batches (src/policy/batch_warmup.h).
+  LoaderOptions reading;
+  if (o_.batch_warmup.on())
+    reading.micro_batches = [w = o_.batch_warmup, accum = d.grad_accum](int64_t step) {
+      return batch_warmup_micro_batches(w, step, accum);
+    };
   if (!o_.eval.only)
     loader_ = std::make_unique<BatchLoader>(train_data_, d.seq_len, d.batch_size, d.grad_accum,
-                                            world_.rank, world_.size, o_.run.seed);
+                                            world_.rank, world_.size, o_.run.seed, reading);
   if (val_data_)
     validator_ = std::make_unique<Validator>(o_, *val_data_, forward_pass(), *groups_.world,
                                              world_.rank, world_.size, metrics_, lead_);
@@ -284,13 +291,23 @@ void Trainer::print_memory_plan() const {
     std::printf(
         "fsdptrain: global batch %lld sequences x %d tokens; %s; data %s "
         "(%lld tokens, %lld windows per epoch)\n",
-        (long long)loader_->sequences_per_step(), o_.data.seq_len, steps.c_str(),
+        (long long)o_.data.sequences_per_step(world_.size), o_.data.seq_len, steps.c_str(),
         train_data_.describe().c_str(), (long long)train_data_.size(),
         (long long)loader_->sampler().windows_per_epoch());
   else
     std::printf("fsdptrain: evaluation only: %s (%lld tokens, %lld windows of %d)\n",
                 val_data_->describe().c_str(), (long long)val_data_->size(),
                 (long long)validator_->windows(), o_.eval.context(o_.data.seq_len) + 1);
+  if (loader_ && o_.batch_warmup.on()) {
+    const int accum = o_.data.grad_accum, first = o_.batch_warmup.start_micro_batches();
+    const int last = batch_warmup_micro_batches(o_.batch_warmup, o_.batch_warmup.steps - 1, accum);
+    const int64_t per_micro_batch = o_.data.sequences_per_step(world_.size) / accum;
+    std::printf(
+        "fsdptrain: batch warm-up: steps 1-%d run %d to %d of the %d micro-batches (%lld to %lld "
+        "sequences), growing linearly (--batch-warmup-steps)\n",
+        o_.batch_warmup.steps, first, last, accum, (long long)(per_micro_batch * first),
+        (long long)(per_micro_batch * last));
+  }
   if (validator_ && o_.eval.seq_len > 0)
     std::printf(
         "fsdptrain: validation at context %d (--eval-seq-len), %d sequences per "

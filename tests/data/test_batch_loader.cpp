@@ -41,7 +41,7 @@ struct Shape {
 std::vector<Rows> run(const TokenStream& data, Shape s, int steps, uint64_t seed,
                       LoaderOptions opt = {}, int restore_at = -1,
                       std::optional<SamplerState> start = std::nullopt) {
-  std::vector<Rows> out(steps, Rows(s.per_step()));
+  std::vector<Rows> out(steps);
   for (int r = 0; r < s.world; ++r) {
     auto loader =
         std::make_unique<BatchLoader>(data, kSeqLen, s.batch, s.accum, r, s.world, seed, opt);
@@ -54,7 +54,8 @@ std::vector<Rows> run(const TokenStream& data, Shape s, int steps, uint64_t seed
                                                seed + 1, opt);
         loader->restore(saved);
       }
-      for (int m = s.accum - 1; m >= 0; --m) {
+      out[step - first].resize(loader->sequences_per_step());
+      for (int m = loader->micro_batches() - 1; m >= 0; --m) {
         const Rows got = micro_batch(*loader, m, s.batch);
         for (int b = 0; b < s.batch; ++b)
           out[step - first][loader->position(m, b) - loader->state().consumed] = got[b];
@@ -106,8 +107,9 @@ TEST_F(BatchLoaderTest, RowsAreWindowsOfTheStream) {
 
 TEST_F(BatchLoaderTest, PrefetchGivesTheSynchronousBatches) {
   const Shape shape{2, 3, 2};
-  const auto sync = run(*data_, shape, 15, 3, LoaderOptions{0});
-  for (int ahead : {1, 2, 5}) EXPECT_EQ(run(*data_, shape, 15, 3, LoaderOptions{ahead}), sync);
+  const auto sync = run(*data_, shape, 15, 3, LoaderOptions{.prefetch_steps = 0});
+  for (int ahead : {1, 2, 5})
+    EXPECT_EQ(run(*data_, shape, 15, 3, LoaderOptions{.prefetch_steps = ahead}), sync);
   // Same set of sequences per step on any split.
   EXPECT_EQ(run(*data_, Shape{12, 1, 1}, 15, 3), sync);
   EXPECT_EQ(run(*data_, Shape{1, 4, 3}, 15, 3), sync);
@@ -120,7 +122,7 @@ TEST_F(BatchLoaderTest, ResumeIsExactMidEpochAndAtEpochBoundaries) {
     // it), 7 (just past it). 8 a step: step 4 straddles the boundary.
     for (int at : {2, 4, 5, 6, 7}) {
       EXPECT_EQ(run(*data_, shape, 14, 11, {}, at), straight) << shape.per_step() << " " << at;
-      EXPECT_EQ(run(*data_, shape, 14, 11, LoaderOptions{0}, at), straight);
+      EXPECT_EQ(run(*data_, shape, 14, 11, LoaderOptions{.prefetch_steps = 0}, at), straight);
     }
   }
 }
@@ -135,8 +137,41 @@ TEST_F(BatchLoaderTest, ResumeOnAnotherWorldSizeWithTheSameGlobalBatch) {
     EXPECT_EQ(run(*data_, other, 9, 999, {}, -1, saver.state()), rest) << other.world;
 }
 
+// --batch-warmup-steps: steps of fewer micro-batches read the positions the
+// constant batch would, in order, only fewer a step; prefetch and a resume
+// in the ramp give the same rows.
+TEST_F(BatchLoaderTest, GrowingMicroBatchesKeepTheDataOrder) {
+  const Shape shape{2, 3, 2};
+  const std::vector<int> ramp = {1, 1, 2, 1, 3, 2, 3};  // then 3; not monotone on purpose
+  LoaderOptions growing{.prefetch_steps = 2, .micro_batches = [&](int64_t s) {
+                          return s < int64_t(ramp.size()) ? ramp[s] : 3;
+                        }};
+  const auto sync = run(*data_, shape, 15, 3,
+                        LoaderOptions{.prefetch_steps = 0, .micro_batches = growing.micro_batches});
+  EXPECT_EQ(run(*data_, shape, 15, 3, growing), sync);
+  for (int at : {1, 3, 5, 8}) EXPECT_EQ(run(*data_, shape, 15, 3, growing, at), sync) << at;
+  Rows all_growing, all_constant;
+  for (const Rows& step : sync) all_growing.insert(all_growing.end(), step.begin(), step.end());
+  for (const Rows& step : run(*data_, shape, 15, 3))
+    all_constant.insert(all_constant.end(), step.begin(), step.end());
+  int64_t want = 0;
+  for (int s = 0; s < 15; ++s) {
+    const int a = s < int64_t(ramp.size()) ? ramp[s] : 3;
+    EXPECT_EQ(int64_t(sync[s].size()), int64_t{a} * 2 * 2) << s;
+    want += int64_t{a} * 2 * 2;
+  }
+  ASSERT_EQ(int64_t(all_growing.size()), want);
+  all_constant.resize(all_growing.size());
+  EXPECT_EQ(all_growing, all_constant);
+  // The state counts the positions read; a step past the ramp reads 12.
+  BatchLoader loader(*data_, kSeqLen, 2, 3, 0, 2, 3, growing);
+  for (int s = 0; s < 8; ++s) loader.end_step();
+  EXPECT_EQ(loader.state().consumed, (1 + 1 + 2 + 1 + 3 + 2 + 3 + 3) * 4);
+  EXPECT_EQ(loader.sequences_per_step(), 12);
+}
+
 TEST_F(BatchLoaderTest, RestoreDropsWhatWasReadAhead) {
-  BatchLoader a(*data_, kSeqLen, 2, 1, 0, 1, 1, LoaderOptions{4});
+  BatchLoader a(*data_, kSeqLen, 2, 1, 0, 1, 1, LoaderOptions{.prefetch_steps = 4});
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it fill the queue
   for (int s = 0; s < 3; ++s) {
     micro_batch(a, 0, 2);
@@ -144,7 +179,7 @@ TEST_F(BatchLoaderTest, RestoreDropsWhatWasReadAhead) {
   }
   const SamplerState other{77, 9, 31};
   a.restore(other);
-  BatchLoader b(*data_, kSeqLen, 2, 1, 0, 1, 0, LoaderOptions{0});
+  BatchLoader b(*data_, kSeqLen, 2, 1, 0, 1, 0, LoaderOptions{.prefetch_steps = 0});
   b.restore(other);
   for (int s = 0; s < 40; ++s) {
     ASSERT_EQ(micro_batch(a, 0, 2), micro_batch(b, 0, 2)) << s;
@@ -159,14 +194,15 @@ TEST_F(BatchLoaderTest, BufferDoesNotGrowWithTheDataset) {
   big.values = test::iota_tokens(2'000'000, 256);
   test::write_token_file(dir_.file("big.h5"), big);
   const auto large = TokenStream::open(dir_.file("big.h5"), "--train-data");
-  const BatchLoader small_loader(*data_, kSeqLen, 4, 2, 0, 1, 0, LoaderOptions{3});
-  const BatchLoader large_loader(large, kSeqLen, 4, 2, 0, 1, 0, LoaderOptions{3});
+  const BatchLoader small_loader(*data_, kSeqLen, 4, 2, 0, 1, 0,
+                                 LoaderOptions{.prefetch_steps = 3});
+  const BatchLoader large_loader(large, kSeqLen, 4, 2, 0, 1, 0, LoaderOptions{.prefetch_steps = 3});
   EXPECT_EQ(small_loader.buffer_bytes(), large_loader.buffer_bytes());
   EXPECT_EQ(large_loader.buffer_bytes(), 3 * 4 * 2 * (kSeqLen + 1) * 4);
 }
 
 TEST_F(BatchLoaderTest, WaitTimeIsMeasuredPerStep) {
-  BatchLoader loader(*data_, kSeqLen, 2, 2, 0, 1, 1, LoaderOptions{0});
+  BatchLoader loader(*data_, kSeqLen, 2, 2, 0, 1, 1, LoaderOptions{.prefetch_steps = 0});
   double sum = 0;
   for (int s = 0; s < 5; ++s) {
     micro_batch(loader, 0, 2);
@@ -212,7 +248,7 @@ TEST(BatchLoaderErrors, ReaderThreadErrorsSurfaceInTheCaller) {
     test::write_token_file(path, t);
     const auto where = token_bytes(path);
     const auto data = TokenStream::open(path, "--train-data");
-    BatchLoader loader(data, kSeqLen, 8, 2, 0, 1, 4, LoaderOptions{ahead});
+    BatchLoader loader(data, kSeqLen, 8, 2, 0, 1, 4, LoaderOptions{.prefetch_steps = ahead});
     if (ahead) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // reads 2 steps
     corrupt_tokens(path, where);
     std::string msg;

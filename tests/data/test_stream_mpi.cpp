@@ -111,7 +111,7 @@ TEST(StreamMpi, RanksTogetherReadTheOneRankStep) {
   const int seq = 16, batch = 2, steps = 4;
   const int per_step = batch * 12;  // 12 divides by 1, 2, 3 and 4
   BatchLoader mine(s, seq, batch, 12 / world, rank, world, 5);
-  BatchLoader one(s, seq, batch * 12, 1, 0, 1, 5, LoaderOptions{0});
+  BatchLoader one(s, seq, batch * 12, 1, 0, 1, 5, LoaderOptions{.prefetch_steps = 0});
   for (int step = 0; step < steps; ++step) {
     std::vector<int32_t> in(batch * seq), tg(batch * seq), firsts;
     for (int m = 0; m < 12 / world; ++m) {

@@ -108,7 +108,7 @@ b = run(common + ["--batch-size", "8", "--time-budget", "6s", "--warmup-steps", 
                  "--seq-warmup-steps", "40", "--seq-warmup-start", "4", "--eval-batches", "2",
                  "--metrics", m])
 check(b.returncode == 0, f"a budgeted run exits 0 ({b.stderr[-300:]})")
-check("fsdptrain: --seq-warmup-steps 40: a step at context 4 saves" in b.stdout
+check("fsdptrain: --seq-warmup-steps 40: a micro-batch at context 4 saves" in b.stdout
       and ", 16 saves" in b.stdout and "in --time-budget's plan" in b.stdout,
       "a budgeted run prints what each context saves")
 budget_steps = [d for d in records(m) if "step" in d and "loss" in d]

@@ -11,7 +11,8 @@ schedule, on 1; --logit-softcap with --z-loss on 2 ranks; --relu2-mlp
 under Muon on 2 ranks; --value-residual with block recomputation on 2;
 --unet-skips under Muon on 3; --value-embeds with the value residual on 2; the learned
 value residual (--value-residual-learned) before a value table on 2;
---seq-warmup-steps' short contexts under Muon on 2; --document-mask over
+--seq-warmup-steps' short contexts under Muon on 2; --batch-warmup-steps'
+growing batches on 2; --document-mask over
 the Bible's verses (each line a document) with block recomputation on 2;
 Muon's Polar Express table (--muon-ns-coefficients polar_express) on 2; and
 NorMuon (--muon-normuon) on 3.
@@ -109,6 +110,13 @@ runs = {
                     ["--batch-size", "2", "--grad-accum", "2", "--seq-warmup-steps", "40",
                      "--seq-warmup-start", "6", "--optimizer", "muon", "--val-data",
                      os.path.join(example, "kjv_val.h5"), "--eval-every", "25", "--eval-batches", "2"]),
+    # --batch-warmup-steps from 1 of 4 micro-batches over 40 steps: the compared
+    # steps 11-50 read 2 to 8 sequences (1 to 4 micro-batches of 1 on each of
+    # 2 ranks), each step the positions after the last; validation too.
+    "batchwarm_np2": ([mpiexec, "--oversubscribe", "-np", "2"],
+                      ["--batch-size", "1", "--grad-accum", "4", "--batch-warmup-steps", "40",
+                       "--val-data", os.path.join(example, "kjv_val.h5"), "--eval-every", "25",
+                       "--eval-batches", "2"]),
     # --document-mask over verses, whole blocks recomputed, on 2 ranks;
     # validation (steps 25 and 50) under the mask too.
     "docmask_np2": ([mpiexec, "--oversubscribe", "-np", "2"],

@@ -273,6 +273,22 @@ TEST(Options, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--train-data", "x", "--seq-warmup-steps", "-1"}).find("must be >= 0"),
             std::string::npos);
   EXPECT_EQ(error_of({"--train-data", "x", "--seq-warmup-start", "5"}), "");  // no warm-up
+  // --batch-warmup-steps: it starts with at least one micro-batch and fewer
+  // than --grad-accum (0: one, so --grad-accum must be at least 2).
+  auto ramping = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), {"--train-data", "x", "--batch-warmup-steps", "50"});
+    return error_of(more);
+  };
+  EXPECT_NE(ramping({}).find("--batch-warmup-start: '0' is invalid"), std::string::npos);
+  EXPECT_EQ(ramping({"--grad-accum", "2"}), "");
+  EXPECT_EQ(ramping({"--grad-accum", "8", "--batch-warmup-start", "7"}), "");
+  EXPECT_NE(ramping({"--grad-accum", "8", "--batch-warmup-start", "8"})
+                .find("--batch-warmup-start: '8' is invalid: must be 0 or at least 1 and below "
+                      "--grad-accum"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data", "x", "--batch-warmup-steps", "-1"}).find("must be >= 0"),
+            std::string::npos);
+  EXPECT_EQ(error_of({"--train-data", "x", "--batch-warmup-start", "9"}), "");  // no warm-up
 }
 
 TEST(Options, ValidationMicroBatchKeepsTheTrainingTokens) {
