@@ -11,7 +11,11 @@ baseline, several seeds, several corpora, equal steps and equal time, on the CPU
 model shape, batch, the Muon recipe: SHAPE below unless given after `--`),
 with the lever's own flags replacing or joining them (every flag written as
 `--flag VALUE`, so a lever such as `--lr 2e-2 --min-lr 2e-3` is a sweep
-point). The lever named `baseline` is always run, with no flags of its own. A seed sets both the initialisation and the data order, and
+point). A corpus's EVAL_BATCHES are micro-batches of the common --batch-size:
+a lever with a --batch-size of its own validates as many more (or fewer)
+micro-batches, so every run is judged on the same windows. A lever may set its own `--steps`: one that trains on fewer tokens a
+step early (`--batch-warmup-steps`) is then compared at equal tokens, its
+"final" being its own last step's. The lever named `baseline` is always run, with no flags of its own. A seed sets both the initialisation and the data order, and
 a lever run shares its seed's order and draws with the baseline's (only what
 the lever changes differs), so each lever has a paired baseline. A run that
 finished under the same command (its log's first line) is kept: a sweep
@@ -110,7 +114,8 @@ def run(a):
     levers.update(parse_lever(x) for x in a.lever)
     common = flag_pairs(a.common if a.common else SHAPE, "common flags")
     for l, flags in levers.items():
-        flag_pairs(flags, f"--lever {l}")
+        for c in corpora.values():  # found now, not after hours of runs
+            eval_batches(flag_pairs(flags, f"--lever {l}"), common, c["eval_batches"], l)
     exe = os.environ.get("FSDPTRAIN", os.path.join(ROOT, "build/src/fsdptrain"))
     os.makedirs(a.out, exist_ok=True)
     sweep = {"corpora": corpora, "levers": levers, "seeds": a.seeds, "steps": a.steps,
@@ -126,12 +131,15 @@ def run(a):
         flags = {**common, "--train-data": corpora[c]["train"], "--val-data": corpora[c]["val"],
                  "--eval-batches": str(corpora[c]["eval_batches"]), "--steps": str(a.steps),
                  "--seed": str(s), "--metrics": metrics, **flag_pairs(levers[l], l)}
+        if "--eval-batches" not in flag_pairs(levers[l], l):  # a lever's own is taken as it is
+            flags["--eval-batches"] = str(eval_batches(flags, common, corpora[c]["eval_batches"], l))
         cmd = [exe, *(w for kv in flags.items() for w in kv)]
         header = "$ " + shlex.join(cmd) + "\n"
         # Kept only when it finished under this very command: a lever or a
         # common flag changed since runs again.
+        steps = lever_steps(levers[l], a.steps)
         done = val_lines(metrics)
-        if done and done[-1][0] == a.steps and os.path.exists(log) and open(log).readline() == header:
+        if done and done[-1][0] == steps and os.path.exists(log) and open(log).readline() == header:
             return f"  {c} {l} seed {s}: kept (val {done[-1][2]:.4f})"
         if os.path.exists(metrics):
             os.remove(metrics)
@@ -140,7 +148,7 @@ def run(a):
             f.flush()
             rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
         v = val_lines(metrics)
-        if rc != 0 or not v or v[-1][0] != a.steps:
+        if rc != 0 or not v or v[-1][0] != steps:
             return f"  {c} {l} seed {s}: FAILED (exit {rc}; {log})"
         return f"  {c} {l} seed {s}: val {v[-1][2]:.4f}, {v[-1][1]:.1f} s"
 
@@ -153,6 +161,24 @@ def run(a):
             failed += "FAILED" in line
     if failed:
         fail(f"{failed} runs failed")
+
+
+def eval_batches(flags, common, n, lever):
+    """The validation micro-batches that cover n of the common --batch-size's
+    (0, the whole split, stays 0): the same windows for every lever."""
+    mine, theirs = int(flags.get("--batch-size", common.get("--batch-size", "8"))), \
+        int(common.get("--batch-size", "8"))
+    if n == 0 or mine == theirs:
+        return n
+    if mine <= 0 or (n * theirs) % mine:
+        fail(f"--lever {lever}: --batch-size {mine} does not divide the validation's "
+             f"{n} x {theirs} sequences (a corpus's EVAL_BATCHES are of the common --batch-size)")
+    return n * theirs // mine
+
+
+def lever_steps(flags, steps):
+    """The steps a lever's runs end at: its own --steps, or the sweep's."""
+    return int(flag_pairs(flags, "lever").get("--steps", steps))
 
 
 def loss_at(curve, t):
@@ -180,7 +206,7 @@ def summarise(out):
         for l in sweep["levers"]:
             for s in sweep["seeds"]:
                 v = val_lines(os.path.join(out, c, f"{l}_s{s}.jsonl"))
-                if not v or v[-1][0] != sweep["steps"]:
+                if not v or v[-1][0] != lever_steps(sweep["levers"][l], sweep["steps"]):
                     fail(f"{out}/{c}/{l}_s{s}.jsonl is missing or unfinished (run `levers.py run` again)")
                 curves[l, s] = v
         seeds = sweep["seeds"]

@@ -78,6 +78,46 @@ if r.returncode == 0:
     check(r.returncode == 0 and re.search(r"^kjv2 +zero ", r.stdout, re.M),
           f"the report of a real sweep failed: {r.stdout}{r.stderr}")
 
+# A lever with its own --steps (equal tokens for a batch warm-up) ends there,
+# is kept there on a second run, and is reported at its own last step.
+own = os.path.join(work, "own_steps")
+args = ["run", own, "--corpus", f"kjv={train},{val},2", "--lever", "long=--steps 12", "--seeds",
+        "1", "--steps", "10", "--", *common]
+r = levers(*args)
+check(r.returncode == 0 and r.stdout.count(": val ") == 2,
+      f"a lever with its own --steps did not finish: {r.stdout}{r.stderr}")
+if r.returncode == 0:
+    check(vals(os.path.join(own, "kjv", "long_s1.jsonl"))[-1]["step"] == 12,
+          "the lever's --steps did not reach fsdptrain")
+    r = levers(*args)
+    check(r.returncode == 0 and r.stdout.count(": kept") == 2,
+          f"a second run did not keep a lever that ended at its own --steps: {r.stdout}")
+    r = levers("report", own)
+    final = vals(os.path.join(own, "kjv", "long_s1.jsonl"))[-1]["val_loss"]
+    check(r.returncode == 0 and re.search(rf"^kjv +long +{final:.4f} ", r.stdout, re.M),
+          f"the report did not take the lever's step 12: {final:.4f} in {r.stdout}{r.stderr}")
+
+# A lever with a --batch-size of its own validates the same windows: the
+# corpus's 2 micro-batches of 4 are 4 of 2 (the whole split, 0, stays 0).
+small = os.path.join(work, "small_batch")
+r = levers("run", small, "--corpus", f"kjv={train},{val},2", "--corpus", f"all={train},{val},0",
+           "--lever", "half=--batch-size 2 --grad-accum 2", "--seeds", "1", "--steps", "5", "--",
+           *common)
+check(r.returncode == 0, f"a lever with its own --batch-size failed: {r.stdout}{r.stderr}")
+if r.returncode == 0:
+    line = lambda c, l: open(os.path.join(small, c, f"{l}_s1.log")).readline()
+    check("--eval-batches 4 " in line("kjv", "half") and "--eval-batches 2 " in line("kjv", "baseline")
+          and "--eval-batches 0 " in line("all", "half"),
+          f"the validation's micro-batches were not scaled: {line('kjv', 'half')}")
+    v = lambda l: vals(os.path.join(small, "kjv", f"{l}_s1.jsonl"))[0]["val_loss"]
+    check(abs(v("half") - v("baseline")) <= 1e-5 * v("baseline"),
+          f"the same initial model on the same windows validated differently: {v('half')} vs "
+          f"{v('baseline')}")
+r = levers("run", small, "--corpus", f"kjv={train},{val},2", "--lever", "odd=--batch-size 3",
+           "--seeds", "1", "--steps", "5", "--", *common)
+check(r.returncode != 0 and r.stderr.startswith("levers: error: --lever odd: --batch-size 3")
+      and r.stderr.count("\n") == 1, f"an undividable batch was not one error line: {r.stderr}")
+
 # 2. The report's arithmetic, on curves written here. Baseline: finals 2.00
 # and 2.02 (spread 0.02), 10 s. `fast` ends at 1.80 and 1.83 (spread 0.03, so
 # the bar is 0.06) in 8 s: wins at equal steps and at equal time (its final
