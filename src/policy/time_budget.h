@@ -22,10 +22,11 @@
 // keeps kBudgetReserve of the budget free for noise in the step time and for
 // checkpoint saves, which it does not time. The budget ends with the final
 // validation; the final samples and the final save come after it. Under
-// --seq-warmup-steps the warm-up's steps are cheaper than the rest: the plan
-// counts each at a full step's time less what the warm-up measured its
-// context to save (BudgetInputs::step_saving_s), and the steps it times are
-// counted as full ones.
+// --seq-warmup-steps or --batch-warmup-steps the warm-up's steps are cheaper
+// than the rest: the plan counts each at a full step's time less what the
+// warm-up measured its context or its fewer micro-batches to save
+// (BudgetInputs::step_saving_s), and the steps it times are counted as full
+// ones.
 #pragma once
 
 #include <algorithm>
@@ -107,8 +108,9 @@ struct BudgetInputs {
   int eval_every = 0;      // --eval-every (0: the final validation only)
   int64_t max_steps = 0;   // --steps, a cap (0: none)
   // By step, the seconds step s takes less than step_s, which is a step at
-  // --seq-len's context (--seq-warmup-steps: src/policy/seq_warmup.h); none
-  // past the end.
+  // --seq-len's context of --grad-accum micro-batches (--seq-warmup-steps,
+  // --batch-warmup-steps: src/policy/seq_warmup.h, batch_warmup.h); none past
+  // the end.
   std::vector<double> step_saving_s = {};
 };
 

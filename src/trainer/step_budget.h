@@ -40,11 +40,11 @@ class StepBudget {
   // Whether a validation is timed before the first step, for the plan.
   bool times_validation_first() const { return active() && steps_ == 0; }
 
-  // --seq-warmup-steps under a budget: by step, the seconds a step of the
-  // warm-up takes less than one at --seq-len's context (Trainer's warm-up
-  // measures them). The steps timed are counted as full ones (their time
-  // plus their saving), and a plan counts each step still to come at its
-  // own cost.
+  // --seq-warmup-steps or --batch-warmup-steps under a budget: by step, the
+  // seconds a step of the warm-up takes less than a full one (at --seq-len's
+  // context, of --grad-accum micro-batches; Trainer's warm-up measures
+  // them). The steps timed are counted as full ones (their time plus their
+  // saving), and a plan counts each step still to come at its own cost.
   void set_step_savings(std::vector<double> saved_s) { saved_s_ = std::move(saved_s); }
   // Step `step`'s host seconds, every step this process ran (a diverged one
   // included: it took the time all the same); `after_first` is false for the
