@@ -256,8 +256,9 @@ void Trainer::warm_up() {
 // --batch-warmup-steps step leaves out saves a --grad-accum step's time less
 // a one-micro-batch step's, over --grad-accum - 1 (device time, the
 // gradients' reduction included: a pass alone ends before its reduce-scatter
-// does). Each is the lesser of two tries, the --grad-accum step the greater.
-// Every rank keeps the least any measured.
+// does). Each is the lesser of two tries, the --grad-accum step the greater;
+// every rank keeps the least saving any measured for a context, the most
+// for a micro-batch.
 void Trainer::warm_up_schedules() {
   const int B = o_.data.batch_size, T = o_.data.seq_len, accum = o_.data.grad_accum;
   const std::vector<int> contexts = seq_warmup_contexts(o_.seq_warmup, pos_.step, T);
@@ -269,18 +270,19 @@ void Trainer::warm_up_schedules() {
   auto steps_s = [&](int c, int passes, bool most = false) {
     model_->set_shape(int(int64_t(B) * T / c), c);
     model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
-    double least = 0;
+    double kept = 0;
     for (int i = 0; i < (timed ? 2 : 1); ++i) {
       const int m = ops_->mark();
       for (int p = 0; p < passes; ++p) engine_->forward_backward(p + 1 == passes);
       engine_->discard_gradients();
       const double s = ops_->seconds(m, ops_->mark());
-      least = i == 0 ? s : most ? std::max(least, s) : std::min(least, s);
+      kept = i == 0 ? s : most ? std::max(kept, s) : std::min(kept, s);
     }
-    return least;
+    return kept;
   };
   const double full_s = timed && !contexts.empty() ? steps_s(T, 1) : 0;
-  // Negated: the all-reduce's max is then the least; the last a micro-batch's.
+  // Each context's saving negated, so that the all-reduce's max keeps the
+  // least, then a micro-batch's as it is.
   std::vector<float> minus_saved;
   for (int c : contexts) minus_saved.push_back(-float(std::max(0.0, full_s - steps_s(c, 1))));
   // What one more micro-batch adds to a step, taken at its most: the plan
@@ -288,13 +290,13 @@ void Trainer::warm_up_schedules() {
   // would plan too many steps; too much only ends the run early.
   const double micro_s =
       fewer ? std::max(0.0, steps_s(T, accum, true) - steps_s(T, 1)) / double(accum - 1) : 0;
-  minus_saved.push_back(-float(micro_s));
+  minus_saved.push_back(float(micro_s));
   model_->set_shape(B, T);
   model_->set_batch(inputs_.data(), targets_.data(), 1.0f / float(inputs_.size()));
   if (!timed) return;
   groups_.world->all_reduce(minus_saved.data(), minus_saved.size(), DType::f32, ReduceOp::max)
       ->wait();
-  const double per_micro_batch = -double(minus_saved.back());
+  const double per_micro_batch = double(minus_saved.back());
   std::vector<double> by_step(size_t(std::max(o_.seq_warmup.steps, o_.batch_warmup.steps)), 0.0);
   for (size_t s = size_t(pos_.step); s < by_step.size(); ++s) {
     const int c = seq_warmup_context(o_.seq_warmup, int64_t(s), T), a = micro_batches(int(s));
