@@ -276,7 +276,8 @@ std::vector<OptionRow> make_table() {
                return v >= 0 && batch_warmup_rule(o.batch_warmup, o.data.grad_accum).empty();
              },
              "must be 0 or at least 1 and below --grad-accum (with --batch-warmup-steps; 0: 1, "
-             "so --grad-accum must then be at least 2)"}),
+             "so --grad-accum must then be at least 2: raise it, with a smaller --batch-size for "
+             "the same global batch)"}),
         "0: 1"),
     row("optimizer", &OptimizerConfig::kind,
         "adamw: AdamW for every parameter; muon: Muon for the block matrices (Wq, Wk, Wv, Wo, "
