@@ -41,8 +41,10 @@ std::vector<Transformer::ActivationBuffer> Transformer::activation_table(
   std::vector<ActivationBuffer> table = {
       one(&T::tokens_, i32, N),
       one(&T::targets_, i32, N),
-      // --document-mask: each token's document start (none without it)
+      // --document-mask: each token's document start, each document's first
+      // token (none without it)
       one(&T::doc_start_, i32, N, c.document_mask ? 1 : 0),
+      one(&T::doc_first_, i32, N + 1, c.document_mask ? 1 : 0),
       // the residual stream entering each block, and after the last (two
       // that take turns, forward-only: Transformer::res; all of them under
       // --unet-skips)

@@ -237,12 +237,21 @@ namespace {
 void check_heads(int n_head, int n_kv_head) {
   FSDP_CHECK(n_kv_head > 0 && n_head % n_kv_head == 0, "n_head ", n_head, " n_kv_head ", n_kv_head);
 }
+// --document-mask: a start per token and, for the CUDA path, between one
+// document per sequence and one per token, each with its first token.
+void documents(const Documents& docs, int B, int T) {
+  if (docs.empty()) return;
+  i32(docs.start, int64_t(B) * T, "attention document starts");
+  FSDP_CHECK(docs.count() >= B && int64_t(docs.count()) <= int64_t(B) * T,
+             "attention: ", docs.count(), " documents in ", B, " sequences of ", T, " tokens");
+  i32(docs.first, docs.count() + 1, "attention documents' first tokens");
+}
 }  // namespace
 
 // Causal attention: half the T x T score matrix, two GEMMs forward (QK^T, PV)
 // and five backward (as FlashAttention counts them).
 void Ops::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                    int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start) {
+                    int n_kv_head, int head_dim, int64_t v_ld, const Documents& docs) {
   check_heads(n_head, n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
@@ -251,17 +260,17 @@ void Ops::attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B,
   act(*this, q, nq, "attention q");
   act(*this, k, nkv, "attention k");
   act(*this, v, rows_need(int64_t(B) * T, int64_t(n_kv_head) * head_dim, v_ld), "attention v");
-  if (doc_start.numel > 0) i32(doc_start, int64_t(B) * T, "attention doc_start");
+  documents(docs, B, T);
   const OpScope scope(hook_, [&] {
     return OpCall{key("attention", {B, T, n_head, n_kv_head, head_dim}),
                   2.0 * B * n_head * double(T) * T * head_dim, 0};
   });
-  do_attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim, v_ld, doc_start);
+  do_attention(out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim, v_ld, docs);
 }
 
 void Ops::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                              Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                             int head_dim, int64_t v_ld, Tensor doc_start) {
+                             int head_dim, int64_t v_ld, const Documents& docs) {
   check_heads(n_head, n_kv_head);
   const int64_t nq = int64_t(B) * T * n_head * head_dim;
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
@@ -275,13 +284,13 @@ void Ops::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tenso
   act(*this, q, nq, "attention q");
   act(*this, k, nkv, "attention k");
   act(*this, v, nv, "attention v");
-  if (doc_start.numel > 0) i32(doc_start, int64_t(B) * T, "attention doc_start");
+  documents(docs, B, T);
   const OpScope scope(hook_, [&] {
     return OpCall{key("attention_backward", {B, T, n_head, n_kv_head, head_dim}),
                   5.0 * B * n_head * double(T) * T * head_dim, 0};
   });
   do_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, n_head, n_kv_head, head_dim,
-                        v_ld, doc_start);
+                        v_ld, docs);
 }
 
 void Ops::swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld, Tensor amax) {

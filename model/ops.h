@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/fp8.h"
+#include "model/documents.h"
 #include "model/rope.h"
 #include "model/tensor.h"
 
@@ -249,17 +250,16 @@ class Ops {
   // Causal grouped-query attention with scale 1/sqrt(head_dim). Query head h
   // reads kv head h / (n_head / n_kv_head). lse[B, n_head, T] keeps the
   // log-sum-exp of each softmax row for backward. v's token rows (and dv's)
-  // are v_ld apart; every other tensor is packed. doc_start (i32[B*T], or
-  // empty: causal alone; --document-mask): the position within its sequence
-  // where each token's document starts, so that row t attends to keys
-  // doc_start[t]..t only (at most t; keys of a sequence's earlier documents
-  // get no weight and, backward, no gradient). The CUDA backend has no path
-  // for it yet and refuses it.
+  // are v_ld apart; every other tensor is packed. docs (empty: causal alone;
+  // --document-mask): the documents packed into the sequences
+  // (model/documents.h), so that row t attends to keys docs.start[t]..t only
+  // (keys of a sequence's earlier documents get no weight and, backward, no
+  // gradient).
   void attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                 int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start = {});
+                 int n_kv_head, int head_dim, int64_t v_ld, const Documents& docs = {});
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                           Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                          int head_dim, int64_t v_ld, Tensor doc_start = {});
+                          int head_dim, int64_t v_ld, const Documents& docs = {});
 
   // s = silu(a) * b, elementwise over [rows, cols]: a's and b's rows ab_ld
   // apart (the halves of the W1|W3 GEMM's output), s packed. amax as in
@@ -467,11 +467,11 @@ class Ops {
                                      const Rope& rope, Tensor amax, int64_t x_ld) = 0;
   virtual void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                             int n_head, int n_kv_head, int head_dim, int64_t v_ld,
-                            Tensor doc_start) = 0;
+                            const Documents& docs) = 0;
   virtual void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                      Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                      int n_head, int n_kv_head, int head_dim, int64_t v_ld,
-                                     Tensor doc_start) = 0;
+                                     const Documents& docs) = 0;
   virtual void do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
                          Tensor amax) = 0;
   virtual void do_swiglu_backward(Tensor da, Tensor db, Tensor ds, Tensor a, Tensor b, int rows,

@@ -130,13 +130,10 @@ void Transformer::set_batch(const int32_t* inputs, const int32_t* targets, float
   ops_.to_device(targets_.slice(0, N_), targets);
   if (cfg_.document_mask) {
     FSDP_CHECK(eos_id_ >= 0, "--document-mask: no end-of-text id (set_document_end)");
-    doc_start_host_.resize(size_t(N_));
-    for (int64_t i = 0; i < N_; ++i) {
-      const int64_t t = i % T_;
-      doc_start_host_[size_t(i)] =
-          t == 0 || inputs[i - 1] == eos_id_ ? int32_t(t) : doc_start_host_[size_t(i - 1)];
-    }
-    ops_.to_device(doc_start_.slice(0, N_), doc_start_host_.data());
+    find_documents(inputs, B_, T_, eos_id_, docs_host_);
+    const Documents d = docs();
+    ops_.to_device(d.start, docs_host_.start.data());
+    ops_.to_device(d.first, docs_host_.first.data());
   }
   loss_scale_ = loss_scale;
   loss_count_ = 0;
@@ -299,8 +296,7 @@ void Transformer::block_forward(int layer, UnitAccess& w) {
                  T_, H, hd, eps, cfg_.rope(), qkv);
   ops_.norm_rope(a.k, qkn ? a.k_rstd : Tensor{}, tail(a.qkv, qd),
                  qkn ? w.weight(u, kKNorm) : Tensor{}, B_, T_, Hkv, hd, eps, cfg_.rope(), qkv);
-  ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv,
-                 doc_starts());
+  ops_.attention(a.att, a.lse, a.q, a.k, tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv, docs());
   // The residual add rides in the GEMM's epilogue: mid = att Wo^T + x.
   const LinearInput att = cast_input(layer, kInAtt, a.att, M, qd, InputCast::forward_measure);
   block_linear(a.mid, att, w, u, {at(cfg_, kWo), 1}, M, d, qd, x);
@@ -361,7 +357,7 @@ void Transformer::block_backward(int layer, UnitAccess& w) {
   block_linear_backward(datt_, dres_, input(a.att, qd, kInAtt), w, u, {at(cfg_, kWo), 1}, M, d, qd,
                         false, grad_amax(kGradRes));
   ops_.attention_backward(dq_, dk_, tail(dqkv_, qd + kvd), datt_, a.att, a.lse, a.q, a.k,
-                          tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv, doc_starts());
+                          tail(a.qkv, qd + kvd), B_, T_, H, Hkv, hd, qkv, docs());
   // --value-embeds: the mix's transpose; a table's later block runs first
   // and sets its gradient, the earlier one adds to it.
   if (const int j = cfg_.value_embed_of(layer); j >= 0)

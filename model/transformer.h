@@ -212,12 +212,15 @@ class Transformer {
   std::vector<Tensor> owned_;
 
   Tensor tokens_, targets_;
-  // --document-mask: each token's document's first position in its sequence
-  // (Ops::attention's doc_start), made from the tokens by set_batch.
-  Tensor doc_start_;
+  // --document-mask: the micro-batch's documents (Ops::attention's docs),
+  // found in the tokens by set_batch; doc_first_ holds up to N_ + 1.
+  Tensor doc_start_, doc_first_;
   int eos_id_ = -1;
-  std::vector<int32_t> doc_start_host_;
-  Tensor doc_starts() const { return cfg_.document_mask ? doc_start_.slice(0, N_) : Tensor{}; }
+  DocumentsHost docs_host_;
+  Documents docs() const {
+    if (!cfg_.document_mask) return {};
+    return {doc_start_.slice(0, N_), doc_first_.slice(0, int64_t(docs_host_.first.size()))};
+  }
   std::vector<Tensor> res_;  // residual stream entering each block, and after the last
   // res_[i], the stream entering block i (i = n_layer: after the last); a
   // forward-only model keeps two buffers, which alternate (all of them under

@@ -504,7 +504,7 @@ source "$ROOT/bench/cuda/checks_k.sh"
 CHECKS=(
   "${N_CHECKS[@]}"
   "a1|20|120|chk_a1|test_cuda_ops: every CUDA op vs the CPU reference"
-  "a2|20|150|chk_a2|test_cuda_model: whole model (tiny, gpt-350m-shaped) vs the CPU reference"
+  "a2|90|240|chk_a2|test_cuda_model: whole model (tiny, gpt-350m-shaped) vs the CPU reference"
   "a3|10|60|chk_a3|test_comm_nccl_communicator on one rank"
   "${K_CHECKS[@]}"
   "b1|15|90|chk_b1|fsdptrain --device $DEV tiny, 300 steps: the loss falls"

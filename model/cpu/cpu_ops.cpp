@@ -281,16 +281,17 @@ struct KeyStart {
   int operator()(int b, int t) const {
     if (!doc_start) return 0;
     const int s = doc_start[int64_t(b) * T + t];
-    FSDP_CHECK(s >= 0 && s <= t, "attention doc_start ", s, " at position ", t, " of sequence ", b,
-               ": a document starts at or before its tokens");
+    FSDP_CHECK(s >= 0 && s <= t, "attention document start ", s, " at position ", t,
+               " of sequence ", b, ": a document starts at or before its tokens");
     return s;
   }
 };
 }  // namespace
 
 void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
-                          int n_head, int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start) {
-  const KeyStart first{doc_start.numel > 0 ? doc_start.i32() : nullptr, T};
+                          int n_head, int n_kv_head, int head_dim, int64_t v_ld,
+                          const Documents& docs) {
+  const KeyStart first{docs.empty() ? nullptr : docs.start.i32(), T};
   float* o = out.f32();
   float* l = lse.f32();
   const float* qi = q.f32();
@@ -333,8 +334,8 @@ void CpuOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, 
 void CpuOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                    Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                    int n_head, int n_kv_head, int head_dim, int64_t v_ld,
-                                   Tensor doc_start) {
-  const KeyStart first{doc_start.numel > 0 ? doc_start.i32() : nullptr, T};
+                                   const Documents& docs) {
+  const KeyStart first{docs.empty() ? nullptr : docs.start.i32(), T};
   const int64_t nkv = int64_t(B) * T * n_kv_head * head_dim;
   const int64_t kv_width = int64_t(n_kv_head) * head_dim;
   float* dqo = dq.f32();

@@ -3,6 +3,7 @@
 #include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -19,13 +20,32 @@ namespace {
 namespace fe = cudnn_frontend;
 using GraphPtr = std::shared_ptr<fe::graph::Graph>;
 
-// Tensor ids in the variant pack.
+// Tensor ids in the variant pack; ragged graphs (--document-mask) add the
+// documents' lengths and offsets.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+enum RaggedUid : int64_t { kSeqQ = kdV + 1, kSeqKV, kOffQ, kOffK, kOffV, kOffStats };
 
 void check_fe(fe::error_t e, const char* what, const AttentionShape& s) {
   if (e.is_bad())
     throw_error("cuDNN SDPA ", what, " (B=", s.B, " T=", s.T, " heads=", s.H, " kv_heads=", s.Hkv,
                 " head_dim=", s.hd, "): ", e.get_message());
+}
+
+// --document-mask: the documents a ragged graph is built for, the count
+// rounded up to a power of two (the rest are empty), so that a run builds a
+// handful of graphs, not one per count; 0 without documents.
+int padded_documents(int count) {
+  return count > 0 ? int(std::bit_ceil(unsigned(count))) : 0;
+}
+
+// A ragged graph's index tensors: [n, 1, 1, 1] of seq_len (i32) or offsets (i64).
+fe::graph::Tensor_attributes index(const char* name, int64_t uid, int64_t n, fe::DataType_t t) {
+  return fe::graph::Tensor_attributes()
+      .set_name(name)
+      .set_uid(uid)
+      .set_dim({n, 1, 1, 1})
+      .set_stride({1, 1, 1, 1})
+      .set_data_type(t);
 }
 
 // Our activations are [B, T, heads, hd] row-major; cuDNN names dimensions
@@ -50,18 +70,21 @@ fe::graph::Tensor_attributes tensor(const char* name, int64_t uid, const Attenti
 }
 
 // Softmax statistics: log-sum-exp per (b, h, t) in f32, [B, H, T, 1] packed,
-// which is exactly our lse [B, H, T].
-fe::graph::Tensor_attributes stats_attrs(const AttentionShape& s) {
-  return fe::graph::Tensor_attributes()
-      .set_name("stats")
-      .set_uid(kStats)
-      .set_dim({s.B, s.H, s.T, 1})
-      .set_stride({int64_t(s.H) * s.T, s.T, 1, 1})
+// which is exactly our lse [B, H, T]. Ragged: per token, [B*T, H] (cuDNN's
+// THD statistics), moved to and from our lse around the call.
+fe::graph::Tensor_attributes& stats_layout(fe::graph::Tensor_attributes& t, const AttentionShape& s,
+                                           bool ragged) {
+  return t.set_dim({s.B, s.H, s.T, 1})
+      .set_stride(ragged ? std::vector<int64_t>{int64_t(s.H) * s.T, 1, s.H, 1}
+                         : std::vector<int64_t>{int64_t(s.H) * s.T, s.T, 1, 1})
       .set_data_type(fe::DataType_t::FLOAT);
 }
 
-GraphPtr new_graph() {
+// sm: the GPU generation the graph is checked for (check_graph); 0: the
+// current device's.
+GraphPtr new_graph(int sm) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm > 0) g->set_sm_version(sm);
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -72,42 +95,82 @@ float scale_of(const AttentionShape& s) {
   return float(1.0 / std::sqrt(double(s.hd)));
 }
 
-// The SDPA graph of one shape and direction, not yet built.
-GraphPtr describe_graph(const AttentionShape& s, bool backward, bool deterministic) {
-  GraphPtr g = new_graph();
-  auto Q = g->tensor(tensor("Q", kQ, s, s.H));
-  auto K = g->tensor(tensor("K", kK, s, s.Hkv));
-  auto V = g->tensor(tensor("V", kV, s, s.Hkv, s.v_ld));
+// The SDPA graph of one shape and direction, not yet built. docs > 0: the
+// ragged graph of that many documents (padded_documents), each a sequence
+// of at most T tokens found through offsets, causal within itself (cuDNN's
+// padding mask with per-document lengths, the causal mask top-left
+// aligned); B*T tokens in all bound its workspace.
+GraphPtr describe_graph(const AttentionShape& shape, bool backward, bool deterministic, int docs,
+                        int sm = 0) {
+  const bool ragged = docs > 0;
+  AttentionShape s = shape;
+  if (ragged) s.B = docs;
+  const int64_t tokens = int64_t(shape.B) * shape.T;
+  GraphPtr g = new_graph(sm);
+  using TA = std::shared_ptr<fe::graph::Tensor_attributes>;
+  TA seq_q, seq_kv, off_q, off_k, off_v, off_stats;
+  if (ragged) {
+    seq_q = g->tensor(index("seq_q", kSeqQ, docs, fe::DataType_t::INT32));
+    seq_kv = g->tensor(index("seq_kv", kSeqKV, docs, fe::DataType_t::INT32));
+    off_q = g->tensor(index("off_q", kOffQ, docs + 1, fe::DataType_t::INT64));
+    off_k = g->tensor(index("off_k", kOffK, docs + 1, fe::DataType_t::INT64));
+    off_v = g->tensor(index("off_v", kOffV, docs + 1, fe::DataType_t::INT64));
+    off_stats = g->tensor(index("off_stats", kOffStats, docs + 1, fe::DataType_t::INT64));
+  }
+  // A tensor described by its rows, with the documents' offsets when ragged.
+  auto rows = [&](fe::graph::Tensor_attributes t, const TA& off) {
+    if (ragged) t.set_ragged_offset(off);
+    return t;
+  };
+  auto out_rows = [&](const TA& t, int64_t uid, int heads, const TA& off, int64_t row = 0) {
+    t->set_output(true)
+        .set_uid(uid)
+        .set_dim(bhsd_dim(s, heads))
+        .set_stride(bhsd_stride(s, heads, row));
+    if (ragged) t->set_ragged_offset(off);
+  };
+  auto Q = g->tensor(rows(tensor("Q", kQ, s, s.H), off_q));
+  auto K = g->tensor(rows(tensor("K", kK, s, s.Hkv), off_k));
+  auto V = g->tensor(rows(tensor("V", kV, s, s.Hkv, s.v_ld), off_v));
   if (!backward) {
     auto opts = fe::graph::SDPA_attributes()
                     .set_name("sdpa_forward")
                     .set_generate_stats(true)
                     .set_causal_mask(true)
                     .set_attn_scale(scale_of(s));
+    if (ragged)
+      opts.set_padding_mask(true)
+          .set_seq_len_q(seq_q)
+          .set_seq_len_kv(seq_kv)
+          .set_max_total_seq_len_q(tokens)
+          .set_max_total_seq_len_kv(tokens);
     auto [O, stats] = g->sdpa(Q, K, V, opts);
-    O->set_output(true).set_uid(kO).set_dim(bhsd_dim(s, s.H)).set_stride(bhsd_stride(s, s.H));
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_dim({s.B, s.H, s.T, 1})
-        .set_stride({int64_t(s.H) * s.T, s.T, 1, 1})
-        .set_data_type(fe::DataType_t::FLOAT);
+    out_rows(O, kO, s.H, off_q);
+    stats->set_output(true).set_uid(kStats);
+    stats_layout(*stats, s, ragged);
+    if (ragged) stats->set_ragged_offset(off_stats);
   } else {
-    auto O = g->tensor(tensor("O", kO, s, s.H));
-    auto dO = g->tensor(tensor("dO", kdO, s, s.H));
-    auto stats = g->tensor(stats_attrs(s));
+    auto O = g->tensor(rows(tensor("O", kO, s, s.H), off_q));
+    auto dO = g->tensor(rows(tensor("dO", kdO, s, s.H), off_q));
+    fe::graph::Tensor_attributes st;
+    st.set_name("stats").set_uid(kStats);
+    auto stats = g->tensor(rows(stats_layout(st, s, ragged), off_stats));
     auto opts = fe::graph::SDPA_backward_attributes()
                     .set_name("sdpa_backward")
                     .set_causal_mask(true)
                     .set_attn_scale(scale_of(s))
                     .set_deterministic_algorithm(deterministic);
+    if (ragged)
+      opts.set_padding_mask(true)
+          .set_seq_len_q(seq_q)
+          .set_seq_len_kv(seq_kv)
+          .set_max_total_seq_len_q(tokens)
+          .set_max_total_seq_len_kv(tokens);
     // With fewer kv heads, cuDNN sums dK and dV over each head group itself.
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
-    dQ->set_output(true).set_uid(kdQ).set_dim(bhsd_dim(s, s.H)).set_stride(bhsd_stride(s, s.H));
-    dK->set_output(true).set_uid(kdK).set_dim(bhsd_dim(s, s.Hkv)).set_stride(bhsd_stride(s, s.Hkv));
-    dV->set_output(true)
-        .set_uid(kdV)
-        .set_dim(bhsd_dim(s, s.Hkv))
-        .set_stride(bhsd_stride(s, s.Hkv, s.v_ld));
+    out_rows(dQ, kdQ, s.H, off_q);
+    out_rows(dK, kdK, s.Hkv, off_k);
+    out_rows(dV, kdV, s.Hkv, off_v, s.v_ld);
   }
   return g;
 }
@@ -128,14 +191,22 @@ struct Attention::Impl {
   cudaStream_t stream = nullptr;
   bool deterministic = false, allow_fallback = false;
   std::vector<std::string> engines;  // one line per shape and direction, for the log
-  // Key: B, T, H, Hkv, hd, v_ld, backward.
-  std::map<std::tuple<int, int, int, int, int, int64_t, bool>, Built> graphs;
+  // Key: B, T, H, Hkv, hd, v_ld, backward, documents (padded; 0: not ragged).
+  std::map<std::tuple<int, int, int, int, int, int64_t, bool, int>, Built> graphs;
+  // --document-mask: the ragged graphs' tables and statistics (their own
+  // region: the scratch region may move when cuDNN's workspace grows).
+  void* ragged = nullptr;
+  size_t ragged_bytes = 0;
 
-  Built& graph(const AttentionShape& s, bool backward);
-  void choose(Built& b, const AttentionShape& s, bool backward,
+  Built& graph(const AttentionShape& s, bool backward, int docs);
+  void choose(Built& b, const AttentionShape& s, bool backward, int docs,
               std::unordered_map<int64_t, void*>& pack, Scratch& scratch);
-  void run(const AttentionShape& s, bool backward, std::unordered_map<int64_t, void*>& pack,
-           Scratch& scratch);
+  void run(const AttentionShape& s, bool backward, int docs,
+           std::unordered_map<int64_t, void*>& pack, Scratch& scratch);
+  // The ragged inputs of one call, written on the stream: the documents'
+  // tables into the pack, and the statistics buffer ([B*T, H] f32) returned.
+  float* tables(const AttentionShape& s, const DocumentRuns& d, int docs,
+                std::unordered_map<int64_t, void*>& pack);
 };
 
 Attention::Attention(cudaStream_t stream, bool deterministic, bool allow_fallback)
@@ -150,6 +221,34 @@ Attention::Attention(cudaStream_t stream, bool deterministic, bool allow_fallbac
 Attention::~Attention() {
   impl_->graphs.clear();  // plans go before the handle they were built on
   cudnnDestroy(impl_->handle);
+  if (impl_->ragged) cudaFree(impl_->ragged);
+}
+
+float* Attention::Impl::tables(const AttentionShape& s, const DocumentRuns& d, int docs,
+                               std::unordered_map<int64_t, void*>& pack) {
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t seq = up(sizeof(int32_t) * size_t(docs)), off = up(sizeof(int64_t) * (docs + 1));
+  const size_t stats = sizeof(float) * size_t(s.B) * s.T * s.H;
+  const size_t need = seq + 4 * off + stats;
+  if (need > ragged_bytes) {
+    // Stream-ordered, so a call still reading the old tables finishes first.
+    if (ragged) FSDP_CUDA_CHECK(cudaFreeAsync(ragged, stream));
+    ragged_bytes = need + need / 2;
+    FSDP_CUDA_CHECK(cudaMallocAsync(&ragged, ragged_bytes, stream), "attention's document tables");
+  }
+  char* p = static_cast<char*>(ragged);
+  DocumentTables t{};
+  t.seq_len = reinterpret_cast<int32_t*>(p);
+  int64_t** offs[4] = {&t.off_q, &t.off_k, &t.off_v, &t.off_stats};
+  for (int i = 0; i < 4; ++i) *offs[i] = reinterpret_cast<int64_t*>(p + seq + size_t(i) * off);
+  document_tables(t, d.first, d.count, docs, int64_t(s.H) * s.hd, int64_t(s.Hkv) * s.hd, s.v_ld,
+                  s.H, stream);
+  pack[kSeqQ] = pack[kSeqKV] = t.seq_len;
+  pack[kOffQ] = t.off_q;
+  pack[kOffK] = t.off_k;
+  pack[kOffV] = t.off_v;
+  pack[kOffStats] = t.off_stats;
+  return reinterpret_cast<float*>(p + seq + 4 * off);
 }
 
 namespace {
@@ -163,8 +262,8 @@ fe::error_t build_all(fe::graph::Graph& g, cudnnHandle_t handle, fe::HeurMode_t 
 }
 }  // namespace
 
-Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
-  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, s.v_ld, backward);
+Built& Attention::Impl::graph(const AttentionShape& s, bool backward, int docs) {
+  const auto key = std::make_tuple(s.B, s.T, s.H, s.Hkv, s.hd, s.v_ld, backward, docs);
   auto it = graphs.find(key);
   if (it != graphs.end()) return it->second;
 
@@ -174,15 +273,21 @@ Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
   // engine runs them many times slower: a training run that silently lands
   // there is a performance bug, so only --debug accepts it.
   Built b;
-  b.g = describe_graph(s, backward, deterministic);
+  b.g = describe_graph(s, backward, deterministic, docs);
   if (fe::error_t e = build_all(*b.g, handle, fe::HeurMode_t::A); e.is_bad()) {
+    if (docs > 0)
+      throw_error("cuDNN has no fused-attention engine for the ", what, " pass over ", docs,
+                  " documents (--document-mask; B=", s.B, " T=", s.T, " heads=", s.H,
+                  " kv_heads=", s.Hkv, " head_dim=", s.hd, "): ", e.get_message(),
+                  "; its ragged (THD) attention needs an H100 or newer and cuDNN 9.6 or newer");
     if (!allow_fallback)
       throw_error("cuDNN has no fast fused-attention engine for the ", what, " pass (B=", s.B,
                   " T=", s.T, " heads=", s.H, " kv_heads=", s.Hkv, " head_dim=", s.hd,
                   "): ", e.get_message(),
                   "; its FALLBACK engine is much slower, so it runs only under --debug. "
                   "head_dim 64 or 128 with T a multiple of 64 is supported everywhere");
-    b.g = describe_graph(s, backward, deterministic);  // a failed build leaves no usable graph
+    b.g =
+        describe_graph(s, backward, deterministic, docs);  // a failed build leaves no usable graph
     check_fe(b.g->build(handle, {fe::HeurMode_t::FALLBACK}), what, s);
     b.fallback = true;
   }
@@ -194,7 +299,7 @@ Built& Attention::Impl::graph(const AttentionShape& s, bool backward) {
 // (best of three after a warm-up) on the first call's buffers: the outputs
 // it overwrites are written again by the call itself. --debug keeps the
 // heuristic's first (deterministic runs want no timing-dependent choice).
-void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward,
+void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward, int docs,
                              std::unordered_map<int64_t, void*>& pack, Scratch& scratch) {
   const char* what = backward ? "backward" : "forward";
   const int64_t n = b.fallback ? 1 : b.g->get_execution_plan_count();
@@ -238,8 +343,9 @@ void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward,
   };
   line << "cuDNN SDPA " << what << " B=" << s.B << " T=" << s.T << " heads=" << s.H << "/" << s.Hkv
        << " head_dim=" << s.hd << " v_ld=" << s.v_ld
-       << (s.v_ld != int64_t(s.Hkv) * s.hd ? " (strided)" : "") << ": " << name(b.plan)
-       << (b.fallback ? " [FALLBACK]" : "") << ", workspace " << b.ws << " B";
+       << (s.v_ld != int64_t(s.Hkv) * s.hd ? " (strided)" : "")
+       << (docs > 0 ? " ragged, " + std::to_string(docs) + " documents" : "") << ": "
+       << name(b.plan) << (b.fallback ? " [FALLBACK]" : "") << ", workspace " << b.ws << " B";
   if (ms[size_t(b.plan)] >= 0) {
     line << "; timed " << n << " plans:";
     for (int64_t i = 0; i < n; ++i)
@@ -250,32 +356,44 @@ void Attention::Impl::choose(Built& b, const AttentionShape& s, bool backward,
   engines.push_back(line.str());
 }
 
+std::string check_graph(int sm, const AttentionShape& s, bool backward, bool deterministic,
+                        int documents) {
+  const GraphPtr g = describe_graph(s, backward, deterministic, padded_documents(documents), sm);
+  fe::error_t e = g->validate();
+  return e.is_good() ? "" : e.get_message();
+}
+
 const std::vector<std::string>& Attention::engines() const {
   return impl_->engines;
 }
 
-void Attention::Impl::run(const AttentionShape& s, bool backward,
+void Attention::Impl::run(const AttentionShape& s, bool backward, int docs,
                           std::unordered_map<int64_t, void*>& pack, Scratch& scratch) {
-  Built& b = graph(s, backward);
-  if (!b.chosen) choose(b, s, backward, pack, scratch);
+  Built& b = graph(s, backward, docs);
+  if (!b.chosen) choose(b, s, backward, docs, pack, scratch);
   void* workspace = b.ws > 0 ? scratch.get(size_t(b.ws)) : nullptr;
   check_fe(b.g->execute_plan_at_index(handle, pack, workspace, b.plan),
            backward ? "backward" : "forward", s);
 }
 
 void Attention::forward(const AttentionShape& s, void* out, float* lse, const void* q,
-                        const void* k, const void* v, Scratch& scratch) {
+                        const void* k, const void* v, Scratch& scratch, const DocumentRuns& docs) {
   std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q)},
                                              {kK, const_cast<void*>(k)},
                                              {kV, const_cast<void*>(v)},
                                              {kO, out},
                                              {kStats, lse}};
-  impl_->run(s, false, pack, scratch);
+  const int padded = padded_documents(docs.count);
+  if (padded == 0) return impl_->run(s, false, 0, pack, scratch);
+  float* stats = impl_->tables(s, docs, padded, pack);
+  pack[kStats] = stats;
+  impl_->run(s, false, padded, pack, scratch);
+  stats_to_lse(lse, stats, s.B, s.T, s.H, impl_->stream);
 }
 
 void Attention::backward(const AttentionShape& s, void* dq, void* dk, void* dv, const void* dout,
                          const void* out, const float* lse, const void* q, const void* k,
-                         const void* v, Scratch& scratch) {
+                         const void* v, Scratch& scratch, const DocumentRuns& docs) {
   std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q)},
                                              {kK, const_cast<void*>(k)},
                                              {kV, const_cast<void*>(v)},
@@ -285,7 +403,12 @@ void Attention::backward(const AttentionShape& s, void* dq, void* dk, void* dv, 
                                              {kdQ, dq},
                                              {kdK, dk},
                                              {kdV, dv}};
-  impl_->run(s, true, pack, scratch);
+  const int padded = padded_documents(docs.count);
+  if (padded == 0) return impl_->run(s, true, 0, pack, scratch);
+  float* stats = impl_->tables(s, docs, padded, pack);
+  lse_to_stats(stats, lse, s.B, s.T, s.H, impl_->stream);
+  pack[kStats] = stats;
+  impl_->run(s, true, padded, pack, scratch);
 }
 
 }  // namespace fsdp::cuda

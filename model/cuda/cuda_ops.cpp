@@ -282,33 +282,28 @@ void CudaOps::do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
   after("linear_backward_fp8");
 }
 
-// --document-mask: cuDNN's attention over documents packed in a sequence
-// (ragged offsets and per-document lengths) is not built yet; the options
-// refuse the flag on this backend before anything runs, and this is the
-// backstop.
-static void no_document_mask(Tensor doc_start) {
-  FSDP_CHECK(doc_start.numel == 0,
-             "attention with document starts (--document-mask) has no CUDA path yet; run it "
-             "with --device cpu");
+// --document-mask: cuDNN's ragged attention reads the documents' first
+// tokens (Documents::first); the per-token starts are the CPU reference's.
+static cuda::DocumentRuns runs(const Documents& docs) {
+  if (docs.empty()) return {};
+  return {static_cast<const int32_t*>(docs.first.data), docs.count()};
 }
 
 void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                            int n_head, int n_kv_head, int head_dim, int64_t v_ld,
-                           Tensor doc_start) {
-  no_document_mask(doc_start);
+                           const Documents& docs) {
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
-  impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_);
+  impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_, runs(docs));
   after("attention");
 }
 
 void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                                     Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                                     int n_head, int n_kv_head, int head_dim, int64_t v_ld,
-                                    Tensor doc_start) {
-  no_document_mask(doc_start);
+                                    const Documents& docs) {
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
-                             bf(v), *impl_);
+                             bf(v), *impl_, runs(docs));
   after("attention_backward");
 }
 

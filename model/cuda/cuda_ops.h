@@ -100,10 +100,10 @@ class CudaOps final : public Ops {
                              int64_t x_ld) override;
 
   void do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T, int n_head,
-                    int n_kv_head, int head_dim, int64_t v_ld, Tensor doc_start) override;
+                    int n_kv_head, int head_dim, int64_t v_ld, const Documents& docs) override;
   void do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out, Tensor lse,
                              Tensor q, Tensor k, Tensor v, int B, int T, int n_head, int n_kv_head,
-                             int head_dim, int64_t v_ld, Tensor doc_start) override;
+                             int head_dim, int64_t v_ld, const Documents& docs) override;
 
   void do_swiglu(Tensor s, Tensor a, Tensor b, int rows, int cols, int64_t ab_ld,
                  Tensor amax) override;

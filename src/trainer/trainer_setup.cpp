@@ -49,14 +49,9 @@ TokenStream open_checked(const std::string& spec, const char* flag, const Option
 
 // --document-mask reads where documents end from the data's eos_id (the
 // end-of-text id prepare_data.py stores where the tokenizer has one), every
-// file the model reads agreeing on it; its attention runs on the CPU
-// reference only so far. Returns the id.
-int document_end(const Options& o, Device device, const TokenStream& train,
+// file the model reads agreeing on it. Returns the id.
+int document_end(const Options& o, const TokenStream& train,
                  const std::optional<TokenStream>& val) {
-  if (device != Device::cpu)
-    throw_error(
-        "--document-mask true: its attention has no CUDA path yet (cuDNN's ragged attention is "
-        "not built; docs/LEVERS.md); use --device cpu, or leave --document-mask out");
   std::optional<int> eos;
   for (const TokenStream* d : {&train, val ? &*val : nullptr}) {
     if (!d || (d == &train && o.data.train_data.empty())) continue;  // --eval-only's stand-in
@@ -101,7 +96,7 @@ Trainer::Trainer(const Options& options, const WorldInfo& world)
   Device device = Device::cpu;
   all_or_none(W, [&] {
     device = resolve_device(o_);  // a configuration error before any file is created
-    if (o_.model.document_mask) document_end_ = document_end(o_, device, train_data_, val_data_);
+    if (o_.model.document_mask) document_end_ = document_end(o_, train_data_, val_data_);
     test_hooks::stall_spec();  // a malformed FSDP_TEST_STALL, as early
     if (lead_) metrics_.open(o_.run.metrics);
   });

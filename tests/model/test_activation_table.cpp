@@ -27,7 +27,8 @@ namespace {
 // of them); --value-embeds K each table's rows and their gradient (kv_dim, K
 // each) and the values before the mix of each of its 2K blocks (kv_dim; one
 // buffer under --recompute block); --document-mask each token's document
-// start (an int32 a token).
+// start (an int32 a token) and each document's first token (up to one a
+// token, and the end).
 int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Recompute r,
                       bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
@@ -41,7 +42,8 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
   const int64_t blocks = attn_copies * attn + mlp_copies * mlp;
   const int64_t fp8_once =
       fp8 ? es * N * (d + ff + (r == Recompute::mlp ? L : 1) * d) : 0;  // h1, s; h2
-  const int64_t tokens = 4 * (c.document_mask ? 3 : 2) * N;  // inputs, targets, document starts
+  // inputs, targets; document starts and first tokens
+  const int64_t tokens = 4 * (2 * N + (c.document_mask ? 2 * N + 1 : 0));
   const int64_t stream = es * (L + 1) * N * d;  // entering each block, and after the last
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;
@@ -76,13 +78,13 @@ int64_t counted_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, Re
 // the earlier ones'); with --value-embeds each table's rows (no gradient)
 // and one buffer for the values before a mix, which every block overwrites
 // (and one more for --value-residual-learned's); with --document-mask the
-// document starts, as training keeps them.
+// documents, as training keeps them.
 int64_t counted_forward_bytes(const ModelConfig& c, int64_t B, int64_t T, int64_t es, bool fp8) {
   const int64_t N = B * T, d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   const int64_t H = c.n_head, Hkv = c.n_kv_head, L = c.n_layer, qkv = qd + 2 * kvd;
   const int64_t up = c.relu2_mlp ? ff : 2 * ff;
   const int64_t block = es * N * (3 * d + 3 * qd + 3 * kvd + up + ff) + 4 * N * (2 + 2 * H + Hkv);
-  const int64_t tokens = 4 * (c.document_mask ? 3 : 2) * N;
+  const int64_t tokens = 4 * (2 * N + (c.document_mask ? 2 * N + 1 : 0));
   const int64_t stream = es * (c.unet_skips ? L + 1 : 2) * N * d;
   const int64_t head_rows = std::min<int64_t>(N, Transformer::kHeadRows);
   const int64_t head = es * (N * d + head_rows * c.padded_vocab()) + 4 * N * 2;

@@ -421,19 +421,24 @@ TEST_F(CpuOpsTest, AttentionIsCausal) {
     }
 }
 
-// --document-mask: with doc_start, each document of a sequence attends as a
+// --document-mask: with documents, each document of a sequence attends as a
 // sequence of its own. Forward and backward equal, bit for bit, the plain
 // causal op run on each document's rows alone (the same sums in the same
 // order), and a sequence that is one document equals the op without
-// doc_start. Gradients also against finite differences.
+// documents. Gradients also against finite differences.
 TEST_F(CpuOpsTest, AttentionDocumentMask) {
   const AttnShape s{2, 9, 4, 2, 8};
   const int64_t nl = int64_t(s.B) * s.H * s.T, qw = int64_t(s.H) * s.hd, kw = int64_t(s.KV) * s.hd;
   // Sequence 0: documents [0, 3), [3, 7), [7, 9); sequence 1: one document.
   const std::vector<std::pair<int, int>> docs = {{0, 3}, {3, 7}, {7, 9}, {9, 18}};
-  Buf starts(ops_, DType::i32, int64_t(s.B) * s.T);
-  for (const auto& [a, e] : docs)
+  Buf starts(ops_, DType::i32, int64_t(s.B) * s.T), firsts(ops_, DType::i32, 5);
+  for (size_t j = 0; j < docs.size(); ++j) {
+    const auto [a, e] = docs[j];
     for (int i = a; i < e; ++i) starts.i()[i] = a % s.T;
+    firsts.i()[j] = a;
+  }
+  firsts.i()[4] = s.B * s.T;
+  const Documents documents{starts, firsts};
   Buf q(ops_, DType::f32, s.nq()), k(ops_, DType::f32, s.nkv()), v(ops_, DType::f32, s.nkv()),
       out(ops_, DType::f32, s.nq()), lse(ops_, DType::f32, nl), R(ops_, DType::f32, s.nq()),
       dq(ops_, DType::f32, s.nq()), dk(ops_, DType::f32, s.nkv()), dv(ops_, DType::f32, s.nkv());
@@ -441,12 +446,13 @@ TEST_F(CpuOpsTest, AttentionDocumentMask) {
   fill(k, -2.0f, 2.0f);
   fill(v);
   fill(R);
-  auto fwd = [&] { ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, kw, starts); };
+  auto fwd = [&] { ops_.attention(out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, kw, documents); };
   fwd();
   poison(dq);
   poison(dk);
   poison(dv);
-  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, kw, starts);
+  ops_.attention_backward(dq, dk, dv, R, out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, kw,
+                          documents);
 
   for (const auto& [a, e] : docs) {
     SCOPED_TRACE("document [" + std::to_string(a) + ", " + std::to_string(e) + ")");

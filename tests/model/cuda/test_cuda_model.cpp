@@ -60,10 +60,12 @@ double train_pass(Transformer& m, UnitAccess& w, const std::vector<int32_t>& in,
 // trains a pass in it (so its buffers hold another shape's values), and is
 // then set to B x T (Transformer::set_shape, --eval-seq-len's path).
 // adjust, when given, changes the initial weights first (parameters that
-// start where their path is the identity).
+// start where their path is the identity). document_end (--document-mask):
+// the end-of-text id, written at `ends` in the inputs.
 void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows = 0,
                  Recompute recompute = Recompute::none, std::pair<int, int> built = {0, 0},
-                 const std::function<void(testing::FullWeights&)>& adjust = {}) {
+                 const std::function<void(testing::FullWeights&)>& adjust = {},
+                 int document_end = -1, const std::vector<int>& ends = {}) {
   FSDP_SKIP_WITHOUT_GPU();
   const auto units = model_units(cfg);
   testing::FullWeights host(units, 1234);
@@ -75,10 +77,12 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows 
   for (auto& t : in) t = pick(rng);
   for (auto& t : tg) t = pick(rng);
   tg[1] = -1;  // an ignored target
+  for (int i : ends) in[size_t(i)] = document_end;
   const float scale = 1.0f / float(B * T - 1);
 
   CpuOps cpu;
   Transformer cm(cfg, cpu, B, T, Recompute::none, fp8);
+  cm.set_document_end(document_end);
   const double cpu_loss = train_pass(cm, host, in, tg, scale);
 
   CudaOps gpu;
@@ -86,6 +90,7 @@ void check_model(ModelConfig cfg, int B, int T, bool fp8 = false, int head_rows 
   const bool reshaped = built.first > 0;
   Transformer gm(cfg, gpu, reshaped ? built.first : B, reshaped ? built.second : T, recompute, fp8,
                  head_rows);
+  gm.set_document_end(document_end);
   if (reshaped) {
     std::vector<int32_t> other(size_t(built.first) * built.second, 3);
     train_pass(gm, dev, other, other, 1.0f);
@@ -216,6 +221,21 @@ TEST(CudaModel, Gpt350mShapedValueResidualLearnedMatchesCpu) {
   };
   check_model(cfg, 1, 256, false, 0, Recompute::none, {0, 0}, adjust);
   check_model(cfg, 1, 256, true, 0, Recompute::block, {0, 0}, adjust);
+}
+
+// --document-mask through cuDNN's ragged attention: 2 sequences of 128, the
+// first with documents of 1, 2, 34 and 91 tokens (the last ends on the
+// sequence's last token, so no document follows it), the second with 100
+// and 28: 6 documents, run as 8 (two empty). In bf16, then under FP8 with
+// whole blocks recomputed (the recomputed forward reads the same documents).
+TEST(CudaModel, Gpt350mShapedDocumentMaskMatchesCpu) {
+  ModelConfig cfg = model_preset("gpt-350m");
+  cfg.n_layer = 2;
+  cfg.document_mask = true;
+  const int end = 50256;  // GPT-2's end-of-text
+  const std::vector<int> ends = {0, 2, 36, 127, 128 + 99};
+  check_model(cfg, 2, 128, false, 0, Recompute::none, {0, 0}, {}, end, ends);
+  check_model(cfg, 2, 128, true, 0, Recompute::block, {0, 0}, {}, end, ends);
 }
 
 // --unet-skips over 5 blocks (blocks 4 and 3 take blocks 0's and 1's inputs;
