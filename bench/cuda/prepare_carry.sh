@@ -33,6 +33,22 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+source tools/python_env.sh
+
+# verse_documents DIR: DIR/kjv_lines_{train,val}.h5, the example's bytes with
+# the newline (10) as the end of text, each verse a document: the data of
+# --document-mask's checks (c7, c8).
+verse_documents() {
+  "$fsdp_python" - "$1" <<'PY'
+import shutil, sys, h5py
+d = sys.argv[1]
+for split in ("train", "val"):
+    dst = f"{d}/kjv_lines_{split}.h5"
+    shutil.copyfile(f"{d}/kjv_{split}.h5", dst)
+    with h5py.File(dst, "r+") as f:
+        f["tokens"].attrs["eos_id"] = 10
+PY
+}
 
 if [ -n "${REHEARSAL_FROM:-}" ]; then
   from=$(cd "$REHEARSAL_FROM" && pwd)
@@ -59,6 +75,7 @@ echo "fsdp-bundle: rehearsal: $(command -v fsdptrain)" >&2
 ENV
   XZ_OPT=-1 tar -cJf "$out/fsdp-bundle.tar.xz" -C "$out/stage" fsdp-bundle && rm -rf "$out/stage"
   bash tools/make_example.sh "$out/example"
+  verse_documents "$out/example"
   { echo "rehearsal carry: programs of $from, $(date -u +%FT%TZ) (HEAD $(git rev-parse --short HEAD), working tree as it is)"
     [ -z "${BASELINE_BIN:-}" ] || echo "baseline: rehearsal copy of $BASELINE_BIN"
     (cd "$from" && sha256sum src/fsdptrain | sed 's/^/  /'); } > "$out/BUILD_INFO.txt"
@@ -139,6 +156,7 @@ grep -qx '/.gpu_carry/' .gitignore 2>/dev/null || grep -qx '/.gpu_carry/' .git/i
 rm -rf "$carry" && mkdir -p "$carry/example"
 cp "$bundle.tar.xz" "$carry/fsdp-bundle.tar.xz"
 cp "$build/example/kjv_train.h5" "$build/example/kjv_val.h5" "$carry/example/"
+verse_documents "$carry/example"
 {
   echo "built $(date -u +%FT%TZ) on $(hostname) ($(. /etc/os-release; echo "$PRETTY_NAME")) into $build"
   echo "HEAD $(git rev-parse HEAD) $(git log -1 --format=%s | head -c 100)"

@@ -59,6 +59,7 @@ export BUDGET_S=${BUDGET_S:-540}
 STEPS=${STEPS:-n a k b c d e m t f g h i}
 export PYTHONUNBUFFERED=1
 export DATA=$CARRY/example/kjv_train.h5 VAL=$CARRY/example/kjv_val.h5
+export LINES=$CARRY/example/kjv_lines_train.h5 LINES_VAL=$CARRY/example/kjv_lines_val.h5
 
 # What the checks run on. A rehearsal (CHECK_DEVICE=cpu) swaps the big shapes
 # for tiny ones; every value can also be set from outside.
@@ -190,6 +191,20 @@ tiny20() {  # tiny20 DEVICE METRICS [more flags]
 }
 dbg() { [ "$1" = cpu ] || echo --debug; }
 chk_c1() { tiny20 "$DEV" "$RUNS/c_gpu.jsonl" $(dbg "$DEV") || return 1; note "20 steps straight"; }
+# --document-mask (cuDNN's ragged attention) on verses: each verse a document,
+# the newline its end (prepare_carry.sh's kjv_lines_*.h5), validated under it.
+docs20() {  # docs20 DEVICE METRICS [more flags]
+  local dev=$1 m=$2; shift 2
+  x fsdptrain --device "$dev" ${TINY/--train-data $DATA/--train-data $LINES} --batch-size 8 \
+    --steps 20 --metrics "$m" --document-mask true --val-data "$LINES_VAL" --eval-every 10 \
+    --eval-batches 2 "$@"
+}
+chk_c7() { docs20 "$DEV" "$RUNS/c_docs_gpu.jsonl" $(dbg "$DEV") || return 1; note "20 steps"; }
+chk_c8() {
+  docs20 cpu "$RUNS/c_docs_cpu.jsonl" || return 1
+  [ -s "$RUNS/c_docs_gpu.jsonl" ] || { note "no c7 metrics to compare"; return 1; }
+  cmpm "$RUNS/c_docs_gpu.jsonl" "$RUNS/c_docs_cpu.jsonl" --tolerance 2e-2 --min-common 20
+}
 chk_c2() {
   tiny20 cpu "$RUNS/c_cpu.jsonl" || return 1
   [ -s "$RUNS/c_gpu.jsonl" ] || { note "no c1 metrics to compare"; return 1; }
@@ -515,6 +530,8 @@ CHECKS=(
   "c4|10|90|chk_c4|CPU save -> GPU resume continues the CPU curve (2%)"
   "c5|10|90|chk_c5|GPU save -> GPU resume == 20 straight, bitwise (--debug)"
   "c6|10|90|chk_c6|without --debug, two GPU runs bitwise equal? (INFO)"
+  "c7|8|60|chk_c7|tiny 20 steps with --document-mask on the GPU (--debug), verses as documents"
+  "c8|5|60|chk_c8|the same on the CPU; GPU vs CPU within 2% over the 20 losses"
   "d1|8|60|chk_d1|mpirun -np 1, batch 8: reference for d"
   "d2|10|90|chk_d2|mpirun -np 2 $STAGED, batch 4: vs 1 rank (2%)"
   "d3|12|90|chk_d3|mpirun -np 4 $STAGED, batch 2: vs 1 rank (2%)"
@@ -561,7 +578,7 @@ for r in $FP8_RUNS; do
 done
 
 export -f x note py have_torch mpi cmpm resumed mem_poll_start mem_poll_stop gtest_run train_demo \
-  last_val tiny20 dbg half_and_resume ranks_vs_one nan_run g_fsdp g_torch find_nsys find_ncu \
+  last_val tiny20 docs20 dbg half_and_resume ranks_vs_one nan_run g_fsdp g_torch find_nsys find_ncu \
   fp8_loss_run k_run k_ab
 for f in $(declare -F | awk '$3 ~ /^chk_/ {print $3}'); do export -f "$f"; done
 
