@@ -129,6 +129,16 @@ GraphPtr describe_graph(const AttentionShape& shape, bool backward, bool determi
         .set_stride(bhsd_stride(s, heads, row));
     if (ragged) t->set_ragged_offset(off);
   };
+  // Ragged: each document's length, under the padding mask (the same
+  // attributes forward and backward, of two types).
+  auto per_document = [&](auto& opts) {
+    if (ragged)
+      opts.set_padding_mask(true)
+          .set_seq_len_q(seq_q)
+          .set_seq_len_kv(seq_kv)
+          .set_max_total_seq_len_q(tokens)
+          .set_max_total_seq_len_kv(tokens);
+  };
   auto Q = g->tensor(rows(tensor("Q", kQ, s, s.H), off_q));
   auto K = g->tensor(rows(tensor("K", kK, s, s.Hkv), off_k));
   auto V = g->tensor(rows(tensor("V", kV, s, s.Hkv, s.v_ld), off_v));
@@ -138,12 +148,7 @@ GraphPtr describe_graph(const AttentionShape& shape, bool backward, bool determi
                     .set_generate_stats(true)
                     .set_causal_mask(true)
                     .set_attn_scale(scale_of(s));
-    if (ragged)
-      opts.set_padding_mask(true)
-          .set_seq_len_q(seq_q)
-          .set_seq_len_kv(seq_kv)
-          .set_max_total_seq_len_q(tokens)
-          .set_max_total_seq_len_kv(tokens);
+    per_document(opts);
     auto [O, stats] = g->sdpa(Q, K, V, opts);
     out_rows(O, kO, s.H, off_q);
     stats->set_output(true).set_uid(kStats);
@@ -160,12 +165,7 @@ GraphPtr describe_graph(const AttentionShape& shape, bool backward, bool determi
                     .set_causal_mask(true)
                     .set_attn_scale(scale_of(s))
                     .set_deterministic_algorithm(deterministic);
-    if (ragged)
-      opts.set_padding_mask(true)
-          .set_seq_len_q(seq_q)
-          .set_seq_len_kv(seq_kv)
-          .set_max_total_seq_len_q(tokens)
-          .set_max_total_seq_len_kv(tokens);
+    per_document(opts);
     // With fewer kv heads, cuDNN sums dK and dV over each head group itself.
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opts);
     out_rows(dQ, kdQ, s.H, off_q);
