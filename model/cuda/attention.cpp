@@ -193,10 +193,6 @@ struct Attention::Impl {
   std::vector<std::string> engines;  // one line per shape and direction, for the log
   // Key: B, T, H, Hkv, hd, v_ld, backward, documents (padded; 0: not ragged).
   std::map<std::tuple<int, int, int, int, int, int64_t, bool, int>, Built> graphs;
-  // --document-mask: the ragged graphs' tables and statistics (their own
-  // region: the scratch region may move when cuDNN's workspace grows).
-  void* ragged = nullptr;
-  size_t ragged_bytes = 0;
 
   Built& graph(const AttentionShape& s, bool backward, int docs);
   void choose(Built& b, const AttentionShape& s, bool backward, int docs,
@@ -221,7 +217,6 @@ Attention::Attention(cudaStream_t stream, bool deterministic, bool allow_fallbac
 Attention::~Attention() {
   impl_->graphs.clear();  // plans go before the handle they were built on
   cudnnDestroy(impl_->handle);
-  if (impl_->ragged) cudaFree(impl_->ragged);
 }
 
 float* Attention::Impl::tables(const AttentionShape& s, const DocumentRuns& d, int docs,
@@ -229,14 +224,8 @@ float* Attention::Impl::tables(const AttentionShape& s, const DocumentRuns& d, i
   auto up = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t seq = up(sizeof(int32_t) * size_t(docs)), off = up(sizeof(int64_t) * (docs + 1));
   const size_t stats = sizeof(float) * size_t(s.B) * s.T * s.H;
-  const size_t need = seq + 4 * off + stats;
-  if (need > ragged_bytes) {
-    // Stream-ordered, so a call still reading the old tables finishes first.
-    if (ragged) FSDP_CUDA_CHECK(cudaFreeAsync(ragged, stream));
-    ragged_bytes = need + need / 2;
-    FSDP_CUDA_CHECK(cudaMallocAsync(&ragged, ragged_bytes, stream), "attention's document tables");
-  }
-  char* p = static_cast<char*>(ragged);
+  FSDP_CHECK(d.work, "attention over ", d.count, " documents: no region for their tables");
+  char* p = static_cast<char*>(d.work->get(seq + 4 * off + stats));
   DocumentTables t{};
   t.seq_len = reinterpret_cast<int32_t*>(p);
   int64_t** offs[4] = {&t.off_q, &t.off_k, &t.off_v, &t.off_stats};

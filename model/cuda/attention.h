@@ -21,9 +21,12 @@ struct AttentionShape {
 
 // --document-mask: the micro-batch's documents (model/documents.h's
 // Documents::first on the device, its count on the host); count 0: none.
+// work: where the call keeps its tables and statistics, a region apart from
+// the scratch that cuDNN's workspace comes from (which may move meanwhile).
 struct DocumentRuns {
   const int32_t* first = nullptr;
   int count = 0;
+  Scratch* work = nullptr;
 };
 
 class Attention {

@@ -57,15 +57,15 @@ void document_tables(const DocumentTables& t, const int32_t* first, int count, i
 
 void stats_to_lse(float* lse, const float* stats, int B, int T, int H, cudaStream_t stream) {
   const int64_t n = int64_t(B) * T * H;
-  stats_move_kernel<<<blocks_for(n, kThreads, 132 * 16), kThreads, 0, stream>>>(lse, stats, n, T, H,
-                                                                                true);
+  stats_move_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(lse, stats, n, T, H,
+                                                                              true);
   FSDP_LAUNCH_CHECK("stats_move_kernel");
 }
 
 void lse_to_stats(float* stats, const float* lse, int B, int T, int H, cudaStream_t stream) {
   const int64_t n = int64_t(B) * T * H;
-  stats_move_kernel<<<blocks_for(n, kThreads, 132 * 16), kThreads, 0, stream>>>(stats, lse, n, T, H,
-                                                                                false);
+  stats_move_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream>>>(stats, lse, n, T, H,
+                                                                              false);
   FSDP_LAUNCH_CHECK("stats_move_kernel");
 }
 

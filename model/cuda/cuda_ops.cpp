@@ -118,6 +118,7 @@ CudaOps::~CudaOps() {
   for (auto& [key, p] : m.rope_tables) cudaFreeAsync(p, m.stream);
   if (m.scratch) cudaFreeAsync(m.scratch, m.stream);
   if (m.ns_work) cudaFreeAsync(m.ns_work, m.stream);
+  if (m.doc_work) cudaFreeAsync(m.doc_work, m.stream);
   cudaStreamSynchronize(m.stream);
   cudaFree(m.err);
   cudaFreeHost(m.host_words);
@@ -284,16 +285,17 @@ void CudaOps::do_linear_backward_fp8(Tensor dx, Tensor dw, const Fp8Tensor& dy,
 
 // --document-mask: cuDNN's ragged attention reads the documents' first
 // tokens (Documents::first); the per-token starts are the CPU reference's.
-static cuda::DocumentRuns runs(const Documents& docs) {
+static cuda::DocumentRuns runs(const Documents& docs, cuda::Scratch& work) {
   if (docs.empty()) return {};
-  return {static_cast<const int32_t*>(docs.first.data), docs.count()};
+  return {static_cast<const int32_t*>(docs.first.data), docs.count(), &work};
 }
 
 void CudaOps::do_attention(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, int B, int T,
                            int n_head, int n_kv_head, int head_dim, int64_t v_ld,
                            const Documents& docs) {
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
-  impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_, runs(docs));
+  impl_->attention->forward(s, bf(out), f32(lse), bf(q), bf(k), bf(v), *impl_,
+                            runs(docs, impl_->doc_scratch));
   after("attention");
 }
 
@@ -303,7 +305,7 @@ void CudaOps::do_attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
                                     const Documents& docs) {
   const cuda::AttentionShape s{B, T, n_head, n_kv_head, head_dim, v_ld};
   impl_->attention->backward(s, bf(dq), bf(dk), bf(dv), bf(dout), bf(out), f32(lse), bf(q), bf(k),
-                             bf(v), *impl_, runs(docs));
+                             bf(v), *impl_, runs(docs, impl_->doc_scratch));
   after("attention_backward");
 }
 

@@ -63,6 +63,16 @@ struct CudaOps::Impl final : cuda::Scratch {
   // `scratch`, which the norms' sum_squares uses meanwhile.
   void* ns_work = nullptr;
   size_t ns_bytes = 0;
+  // --document-mask: ragged attention's tables and statistics (attention.h's
+  // DocumentRuns::work), apart from `scratch`, which cuDNN's workspace may
+  // move while they are in use.
+  void* doc_work = nullptr;
+  size_t doc_bytes = 0;
+  struct DocWork final : cuda::Scratch {
+    Impl* im;
+    explicit DocWork(Impl* m) : im(m) {}
+    void* get(size_t bytes) override { return im->grow(im->doc_work, im->doc_bytes, bytes); }
+  } doc_scratch{this};
   // (T, head_dim, theta, scaling factor, low and high frequency factors, original context)
   using RopeKey = std::tuple<int, int, float, float, float, float, int>;
   std::map<RopeKey, float*> rope_tables;
