@@ -275,8 +275,8 @@ Built& Attention::Impl::graph(const AttentionShape& s, bool backward, int docs) 
                   "): ", e.get_message(),
                   "; its FALLBACK engine is much slower, so it runs only under --debug. "
                   "head_dim 64 or 128 with T a multiple of 64 is supported everywhere");
-    b.g =
-        describe_graph(s, backward, deterministic, docs);  // a failed build leaves no usable graph
+    // A failed build leaves no usable graph.
+    b.g = describe_graph(s, backward, deterministic, docs);
     check_fe(b.g->build(handle, {fe::HeurMode_t::FALLBACK}), what, s);
     b.fallback = true;
   }
