@@ -44,3 +44,19 @@ endfunction()
 set(FSDP_MPIEXEC_FLAGS --oversubscribe --bind-to none)
 set(FSDP_MPI_ENV
     "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl=self,vader;OMPI_MCA_pml=ob1;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMPI_MCA_plm=^rsh;OMPI_MCA_rmaps_base_oversubscribe=1")
+
+# One OpenBLAS thread per process in every test (fsdptrain's CPU ops, numpy):
+# the tests' models are tiny, so a second thread saves no time, and its
+# spin-waiting between GEMMs burnt as much CPU again, CPU that the other ranks
+# and the test beside it under `ctest -j` need (fsdptrain_eval_seq_len on 2
+# cores: 42 s and 80 CPU-s with OpenBLAS's default, 35 s and 38 with one).
+# Each tests/ folder's CMakeLists.txt ends with fsdp_test_environment(), which
+# adds it to every test the folder made (CMake 3.25 sets test properties only
+# from the folder that added the test).
+set(FSDP_TEST_ENV "OPENBLAS_NUM_THREADS=1")
+function(fsdp_test_environment)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  if(tests)
+    set_property(TEST ${tests} APPEND PROPERTY ENVIRONMENT ${FSDP_TEST_ENV})
+  endif()
+endfunction()
