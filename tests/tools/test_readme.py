@@ -16,8 +16,9 @@ nothing into the checkout. The files a reader brings are stand-ins made here:
 and `tokens.npy` (its bytes as token ids).
 
 The environment is the user's, except for what Open MPI needs in a container
-(shared-memory transport without ptrace's single copy, no ssh agent); running
-as root and more ranks than cores are the pages' own flags to show.
+(shared-memory transport without ptrace's single copy, no ssh agent) and the
+one OpenBLAS thread a process that CTest gives every test (cmake/Testing.cmake);
+running as root and more ranks than cores are the pages' own flags to show.
 
 Fails when a marked block exits non-zero, holds a `...` placeholder (a block
 that cannot run as written must not be marked), when fewer than MIN_BLOCKS
